@@ -1,0 +1,170 @@
+//! Typed, validated settings with units in field names; nothing here reads the environment.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// Names of the columns the engine interprets; every other column is carried through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyColumns {
+    /// The promoted service column (first sort key), default `service.name`.
+    pub service: String,
+    /// The event time in Unix nanoseconds (second sort key), default `time_unix_nano`.
+    pub time: String,
+    /// The optional tenant column checked against the partition, default `tenant_id`.
+    pub tenant: String,
+}
+
+impl Default for KeyColumns {
+    fn default() -> Self {
+        Self {
+            service: "service.name".to_string(),
+            time: "time_unix_nano".to_string(),
+            tenant: "tenant_id".to_string(),
+        }
+    }
+}
+
+/// Default decoded-row budget when nothing else says: 64 MiB.
+pub const DEFAULT_BUDGET_BYTES: u64 = 64 << 20;
+/// Smallest budget accepted: below this a run would hold only a few rows.
+pub const MIN_BUDGET_BYTES: u64 = 1 << 20;
+/// Fan-in cap of one merge pass (RFC 0036 §3.2).
+pub const DEFAULT_MERGE_FAN_IN: usize = 64;
+/// Rows per output chunk handed to the writer; fixed so output bytes never depend on runs.
+pub const OUTPUT_CHUNK_ROWS: usize = 1024;
+
+/// The decoded-row budget for a function of `memory_mib` MiB: a quarter of it, so the
+/// budget, one batch, the writer's open row group, the upload buffers and the runtime fit.
+pub fn budget_for_function_memory(memory_mib: u64) -> u64 {
+    (memory_mib << 20) / 4
+}
+
+/// Everything one compaction needs besides the store and the partition.
+#[derive(Debug, Clone)]
+pub struct CompactOptions {
+    /// Column names of the keys.
+    pub keys: KeyColumns,
+    /// Decoded-row budget B in bytes.
+    pub budget_bytes: u64,
+    /// Scratch directory for downloaded inputs and spilled runs.
+    pub scratch_dir: PathBuf,
+    /// Explicit row-group threshold (wins over the environment override and the adaptive value).
+    pub rg_bytes: Option<u64>,
+    /// Operator override of the adaptive threshold (`OURIOS_COMPACTED_RG_BYTES`), read by `main`.
+    pub rg_bytes_env: Option<u64>,
+    /// Maximum runs merged at once.
+    pub merge_fan_in: usize,
+    /// Stop before this instant with nothing committed.
+    pub deadline: Option<Instant>,
+    /// Retired inputs and orphaned outputs older than this are garbage-collected after a commit.
+    pub gc_grace: Duration,
+    /// Write a progress line to stderr for long work.
+    pub progress: bool,
+}
+
+impl CompactOptions {
+    /// Options with defaults and the given scratch directory.
+    pub fn new(scratch_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            keys: KeyColumns::default(),
+            budget_bytes: DEFAULT_BUDGET_BYTES,
+            scratch_dir: scratch_dir.into(),
+            rg_bytes: None,
+            rg_bytes_env: None,
+            merge_fan_in: DEFAULT_MERGE_FAN_IN,
+            deadline: None,
+            gc_grace: Duration::from_secs(15 * 60),
+            progress: false,
+        }
+    }
+
+    /// Checks the settings are usable.
+    pub fn validate(&self) -> Result<()> {
+        if self.budget_bytes < MIN_BUDGET_BYTES {
+            return Err(Error::Config {
+                message: format!(
+                    "memory budget {} bytes is below the minimum of {MIN_BUDGET_BYTES} (1 MiB)",
+                    self.budget_bytes
+                ),
+            });
+        }
+        if self.merge_fan_in < 2 {
+            return Err(Error::Config {
+                message: "merge fan-in must be at least 2".into(),
+            });
+        }
+        if matches!(self.rg_bytes, Some(0)) || matches!(self.rg_bytes_env, Some(0)) {
+            return Err(Error::Config {
+                message: "row-group threshold must be positive".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Parses a byte size: plain bytes or with a `KiB`/`MiB`/`GiB` (or `K`/`M`/`G`, `KB`/`MB`/`GB`,
+/// all binary) suffix, e.g. `64MiB`, `512k`, `1048576`.
+pub fn parse_size(raw: &str) -> Result<u64> {
+    let bad = || Error::Config {
+        message: format!("size {raw:?} should be bytes or a number with KiB, MiB or GiB, e.g. 64MiB"),
+    };
+    let s = raw.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+/// Parses a duration such as `15m`, `0s`, `90s`, `1h`.
+pub fn parse_duration(raw: &str) -> Result<Duration> {
+    humantime::parse_duration(raw.trim()).map_err(|e| Error::Config {
+        message: format!("duration {raw:?}: {e} (use e.g. 15m, 0s, 1h)"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        for (raw, want) in [
+            ("1048576", 1 << 20),
+            ("64MiB", 64 << 20),
+            ("64 MiB", 64 << 20),
+            ("512k", 512 << 10),
+            ("2GiB", 2 << 30),
+            ("1G", 1 << 30),
+            ("7B", 7),
+        ] {
+            assert_eq!(parse_size(raw).unwrap(), want, "{raw}");
+        }
+        for bad in ["", "MiB", "-1", "1.5MiB", "12TB", "99999999999999999999"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn budget_from_memory() {
+        assert_eq!(budget_for_function_memory(256), 64 << 20);
+    }
+}

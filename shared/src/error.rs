@@ -1,0 +1,192 @@
+//! The one public error type of the library and its retry classification.
+
+use std::path::PathBuf;
+
+/// How a caller should react to an [`Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// A network or store hiccup: retrying the same call may succeed.
+    Transient,
+    /// Another writer changed the state this call was based on.
+    Conflict,
+    /// The request or the data is wrong: retrying will not help.
+    InvalidInput,
+    /// Memory, disk or time ran out: a larger function or budget may help.
+    ResourceExhausted,
+    /// An internal invariant broke: a bug to report.
+    Bug,
+}
+
+/// Every failure the library reports, with the context a person needs to act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A store URL or other setting could not be understood.
+    #[error("invalid configuration: {message}")]
+    Config {
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+
+    /// An object key or command argument does not follow the partition layout.
+    #[error("invalid partition: {message}")]
+    Partition {
+        /// What part of the key or argument is wrong.
+        message: String,
+    },
+
+    /// An object-store call failed.
+    #[error("store {operation} failed for {location}: {source}")]
+    Store {
+        /// The operation (`get`, `put`, `list`, ...).
+        operation: &'static str,
+        /// The key or prefix it was called on.
+        location: String,
+        /// The store's own error.
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// Reading or writing a local scratch file failed.
+    #[error("scratch I/O failed at {path}: {source}")]
+    Scratch {
+        /// The scratch file or directory.
+        path: PathBuf,
+        /// The operating-system error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The scratch space cannot hold the spill this job needs.
+    #[error(
+        "scratch space at {path} has {available_bytes} bytes free but this partition needs about \
+         {needed_bytes}; give the function more ephemeral storage or a larger --scratch volume"
+    )]
+    ScratchFull {
+        /// The scratch directory.
+        path: PathBuf,
+        /// Estimated bytes the job will write there.
+        needed_bytes: u64,
+        /// Bytes free on that file system.
+        available_bytes: u64,
+    },
+
+    /// A Parquet file (input, run or output) could not be encoded or decoded.
+    #[error("parquet error in {file}: {source}")]
+    Parquet {
+        /// The file concerned.
+        file: String,
+        /// The decoder's or encoder's error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+
+    /// An Arrow kernel failed (cast, sort, interleave).
+    #[error("arrow error while {context}: {source}")]
+    Arrow {
+        /// What the engine was doing.
+        context: String,
+        /// The kernel's error.
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+
+    /// A manifest could not be decoded.
+    #[error("manifest {key} is unreadable: {message}")]
+    Manifest {
+        /// The manifest object key.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// Another compactor committed first and our inputs are no longer live.
+    #[error("commit conflict on {partition}: {message}")]
+    Conflict {
+        /// The partition.
+        partition: String,
+        /// What changed under us.
+        message: String,
+    },
+
+    /// The job ran out of time before it could commit.
+    #[error("deadline reached while compacting {partition}; nothing was committed")]
+    Deadline {
+        /// The partition.
+        partition: String,
+    },
+
+    /// An internal invariant does not hold.
+    #[error("internal error (please report): {message}")]
+    Invariant {
+        /// Which invariant broke.
+        message: String,
+    },
+}
+
+impl Error {
+    /// The retry class of this error; exhaustive so every new variant needs a decision.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Config { .. } | Error::Partition { .. } | Error::Manifest { .. } => {
+                ErrorKind::InvalidInput
+            }
+            Error::Store { source, .. } => match source {
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. } => ErrorKind::Conflict,
+                object_store::Error::InvalidPath { .. }
+                | object_store::Error::NotSupported { .. }
+                | object_store::Error::NotImplemented { .. }
+                | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::InvalidInput,
+                _ => ErrorKind::Transient,
+            },
+            Error::Scratch { .. } => ErrorKind::Transient,
+            Error::ScratchFull { .. } | Error::Deadline { .. } => ErrorKind::ResourceExhausted,
+            Error::Parquet { .. } => ErrorKind::InvalidInput,
+            Error::Arrow { .. } | Error::Invariant { .. } => ErrorKind::Bug,
+            Error::Conflict { .. } => ErrorKind::Conflict,
+        }
+    }
+
+    pub(crate) fn store(
+        operation: &'static str,
+        location: impl std::fmt::Display,
+        source: object_store::Error,
+    ) -> Self {
+        Error::Store {
+            operation,
+            location: location.to_string(),
+            source,
+        }
+    }
+
+    pub(crate) fn scratch(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Scratch {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn arrow(context: impl Into<String>, source: arrow::error::ArrowError) -> Self {
+        Error::Arrow {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn parquet(file: impl Into<String>, source: parquet::errors::ParquetError) -> Self {
+        Error::Parquet {
+            file: file.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invariant(message: impl Into<String>) -> Self {
+        Error::Invariant {
+            message: message.into(),
+        }
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,357 @@
+//! The partition identity and the object-key layout: parse and format in one place.
+//!
+//! ```text
+//! <ingest>/tenant=<T>/year=<YYYY>/month=<MM>/day=<DD>/hour=<HH>/<file>.parquet   ingest files
+//! compacted/tenant=<T>/year=…/hour=<HH>/part-<hash>.parquet                      compacted outputs
+//! _compaction/manifests/tenant=<T>/year=…/hour=<HH>/v<20 digits>.json            manifest versions
+//! ```
+//!
+//! Compacted outputs and metadata live outside the ingest prefix, so notifications filtered
+//! on the ingest prefix never fire for the compactor's own writes.
+
+use std::fmt;
+
+use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Timelike, Utc};
+use object_store::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Nanoseconds in one hour.
+pub const HOUR_NANOS: i64 = 3_600_000_000_000;
+
+/// One (tenant, UTC hour) partition.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionId {
+    tenant: String,
+    hour_start: DateTime<Utc>,
+}
+
+impl PartitionId {
+    /// A partition from a tenant name and any instant inside the hour.
+    pub fn new(tenant: &str, instant: DateTime<Utc>) -> Result<Self> {
+        validate_tenant(tenant)?;
+        let hour_start = Utc
+            .with_ymd_and_hms(
+                instant.year(),
+                instant.month(),
+                instant.day(),
+                instant.hour(),
+                0,
+                0,
+            )
+            .single()
+            .ok_or_else(|| Error::Partition {
+                message: format!("{instant} has no hour start"),
+            })?;
+        Ok(Self {
+            tenant: tenant.to_string(),
+            hour_start,
+        })
+    }
+
+    /// A partition from a tenant and an hour written `YYYY-MM-DDTHH` (UTC).
+    pub fn parse(tenant: &str, hour: &str) -> Result<Self> {
+        Self::new(tenant, parse_hour(hour)?)
+    }
+
+    /// The tenant name.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The first instant of the hour.
+    pub fn hour_start(&self) -> DateTime<Utc> {
+        self.hour_start
+    }
+
+    /// The hour as `YYYY-MM-DDTHH`.
+    pub fn hour_label(&self) -> String {
+        self.hour_start.format("%Y-%m-%dT%H").to_string()
+    }
+
+    /// Half-open `[start, end)` of the hour in Unix nanoseconds.
+    pub fn time_range_nanos(&self) -> (i64, i64) {
+        let start = self.hour_start.timestamp() * 1_000_000_000;
+        (start, start + HOUR_NANOS)
+    }
+
+    /// The partition-relative directory: `tenant=…/year=…/month=…/day=…/hour=…`.
+    pub fn relative_dir(&self) -> String {
+        format!(
+            "tenant={}/year={:04}/month={:02}/day={:02}/hour={:02}",
+            self.tenant,
+            self.hour_start.year(),
+            self.hour_start.month(),
+            self.hour_start.day(),
+            self.hour_start.hour()
+        )
+    }
+
+    /// The partition that follows this one for the same tenant.
+    pub fn next_hour(&self) -> Self {
+        Self {
+            tenant: self.tenant.clone(),
+            hour_start: self.hour_start + chrono::Duration::hours(1),
+        }
+    }
+}
+
+impl fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.relative_dir())
+    }
+}
+
+/// Parses `YYYY-MM-DDTHH` as a UTC hour.
+pub fn parse_hour(hour: &str) -> Result<DateTime<Utc>> {
+    let bad = || Error::Partition {
+        message: format!("hour {hour:?} is not of the form YYYY-MM-DDTHH (UTC), e.g. 2026-11-29T10"),
+    };
+    let bytes = hour.as_bytes();
+    if bytes.len() != 13 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[10] != b'T' {
+        return Err(bad());
+    }
+    let num = |range: std::ops::Range<usize>| -> Result<u32> {
+        let part = &hour[range];
+        if part.bytes().all(|b| b.is_ascii_digit()) {
+            part.parse().map_err(|_| bad())
+        } else {
+            Err(bad())
+        }
+    };
+    let (year, month, day, h) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?);
+    date_hour(year as i32, month, day, h).ok_or_else(bad)
+}
+
+fn date_hour(year: i32, month: u32, day: u32, hour: u32) -> Option<DateTime<Utc>> {
+    let date = NaiveDate::from_ymd_opt(year, month, day)?;
+    let naive = date.and_hms_opt(hour, 0, 0)?;
+    Some(Utc.from_utc_datetime(&naive))
+}
+
+/// Checks a tenant name: 1–128 of letters, digits, `-`, `_`, `.`, not starting with `.`.
+pub fn validate_tenant(tenant: &str) -> Result<()> {
+    let ok = !tenant.is_empty()
+        && tenant.len() <= 128
+        && !tenant.starts_with('.')
+        && tenant
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Partition {
+            message: format!(
+                "tenant {tenant:?} must be 1-128 letters, digits, '-', '_' or '.', not starting with '.'"
+            ),
+        })
+    }
+}
+
+/// Where each kind of object lives under the store root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    ingest_prefix: String,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Self {
+            ingest_prefix: "data".to_string(),
+        }
+    }
+}
+
+/// Prefix of compacted outputs, outside the ingest prefix.
+pub const COMPACTED_PREFIX: &str = "compacted";
+/// Prefix of compactor metadata (manifests), outside the ingest prefix.
+pub const METADATA_PREFIX: &str = "_compaction";
+
+impl Layout {
+    /// A layout whose ingest files live under `ingest_prefix` (default `data`).
+    pub fn new(ingest_prefix: &str) -> Result<Self> {
+        let trimmed = ingest_prefix.trim_matches('/');
+        let clash = trimmed == COMPACTED_PREFIX
+            || trimmed == METADATA_PREFIX
+            || trimmed.starts_with(&format!("{COMPACTED_PREFIX}/"))
+            || trimmed.starts_with(&format!("{METADATA_PREFIX}/"));
+        if trimmed.is_empty() || clash || trimmed.split('/').any(|s| s.is_empty() || s == "..") {
+            return Err(Error::Config {
+                message: format!(
+                    "ingest prefix {ingest_prefix:?} must be a non-empty path outside \
+                     {COMPACTED_PREFIX}/ and {METADATA_PREFIX}/"
+                ),
+            });
+        }
+        Ok(Self {
+            ingest_prefix: trimmed.to_string(),
+        })
+    }
+
+    /// The ingest prefix (no slashes at either end).
+    pub fn ingest_prefix(&self) -> &str {
+        &self.ingest_prefix
+    }
+
+    /// Directory of a partition's ingest files.
+    pub fn ingest_dir(&self, partition: &PartitionId) -> Path {
+        Path::from(format!("{}/{}", self.ingest_prefix, partition.relative_dir()))
+    }
+
+    /// Directory of a partition's compacted outputs.
+    pub fn compacted_dir(&self, partition: &PartitionId) -> Path {
+        Path::from(format!("{COMPACTED_PREFIX}/{}", partition.relative_dir()))
+    }
+
+    /// Directory of a partition's manifest versions.
+    pub fn manifest_dir(&self, partition: &PartitionId) -> Path {
+        Path::from(format!(
+            "{METADATA_PREFIX}/manifests/{}",
+            partition.relative_dir()
+        ))
+    }
+
+    /// Key of one manifest version.
+    pub fn manifest_key(&self, partition: &PartitionId, version: u64) -> Path {
+        Path::from(format!(
+            "{METADATA_PREFIX}/manifests/{}/v{version:020}.json",
+            partition.relative_dir()
+        ))
+    }
+
+    /// Parses an ingest-file key strictly; it is never normalised.
+    pub fn parse_ingest_key(&self, key: &str) -> Result<(PartitionId, String)> {
+        let rest = key
+            .strip_prefix(&self.ingest_prefix)
+            .and_then(|r| r.strip_prefix('/'))
+            .ok_or_else(|| Error::Partition {
+                message: format!("key {key:?} is not under the ingest prefix {}/", self.ingest_prefix),
+            })?;
+        let (partition, file) = parse_partition_path(rest).map_err(|message| Error::Partition {
+            message: format!("key {key:?}: {message}"),
+        })?;
+        let file = file.ok_or_else(|| Error::Partition {
+            message: format!("key {key:?} names a partition directory, not a file"),
+        })?;
+        if !is_ingest_file_name(&file) {
+            return Err(Error::Partition {
+                message: format!(
+                    "key {key:?}: file name must end in .parquet, not start with '_' or '.', \
+                     and hold no control characters"
+                ),
+            });
+        }
+        Ok((partition, file))
+    }
+}
+
+/// True for a base name the reader rule counts as an ingest file.
+pub fn is_ingest_file_name(name: &str) -> bool {
+    name.len() > ".parquet".len()
+        && name.ends_with(".parquet")
+        && !name.starts_with('_')
+        && !name.starts_with('.')
+        && !name.contains(['/', '\\'])
+        && !name.chars().any(char::is_control)
+}
+
+/// Parses `tenant=…/year=…/month=…/day=…/hour=…[/file]`.
+fn parse_partition_path(path: &str) -> std::result::Result<(PartitionId, Option<String>), String> {
+    let segments: Vec<&str> = path.split('/').collect();
+    if segments.len() < 5 || segments.len() > 6 {
+        return Err("expected tenant=…/year=…/month=…/day=…/hour=…/<file>".into());
+    }
+    let field = |i: usize, name: &str, width: usize| -> std::result::Result<&str, String> {
+        let value = segments[i]
+            .strip_prefix(name)
+            .and_then(|s| s.strip_prefix('='))
+            .ok_or_else(|| format!("segment {} should be {name}=…", i + 1))?;
+        if width > 0 && (value.len() != width || !value.bytes().all(|b| b.is_ascii_digit())) {
+            return Err(format!("{name}={value:?} must be {width} digits"));
+        }
+        Ok(value)
+    };
+    let tenant = field(0, "tenant", 0)?;
+    validate_tenant(tenant).map_err(|e| e.to_string())?;
+    let year: i32 = field(1, "year", 4)?.parse().map_err(|_| "bad year")?;
+    let month: u32 = field(2, "month", 2)?.parse().map_err(|_| "bad month")?;
+    let day: u32 = field(3, "day", 2)?.parse().map_err(|_| "bad day")?;
+    let hour: u32 = field(4, "hour", 2)?.parse().map_err(|_| "bad hour")?;
+    let instant = date_hour(year, month, day, hour)
+        .ok_or_else(|| format!("{year:04}-{month:02}-{day:02} hour {hour:02} is not a UTC hour"))?;
+    let partition = PartitionId {
+        tenant: tenant.to_string(),
+        hour_start: instant,
+    };
+    let file = match segments.get(5) {
+        None => None,
+        Some(f) if f.is_empty() => return Err("empty file name".into()),
+        Some(f) => Some((*f).to_string()),
+    };
+    Ok((partition, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_parses_round_trip() {
+        let p = PartitionId::parse("acme", "2026-11-29T10").unwrap();
+        let layout = Layout::default();
+        let key = format!("{}/f1.parquet", layout.ingest_dir(&p));
+        assert_eq!(key, "data/tenant=acme/year=2026/month=11/day=29/hour=10/f1.parquet");
+        let (parsed, file) = layout.parse_ingest_key(&key).unwrap();
+        assert_eq!(parsed, p);
+        assert_eq!(file, "f1.parquet");
+        assert_eq!(p.hour_label(), "2026-11-29T10");
+    }
+
+    #[test]
+    fn rejects_bad_keys() {
+        let layout = Layout::default();
+        for key in [
+            "data/tenant=acme/year=2026/month=13/day=29/hour=10/f.parquet",
+            "data/tenant=acme/year=2026/month=11/day=29/hour=25/f.parquet",
+            "data/tenant=acme/year=2026/month=02/day=30/hour=10/f.parquet",
+            "data/tenant=acme/year=2026/month=11/day=29/hour=1/f.parquet",
+            "data/tenant=/year=2026/month=11/day=29/hour=10/f.parquet",
+            "data/tenant=.x/year=2026/month=11/day=29/hour=10/f.parquet",
+            "data/tenant=a b/year=2026/month=11/day=29/hour=10/f.parquet",
+            "data/tenant=acme/year=2026/month=11/day=29/hour=10/_tmp.parquet",
+            "data/tenant=acme/year=2026/month=11/day=29/hour=10/.f.parquet",
+            "data/tenant=acme/year=2026/month=11/day=29/hour=10/f.json",
+            "data/tenant=acme/year=2026/month=11/day=29/hour=10/x/f.parquet",
+            "data/tenant=acme/year=2026/month=11/day=29/hour=10/",
+            "data/tenant=acme/year=2026/month=11/day=29/hour=10",
+            "data/tenant=acme/../year=2026/month=11/day=29/hour=10/f.parquet",
+            "compacted/tenant=acme/year=2026/month=11/day=29/hour=10/f.parquet",
+            "datax/tenant=acme/year=2026/month=11/day=29/hour=10/f.parquet",
+        ] {
+            assert!(layout.parse_ingest_key(key).is_err(), "{key} should be rejected");
+        }
+    }
+
+    #[test]
+    fn parses_hours_strictly() {
+        assert!(parse_hour("2026-11-29T10").is_ok());
+        for bad in ["2026-11-29", "2026-11-29T24", "2026-1-29T10", "2026-11-29 10", "+026-11-29T10"] {
+            assert!(parse_hour(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn time_range_is_one_hour() {
+        let p = PartitionId::parse("t", "1970-01-01T01").unwrap();
+        assert_eq!(p.time_range_nanos(), (HOUR_NANOS, 2 * HOUR_NANOS));
+    }
+
+    #[test]
+    fn tenant_rules() {
+        assert!(validate_tenant("a").is_ok());
+        assert!(validate_tenant(&"a".repeat(128)).is_ok());
+        assert!(validate_tenant(&"a".repeat(129)).is_err());
+        assert!(validate_tenant("a/b").is_err());
+        assert!(validate_tenant("é").is_err());
+    }
+}

@@ -1,0 +1,239 @@
+//! Store construction from a URL, and the few object-store helpers the engine needs.
+
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use tokio::io::AsyncWriteExt;
+
+use crate::error::{Error, Result};
+
+/// A parsed store root URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `s3://bucket[/prefix]`, configured from the standard AWS environment.
+    S3 {
+        /// The bucket name.
+        bucket: String,
+        /// The key prefix under which the layout lives (may be empty).
+        prefix: String,
+    },
+    /// `file:///abs/dir` or a plain directory path.
+    Local(PathBuf),
+    /// `memory://`: an in-process store (tests).
+    Memory,
+}
+
+impl StoreUrl {
+    /// Parses `s3://bucket/prefix`, `file:///abs/dir`, `memory://` or a plain directory path.
+    pub fn parse(raw: &str) -> Result<Self> {
+        let bad = |why: &str| Error::Config {
+            message: format!("store {raw:?}: {why}"),
+        };
+        if raw.is_empty() {
+            return Err(bad("empty store URL"));
+        }
+        if let Some(rest) = raw.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad("s3:// URL needs a bucket, e.g. s3://logs-bucket/prefix"));
+            }
+            let prefix = prefix.trim_matches('/');
+            if prefix.split('/').any(|s| s == "..") {
+                return Err(bad("prefix may not contain '..'"));
+            }
+            return Ok(StoreUrl::S3 {
+                bucket: bucket.to_string(),
+                prefix: prefix.to_string(),
+            });
+        }
+        if raw == "memory://" || raw == "memory:" {
+            return Ok(StoreUrl::Memory);
+        }
+        if raw.starts_with("file://") {
+            let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
+            let path = url
+                .to_file_path()
+                .map_err(|()| bad("file:// URL must hold an absolute path"))?;
+            return Ok(StoreUrl::Local(path));
+        }
+        if raw.contains("://") {
+            return Err(bad("supported schemes are s3://, file:// and memory://"));
+        }
+        Ok(StoreUrl::Local(PathBuf::from(raw)))
+    }
+}
+
+/// An opened store root: the object store plus where it is, for messages and local reads.
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    local_root: Option<PathBuf>,
+    display: String,
+}
+
+impl Store {
+    /// Opens a store root URL; a local directory is created if missing.
+    pub fn open(raw: &str) -> Result<Self> {
+        match StoreUrl::parse(raw)? {
+            StoreUrl::S3 { bucket, prefix } => {
+                let mut builder = AmazonS3Builder::from_env().with_bucket_name(&bucket);
+                let endpoint = std::env::var("AWS_ENDPOINT_URL_S3")
+                    .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+                    .ok();
+                if let Some(endpoint) = endpoint {
+                    builder = builder
+                        .with_endpoint(&endpoint)
+                        .with_allow_http(endpoint.starts_with("http://"))
+                        .with_virtual_hosted_style_request(false);
+                }
+                if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()
+                {
+                    builder = builder.with_region("us-east-1");
+                }
+                let s3 = builder.build().map_err(|e| Error::Config {
+                    message: format!("cannot configure S3 for bucket {bucket}: {e}"),
+                })?;
+                let inner: Arc<dyn ObjectStore> = if prefix.is_empty() {
+                    Arc::new(s3)
+                } else {
+                    Arc::new(PrefixStore::new(s3, prefix.as_str()))
+                };
+                Ok(Self {
+                    inner,
+                    local_root: None,
+                    display: raw.to_string(),
+                })
+            }
+            StoreUrl::Local(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|e| Error::scratch(&dir, e))?;
+                let dir = std::fs::canonicalize(&dir).map_err(|e| Error::scratch(&dir, e))?;
+                let fs = LocalFileSystem::new_with_prefix(&dir).map_err(|e| Error::Config {
+                    message: format!("cannot open local store {}: {e}", dir.display()),
+                })?;
+                Ok(Self {
+                    inner: Arc::new(fs.with_automatic_cleanup(true)),
+                    local_root: Some(dir),
+                    display: raw.to_string(),
+                })
+            }
+            StoreUrl::Memory => Ok(Self::from_object_store(Arc::new(InMemory::new()), "memory://")),
+        }
+    }
+
+    /// Wraps an existing object store (tests wrap stores to count or inject faults).
+    pub fn from_object_store(inner: Arc<dyn ObjectStore>, display: &str) -> Self {
+        Self {
+            inner,
+            local_root: None,
+            display: display.to_string(),
+        }
+    }
+
+    /// The same store seen through a wrapper, keeping local-path knowledge off (the wrapper
+    /// must see every read).
+    pub fn wrapped(&self, wrap: impl FnOnce(Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore>) -> Self {
+        Self {
+            inner: wrap(Arc::clone(&self.inner)),
+            local_root: None,
+            display: self.display.clone(),
+        }
+    }
+
+    /// The underlying object store.
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner
+    }
+
+    /// The local file of a key, when the store is a local directory.
+    pub fn local_path(&self, key: &Path) -> Option<PathBuf> {
+        self.local_root
+            .as_ref()
+            .map(|root| key.parts().fold(root.clone(), |p, part| p.join(part.as_ref())))
+    }
+
+    /// Lists every object under a prefix, sorted by key.
+    pub async fn list_sorted(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+        let mut objects: Vec<ObjectMeta> = self
+            .inner
+            .list(Some(prefix))
+            .try_collect()
+            .await
+            .map_err(|e| Error::store("list", prefix, e))?;
+        objects.sort_by(|a, b| a.location.cmp(&b.location));
+        Ok(objects)
+    }
+
+    /// Streams an object into a local file, never holding it whole in memory.
+    pub async fn download(&self, key: &Path, dest: &FsPath) -> Result<u64> {
+        let result = self
+            .inner
+            .get(key)
+            .await
+            .map_err(|e| Error::store("get", key, e))?;
+        let mut stream = result.into_stream();
+        let mut file = tokio::fs::File::create(dest)
+            .await
+            .map_err(|e| Error::scratch(dest, e))?;
+        let mut written = 0u64;
+        while let Some(chunk) = stream
+            .try_next()
+            .await
+            .map_err(|e| Error::store("get", key, e))?
+        {
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| Error::scratch(dest, e))?;
+            written += chunk.len() as u64;
+        }
+        file.flush().await.map_err(|e| Error::scratch(dest, e))?;
+        Ok(written)
+    }
+}
+
+impl std::fmt::Display for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_store_urls() {
+        assert_eq!(
+            StoreUrl::parse("s3://logs/a/b/").unwrap(),
+            StoreUrl::S3 {
+                bucket: "logs".into(),
+                prefix: "a/b".into()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("s3://logs").unwrap(),
+            StoreUrl::S3 {
+                bucket: "logs".into(),
+                prefix: String::new()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("file:///tmp/x").unwrap(),
+            StoreUrl::Local(PathBuf::from("/tmp/x"))
+        );
+        assert_eq!(
+            StoreUrl::parse("rel/dir").unwrap(),
+            StoreUrl::Local(PathBuf::from("rel/dir"))
+        );
+        assert_eq!(StoreUrl::parse("memory://").unwrap(), StoreUrl::Memory);
+        assert!(StoreUrl::parse("gs://x").is_err());
+        assert!(StoreUrl::parse("s3:///x").is_err());
+        assert!(StoreUrl::parse("").is_err());
+    }
+}
