@@ -28,8 +28,8 @@ impl Default for KeyColumns {
 
 /// Default decoded-row budget when nothing else says: 64 MiB.
 pub const DEFAULT_BUDGET_BYTES: u64 = 64 << 20;
-/// Smallest budget accepted: below this a run would hold only a few rows.
-pub const MIN_BUDGET_BYTES: u64 = 1 << 20;
+/// Smallest budget accepted (tests use tiny budgets to force many runs).
+pub const MIN_BUDGET_BYTES: u64 = 16 << 10;
 /// Fan-in cap of one merge pass (RFC 0036 §3.2).
 pub const DEFAULT_MERGE_FAN_IN: usize = 64;
 /// Rows per output chunk handed to the writer; fixed so output bytes never depend on runs.
@@ -85,7 +85,7 @@ impl CompactOptions {
         if self.budget_bytes < MIN_BUDGET_BYTES {
             return Err(Error::Config {
                 message: format!(
-                    "memory budget {} bytes is below the minimum of {MIN_BUDGET_BYTES} (1 MiB)",
+                    "memory budget {} bytes is below the minimum of {MIN_BUDGET_BYTES} (16 KiB)",
                     self.budget_bytes
                 ),
             });

@@ -1,0 +1,155 @@
+//! Command-line arguments (the CLI contract: flags and JSON output are relied on by tools).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Sorted, bounded-memory compaction of Parquet log partitions.
+#[derive(Debug, Parser)]
+#[command(name = "ourios-compact", version, about)]
+pub struct Cli {
+    /// Write logs to stderr as JSON lines (set the level with OURIOS_LOG, e.g. OURIOS_LOG=info).
+    #[arg(long, global = true)]
+    pub log_json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The store and layout every command works on.
+#[derive(Debug, Args, Clone)]
+pub struct StoreArgs {
+    /// Store root: s3://bucket/prefix, file:///abs/dir, a directory path, or memory://.
+    #[arg(long, env = "OURIOS_STORE")]
+    pub store: String,
+    /// Prefix of ingest files under the store root.
+    #[arg(long, env = "OURIOS_INGEST_PREFIX", default_value = "data")]
+    pub ingest_prefix: String,
+}
+
+/// One partition.
+#[derive(Debug, Args, Clone)]
+pub struct PartitionArgs {
+    /// Tenant name.
+    #[arg(long)]
+    pub tenant: String,
+    /// Hour, UTC, as YYYY-MM-DDTHH.
+    #[arg(long)]
+    pub hour: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Compact one partition into one sorted file.
+    Compact {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        partition: PartitionArgs,
+        /// Decoded-row memory budget, e.g. 64MiB (default: a quarter of
+        /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE when set, else 64MiB).
+        #[arg(long, env = "OURIOS_MEMORY_BUDGET")]
+        memory_budget: Option<String>,
+        /// Scratch directory for spilled runs and downloaded inputs.
+        #[arg(long, env = "OURIOS_SCRATCH")]
+        scratch: Option<PathBuf>,
+        /// Row-group threshold, e.g. 4MiB (default: adaptive, or OURIOS_COMPACTED_RG_BYTES).
+        #[arg(long)]
+        rg_bytes: Option<String>,
+        /// Grace period before retired inputs are deleted, e.g. 15m.
+        #[arg(long, env = "OURIOS_GC_GRACE", default_value = "15m")]
+        gc_grace: String,
+        /// Print one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the live files of a partition (what a reader must read now).
+    Files {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        partition: PartitionArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write realistic synthetic ingest files into a partition.
+    Generate {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        partition: PartitionArgs,
+        /// Number of files.
+        #[arg(long, default_value_t = 10)]
+        files: usize,
+        /// Rows per file.
+        #[arg(long, default_value_t = 10_000)]
+        rows: usize,
+        /// Number of services.
+        #[arg(long, default_value_t = 12)]
+        services: usize,
+        /// Random seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Add 40 attribute columns of about 250 bytes each.
+        #[arg(long)]
+        wide: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a Parquet file's footer: row groups, key ranges, sort order, bloom filters.
+    Inspect {
+        /// A local file path, file:///abs/file.parquet or s3://bucket/key.parquet.
+        file: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete retired inputs and orphaned outputs past the grace period.
+    Gc {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Tenant name.
+        #[arg(long)]
+        tenant: String,
+        /// Hour, UTC, as YYYY-MM-DDTHH.
+        #[arg(long)]
+        hour: String,
+        /// Grace period, e.g. 15m or 0s.
+        #[arg(long, default_value = "15m")]
+        grace: String,
+        /// Only print what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The main job end to end on a local directory: generate, compact, compare.
+    Demo {
+        /// Directory of the demo store (created; reused runs start fresh).
+        #[arg(long, default_value = "demo-store")]
+        store: PathBuf,
+    },
+    /// Measure sorted compaction against a plain rewrite of the same partition.
+    Bench {
+        /// Directory for the benchmark store.
+        #[arg(long, default_value = "bench-store")]
+        store: PathBuf,
+        /// Files in the partition.
+        #[arg(long, default_value_t = 60)]
+        files: usize,
+        /// Rows per file.
+        #[arg(long, default_value_t = 50_000)]
+        rows: usize,
+        /// Decoded-row memory budget.
+        #[arg(long, default_value = "64MiB")]
+        memory_budget: String,
+        /// Repetitions of each measurement (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}

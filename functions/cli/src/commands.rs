@@ -1,0 +1,238 @@
+//! One function per subcommand: parse arguments into domain values, call the library, print.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use ourios_compaction::config::{
+    CompactOptions, DEFAULT_BUDGET_BYTES, budget_for_function_memory, parse_duration, parse_size,
+};
+use ourios_compaction::compact::compact_partition;
+use ourios_compaction::gc::collect_garbage;
+use ourios_compaction::generate::{GenerateSpec, generate_partition};
+use ourios_compaction::inspect::inspect_object;
+use ourios_compaction::manifest::partition_files;
+use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::report::CompactionReport;
+use ourios_compaction::store::Store;
+use ourios_compaction::{Error, Result};
+
+use crate::args::{Command, PartitionArgs, StoreArgs};
+
+/// Runs one subcommand; the exit code says whether it succeeded.
+pub async fn run(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Compact {
+            store,
+            partition,
+            memory_budget,
+            scratch,
+            rg_bytes,
+            gc_grace,
+            json,
+        } => {
+            let (store, layout, partition) = open(&store, &partition)?;
+            let mut options = CompactOptions::new(scratch.unwrap_or_else(std::env::temp_dir));
+            options.budget_bytes = budget_from(memory_budget.as_deref())?;
+            options.rg_bytes = rg_bytes.as_deref().map(parse_size).transpose()?;
+            options.rg_bytes_env = std::env::var("OURIOS_COMPACTED_RG_BYTES")
+                .ok()
+                .map(|v| parse_size(&v))
+                .transpose()?;
+            options.gc_grace = parse_duration(&gc_grace)?;
+            options.progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let report = compact_partition(&store, &layout, &partition, &options).await?;
+            print_report(&report, json);
+            Ok(exit_for(&report))
+        }
+        Command::Files {
+            store,
+            partition,
+            json,
+        } => {
+            let (store, layout, partition) = open(&store, &partition)?;
+            let files = partition_files(&store, &layout, &partition).await?;
+            if json {
+                println!("{}", to_json(&files));
+            } else {
+                for key in &files.live {
+                    println!("{key}");
+                }
+                for q in &files.quarantined {
+                    println!("quarantined: {} ({})", q.key, q.reason);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Generate {
+            store,
+            partition,
+            files,
+            rows,
+            services,
+            seed,
+            wide,
+            json,
+        } => {
+            let (store, layout, partition) = open(&store, &partition)?;
+            let spec = GenerateSpec {
+                files,
+                rows_per_file: rows,
+                services,
+                seed,
+                wide,
+            };
+            let report = generate_partition(&store, &layout, &partition, &spec).await?;
+            if json {
+                println!("{}", to_json(&report));
+            } else {
+                println!(
+                    "wrote {} files, {} rows, {} bytes into {}",
+                    report.keys.len(),
+                    report.rows,
+                    report.bytes,
+                    layout.ingest_dir(&partition)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inspect { file, json } => {
+            let (store, key) = open_file(&file)?;
+            let summary = inspect_object(&store, &key, &Default::default()).await?;
+            if json {
+                println!("{}", to_json(&summary));
+            } else {
+                print!("{}", summary.render_text());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Gc {
+            store,
+            tenant,
+            hour,
+            grace,
+            dry_run,
+            json,
+        } => {
+            let (store, layout, partition) = open(&store, &PartitionArgs { tenant, hour })?;
+            let grace = parse_duration(&grace)?;
+            let now = chrono::Utc::now().timestamp_millis();
+            let report = collect_garbage(&store, &layout, &partition, grace, now, dry_run).await?;
+            if json {
+                println!("{}", to_json(&report));
+            } else {
+                let verb = if dry_run { "would delete" } else { "deleted" };
+                for key in report.plan.retired.iter().chain(&report.plan.orphans).chain(&report.plan.manifests) {
+                    println!("{verb} {key}");
+                }
+                println!("{verb} {} objects in {}", report.plan.len(), report.partition);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { store } => crate::demo::run_demo(&store).await,
+        Command::Bench {
+            store,
+            files,
+            rows,
+            memory_budget,
+            repeat,
+            json,
+        } => crate::demo::run_bench(&store, files, rows, &memory_budget, repeat, json).await,
+    }
+}
+
+fn open(store: &StoreArgs, partition: &PartitionArgs) -> Result<(Store, Layout, PartitionId)> {
+    let layout = Layout::new(&store.ingest_prefix)?;
+    let partition = PartitionId::parse(&partition.tenant, &partition.hour)?;
+    Ok((Store::open(&store.store)?, layout, partition))
+}
+
+/// Splits a file argument into the store holding it and its key.
+fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
+    if let Some(rest) = file.strip_prefix("s3://") {
+        let (bucket, key) = rest.split_once('/').ok_or_else(|| Error::Config {
+            message: format!("{file:?} should be s3://bucket/key.parquet"),
+        })?;
+        return Ok((Store::open(&format!("s3://{bucket}"))?, object_store::path::Path::from(key)));
+    }
+    let path = match file.strip_prefix("file://") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(file),
+    };
+    let path = std::fs::canonicalize(&path).map_err(|e| Error::Config {
+        message: format!("cannot open {file}: {e}"),
+    })?;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(Error::Config {
+            message: format!("{file} is not a file"),
+        });
+    };
+    let store = Store::open(&dir.to_string_lossy())?;
+    Ok((store, object_store::path::Path::from(name.to_string_lossy().as_ref())))
+}
+
+/// The budget: the flag, else a quarter of the Lambda function's memory, else 64 MiB.
+pub fn budget_from(flag: Option<&str>) -> Result<u64> {
+    if let Some(raw) = flag {
+        return parse_size(raw);
+    }
+    match std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") {
+        Ok(mib) => mib
+            .trim()
+            .parse::<u64>()
+            .map(budget_for_function_memory)
+            .map_err(|_| Error::Config {
+                message: format!("AWS_LAMBDA_FUNCTION_MEMORY_SIZE={mib:?} is not a number of MiB"),
+            }),
+        Err(_) => Ok(DEFAULT_BUDGET_BYTES),
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+fn print_report(report: &CompactionReport, json: bool) {
+    if json {
+        println!("{}", to_json(report));
+        return;
+    }
+    let status = serde_json::to_value(report.status).unwrap_or_default();
+    println!("{} {}", report.partition, status.as_str().unwrap_or("?"));
+    println!(
+        "  inputs: {} files, {} rows, {} bytes",
+        report.inputs.files, report.inputs.rows, report.inputs.bytes
+    );
+    if let Some(out) = &report.output {
+        println!(
+            "  output: {} ({} rows, {} bytes, {} row groups)",
+            out.key, out.rows, out.bytes, out.row_groups
+        );
+    }
+    println!(
+        "  budget {} B, threshold {} B, runs spilled {}, merge passes {}, peak decoded {} B, peak RSS {} B, {} ms",
+        report.budget_bytes,
+        report.flush_threshold_bytes,
+        report.runs_spilled,
+        report.merge_passes,
+        report.peak_decoded_bytes,
+        report.peak_rss_bytes,
+        report.duration_ms
+    );
+    for q in &report.quarantined {
+        println!("  quarantined {}: {}", q.file, q.reason);
+    }
+    if let Some(e) = &report.error {
+        eprintln!("error: {e}");
+    }
+}
+
+fn exit_for(report: &CompactionReport) -> ExitCode {
+    if report.status.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        if let Some(e) = &report.error {
+            eprintln!("error: {e}");
+        }
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,485 @@
+//! The driver: compacts one partition in named steps.
+//!
+//! 1. **Read the state**: the latest manifest and a listing of the ingest directory give
+//!    the live set (the reader rule). Nothing to merge means `noop`.
+//! 2. **Stage**: each live input gets a local file (the store's own file for a local
+//!    directory; a streamed download into scratch otherwise), so it can be read page by page.
+//! 3. **Check**: every input's footer and key columns are validated against the partition;
+//!    bad inputs are quarantined (recorded, left untouched, never deleted).
+//! 4. **Sort and write**: the bounded-memory sort streams sorted chunks to the output
+//!    writer, which uploads row groups as they complete. An input found unreadable midway
+//!    is quarantined and the step restarts without it.
+//! 5. **Commit**: one create-only manifest write makes the output live and retires the
+//!    inputs; losing the race is detected and reported (`noop` or `conflict`).
+//! 6. **Collect garbage** of the partition past the grace period.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use sha2::{Digest, Sha256};
+
+use crate::budget::MemoryGauge;
+use crate::config::CompactOptions;
+use crate::engine::{SortFailure, SortJob, SortStats, sort_inputs};
+use crate::error::{Error, Result};
+use crate::gc::collect_garbage;
+use crate::input::{CheckedInput, StagedInput, check_input};
+use crate::manifest::{
+    CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
+    load_latest,
+};
+use crate::memory::peak_rss_bytes;
+use crate::partition::{Layout, PartitionId};
+use crate::report::{CompactionReport, InputTotals, OutputFile, Quarantined, Status};
+use crate::runs::ScratchDir;
+use crate::schema::{UnifiedSchema, unify};
+use crate::store::Store;
+use crate::threshold::resolve_rg_bytes;
+use crate::upload::start_upload;
+use crate::writer::{OutputWriter, output_properties, sort_key_label};
+
+/// Version of the output layout; part of the output name so a format change never reuses one.
+const LAYOUT_VERSION: &str = "ourios-compaction/1";
+/// Inputs downloaded at once from a remote store.
+const PARALLEL_DOWNLOADS: usize = 4;
+
+/// Compacts one partition and reports what happened. Errors that leave nothing committed
+/// are reported as `failed` or `timeout` rather than returned; an `Err` means the job could
+/// not even read the partition's state.
+pub async fn compact_partition(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> Result<CompactionReport> {
+    options.validate()?;
+    let started = Instant::now();
+    let job_id = format!("{:016x}", rand::random::<u64>());
+    let mut report = CompactionReport::new(&partition.relative_dir(), &job_id);
+    report.budget_bytes = options.budget_bytes;
+    let gauge = MemoryGauge::new();
+
+    let result = run_job(store, layout, partition, options, &gauge, &mut report).await;
+    if let Err(e) = result {
+        report.status = match e {
+            Error::Deadline { .. } => Status::Timeout,
+            Error::Conflict { .. } => Status::Conflict,
+            _ => Status::Failed,
+        };
+        report.error = Some(match e {
+            Error::Deadline { .. } => Error::Deadline {
+                partition: partition.to_string(),
+            }
+            .to_string(),
+            other => other.to_string(),
+        });
+    }
+    if report.status.is_success() {
+        match collect_garbage(store, layout, partition, options.gc_grace, now_ms(), false).await {
+            Ok(gc) => report.gc_deleted = gc.deleted,
+            Err(e) => tracing::warn!(partition = %partition, error = %e, "garbage collection failed"),
+        }
+    }
+    report.peak_decoded_bytes = gauge.peak();
+    report.peak_rss_bytes = peak_rss_bytes();
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    tracing::info!(
+        partition = %report.partition,
+        job_id = %report.job_id,
+        status = ?report.status,
+        rows = report.inputs.rows,
+        files = report.inputs.files,
+        runs_spilled = report.runs_spilled,
+        duration_ms = report.duration_ms,
+        "compaction finished"
+    );
+    Ok(report)
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+async fn run_job(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+    gauge: &MemoryGauge,
+    report: &mut CompactionReport,
+) -> Result<()> {
+    // Step 1: read the state.
+    let manifest = load_latest(store, layout, partition).await?;
+    report.manifest_version = manifest.version;
+    let ingest_dir = layout.ingest_dir(partition);
+    let listing = store.list_sorted(&ingest_dir).await?;
+    let live = live_set(&ingest_dir, &listing, &manifest);
+    if live.ingest.is_empty() && live.compacted.len() <= 1 {
+        report.status = Status::Noop;
+        return Ok(());
+    }
+
+    // Step 2: stage.
+    let scratch = ScratchDir::create(&options.scratch_dir)?;
+    let staged = stage_inputs(store, &manifest, &live, &scratch).await?;
+
+    // Step 3: check.
+    let (mut checked, mut quarantined) = check_inputs(staged, partition, options).await?;
+
+    // Step 4: sort and write, restarting without any input found bad midway.
+    let written = loop {
+        let (unified, rejected) = {
+            let schemas: Vec<(&str, &arrow::datatypes::Schema)> = checked
+                .iter()
+                .map(|c| (c.staged.name.as_str(), c.schema.as_ref()))
+                .collect();
+            unify(&schemas, &options.keys)
+        };
+        for rejection in rejected.iter().rev() {
+            let bad = checked.remove(rejection.position);
+            quarantined.push(quarantine(&bad.staged, &rejection.reason));
+        }
+        let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
+            break None;
+        };
+        match sort_and_write(store, layout, partition, options, gauge, &scratch, &checked, &unified)
+            .await?
+        {
+            Ok(written) => break Some(written),
+            Err((position, reason)) => {
+                let bad = checked.remove(position);
+                quarantined.push(quarantine(&bad.staged, &reason));
+            }
+        }
+    };
+    quarantined.sort_by(|a, b| a.file.cmp(&b.file));
+    report.quarantined = quarantined.clone();
+    report.inputs = InputTotals {
+        files: checked.len() as u64,
+        bytes: checked.iter().map(|c| c.staged.size).sum(),
+        rows: checked.iter().map(|c| c.rows).sum(),
+    };
+    if let Some(w) = &written {
+        report.flush_threshold_bytes = w.rg_bytes;
+        report.runs_spilled = w.stats.runs_spilled;
+        report.merge_passes = w.stats.merge_passes;
+        report.spill_bytes = w.stats.spill_bytes;
+    }
+    drop(scratch);
+
+    if let Some(deadline) = options.deadline
+        && Instant::now() >= deadline
+    {
+        if let Some(w) = &written {
+            delete_quietly(store, &w.output.key).await;
+        }
+        return Err(Error::Deadline {
+            partition: partition.to_string(),
+        });
+    }
+    if let Some(w) = &written
+        && w.upload_started.elapsed() > options.gc_grace / 2
+        && options.gc_grace > Duration::ZERO
+    {
+        // INVARIANT: an output is committed within half the grace period of its upload, so
+        // GC can never sweep it as an orphan just before the commit references it.
+        delete_quietly(store, &w.output.key).await;
+        return Err(Error::Deadline {
+            partition: partition.to_string(),
+        });
+    }
+
+    // Step 5: commit.
+    let listed: std::collections::HashSet<&str> =
+        listing.iter().map(|m| m.location.as_ref()).collect();
+    let compacted_prefix = format!("{}/", layout.compacted_dir(partition));
+    let forget = manifest
+        .retired
+        .iter()
+        .filter(|r| !r.key.starts_with(&compacted_prefix) && !listed.contains(r.key.as_str()))
+        .map(|r| r.key.clone())
+        .collect();
+    let request = CommitRequest {
+        inputs: checked.iter().map(|c| c.staged.key.to_string()).collect(),
+        output: written.as_ref().map(|w| CompactedFile {
+            key: w.output.key.clone(),
+            rows: w.output.rows,
+            bytes: w.output.bytes,
+        }),
+        quarantined: quarantined
+            .iter()
+            .map(|q| QuarantinedFile {
+                key: q.file.clone(),
+                reason: q.reason.clone(),
+            })
+            .collect(),
+        forget,
+        job_id: report.job_id.clone(),
+        now_ms: now_ms(),
+    };
+    match commit(store, layout, partition, &manifest, &request).await? {
+        CommitOutcome::Committed(m) => {
+            report.manifest_version = m.version;
+            report.output = written.map(|w| w.output);
+            report.status = if quarantined.is_empty() {
+                Status::Compacted
+            } else {
+                Status::Partial
+            };
+        }
+        CommitOutcome::AlreadyCommitted(m) => {
+            report.manifest_version = m.version;
+            report.status = Status::Noop;
+        }
+        CommitOutcome::Conflict { current, reason } => {
+            report.manifest_version = current.version;
+            if let Some(w) = &written
+                && !current.has_compacted(&w.output.key)
+            {
+                delete_quietly(store, &w.output.key).await;
+            }
+            return Err(Error::Conflict {
+                partition: partition.to_string(),
+                message: reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn quarantine(staged: &StagedInput, reason: &str) -> Quarantined {
+    tracing::warn!(file = %staged.key, reason, "quarantined bad input");
+    Quarantined {
+        file: staged.key.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+async fn delete_quietly(store: &Store, key: &str) {
+    let path = Path::from(key);
+    if let Err(e) = store.object_store().delete(&path).await {
+        tracing::warn!(key, error = %e, "could not delete an uncommitted output; GC will sweep it");
+    }
+}
+
+/// Inputs in ordinal order: earlier compacted files first (they are runs already), then
+/// ingest files in sorted-basename order.
+async fn stage_inputs(
+    store: &Store,
+    manifest: &Manifest,
+    live: &crate::manifest::LiveSet,
+    scratch: &ScratchDir,
+) -> Result<Vec<StagedInput>> {
+    let mut wanted: Vec<(Path, u64, bool)> = Vec::new();
+    for key in &live.compacted {
+        let bytes = manifest
+            .compacted
+            .iter()
+            .find(|c| &c.key == key)
+            .map_or(0, |c| c.bytes);
+        wanted.push((Path::from(key.as_str()), bytes, true));
+    }
+    for meta in &live.ingest {
+        wanted.push((meta.location.clone(), meta.size, false));
+    }
+    futures::stream::iter(wanted.into_iter().enumerate())
+        .map(|(i, (key, size, is_compacted))| async move {
+            let name = key.filename().unwrap_or_default().to_string();
+            let local = match store.local_path(&key) {
+                Some(path) => path,
+                None => {
+                    let dest = scratch.path().join(format!("input-{i:06}.parquet"));
+                    store.download(&key, &dest).await?;
+                    dest
+                }
+            };
+            Ok::<_, Error>(StagedInput {
+                key,
+                name,
+                size,
+                local,
+                is_compacted,
+            })
+        })
+        .buffered(PARALLEL_DOWNLOADS)
+        .try_collect()
+        .await
+}
+
+async fn check_inputs(
+    staged: Vec<StagedInput>,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
+    let partition = partition.clone();
+    let keys = options.keys.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut checked = Vec::new();
+        let mut quarantined = Vec::new();
+        for s in staged {
+            let size = std::fs::metadata(&s.local).map(|m| m.len()).unwrap_or(0);
+            let s = StagedInput { size, ..s };
+            match check_input(s.clone(), &partition, &keys) {
+                Ok(c) => checked.push(c),
+                Err(reason) => quarantined.push(quarantine(&s, &reason)),
+            }
+        }
+        (checked, quarantined)
+    })
+    .await
+    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))
+}
+
+/// The name of an output: a hash of its input set and the settings that shape its bytes.
+fn output_key(layout: &Layout, partition: &PartitionId, inputs: &[CheckedInput], rg_bytes: u64) -> Path {
+    let mut hash = Sha256::new();
+    hash.update(LAYOUT_VERSION.as_bytes());
+    hash.update(rg_bytes.to_le_bytes());
+    for input in inputs {
+        hash.update(input.staged.key.as_ref().as_bytes());
+        hash.update([0]);
+        hash.update(input.staged.size.to_le_bytes());
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    Path::from(format!("{}/part-{hex}.parquet", layout.compacted_dir(partition)))
+}
+
+struct Written {
+    output: OutputFile,
+    rg_bytes: u64,
+    stats: SortStats,
+    upload_started: Instant,
+}
+
+/// Sorts the checked inputs into a new output object. The inner `Err` names an input that
+/// turned out unreadable (position and reason); nothing was written then.
+#[allow(clippy::too_many_arguments)]
+async fn sort_and_write(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+    gauge: &MemoryGauge,
+    scratch: &ScratchDir,
+    checked: &[CheckedInput],
+    unified: &UnifiedSchema,
+) -> Result<std::result::Result<Written, (usize, String)>> {
+    let input_bytes: u64 = checked.iter().map(|c| c.staged.size).sum();
+    let rg_bytes = resolve_rg_bytes(options.rg_bytes, options.rg_bytes_env, input_bytes);
+    let label = sort_key_label(&options.keys, unified.service_index.is_some());
+    let presorted: Vec<bool> = checked
+        .iter()
+        .map(|c| c.staged.is_compacted && c.declared_sort_key.as_deref() == Some(label.as_str()))
+        .collect();
+    check_scratch_space(scratch, checked, options.budget_bytes)?;
+
+    let key = output_key(layout, partition, checked, rg_bytes);
+    let properties = output_properties(
+        &unified.schema,
+        &options.keys,
+        unified.service_index.is_some(),
+        rg_bytes,
+    )?;
+    let upload_started = Instant::now();
+    let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
+    let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
+
+    let sorted = tokio::task::block_in_place(|| {
+        let mut writer = OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties)?;
+        let progress = options.progress.then(|| progress_printer(partition, expected_rows));
+        let job = SortJob {
+            inputs: checked,
+            presorted: &presorted,
+            unified,
+            budget_bytes: options.budget_bytes,
+            fan_in: options.merge_fan_in,
+            scratch,
+            gauge,
+            deadline: options.deadline,
+            progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
+        };
+        let stats = match sort_inputs(&job, &mut writer) {
+            Ok(stats) => stats,
+            Err(SortFailure::BadInput { position, reason }) => return Ok(Err((position, reason))),
+            Err(SortFailure::Failed(e)) => return Err(e),
+        };
+        let rows = writer.rows();
+        if rows != expected_rows {
+            return Err(Error::invariant(format!(
+                "wrote {rows} rows but the inputs hold {expected_rows}"
+            )));
+        }
+        let metadata = writer.finish()?;
+        writer
+            .inner_mut()
+            .finish()
+            .map_err(|e| Error::scratch("upload stream", e))?;
+        Ok(Ok((rows, metadata.num_row_groups() as u64, stats)))
+    });
+    if options.progress {
+        eprintln!();
+    }
+    match sorted {
+        Ok(Ok((rows, row_groups, stats))) => {
+            let bytes = task
+                .await
+                .map_err(|e| Error::invariant(format!("upload task failed: {e}")))??;
+            Ok(Ok(Written {
+                output: OutputFile {
+                    key: key.to_string(),
+                    bytes,
+                    rows,
+                    row_groups,
+                },
+                rg_bytes,
+                stats,
+                upload_started,
+            }))
+        }
+        Ok(Err(bad)) => {
+            let _ = task.await;
+            Ok(Err(bad))
+        }
+        Err(e) => {
+            let _ = task.await;
+            Err(e)
+        }
+    }
+}
+
+fn progress_printer(partition: &PartitionId, total_rows: u64) -> impl Fn(u64) + Sync {
+    let label = format!("{} {}", partition.tenant(), partition.hour_label());
+    let last = std::sync::Mutex::new(Instant::now() - Duration::from_secs(1));
+    move |rows| {
+        if let Ok(mut last) = last.lock()
+            && (last.elapsed() >= Duration::from_millis(500) || rows == total_rows)
+        {
+            *last = Instant::now();
+            let pct = rows as f64 * 100.0 / total_rows.max(1) as f64;
+            eprint!("\rcompacting {label}: {rows}/{total_rows} rows read ({pct:.0}%)");
+        }
+    }
+}
+
+/// Fails early when the spill this job may write does not fit the scratch file system.
+fn check_scratch_space(scratch: &ScratchDir, checked: &[CheckedInput], budget_bytes: u64) -> Result<()> {
+    let decoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
+    if decoded_estimate <= budget_bytes {
+        return Ok(());
+    }
+    // Runs are LZ4-compressed decoded rows: the uncompressed Parquet size is a safe bound.
+    let needed_bytes = decoded_estimate;
+    let available_bytes = scratch.available_bytes()?;
+    if needed_bytes > available_bytes {
+        return Err(Error::ScratchFull {
+            path: scratch.path().to_path_buf(),
+            needed_bytes,
+            available_bytes,
+        });
+    }
+    Ok(())
+}

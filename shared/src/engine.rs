@@ -1,0 +1,152 @@
+//! The bounded-memory sort of one partition's checked inputs into a chunk sink.
+//!
+//! Phase 1 streams the inputs in ordinal order through [`RunFormation`]; phase 2 merges the
+//! spilled runs, together with inputs that are already sorted (earlier compacted files),
+//! in passes of at most the fan-in. Both paths hand the sink the same 1,024-row chunks of
+//! the same total order, so output bytes never depend on the budget or the spill pattern.
+
+use std::time::Instant;
+
+use crate::budget::MemoryGauge;
+use crate::config::OUTPUT_CHUNK_ROWS;
+use crate::error::{Error, Result};
+use crate::input::{CheckedInput, SizedBatches};
+use crate::key::SortKey;
+use crate::merge::{MergeSettings, RunSource, merge_runs};
+use crate::runs::ScratchDir;
+use crate::runs::RunFormation;
+use crate::schema::{UnifiedSchema, conform};
+use crate::sink::ChunkSink;
+
+/// One sort job: what to read and under which limits.
+pub struct SortJob<'a> {
+    /// Inputs in ordinal order; presorted ones must come first.
+    pub inputs: &'a [CheckedInput],
+    /// Which of `inputs` are read as already-sorted runs.
+    pub presorted: &'a [bool],
+    /// The output schema.
+    pub unified: &'a UnifiedSchema,
+    /// Decoded-row budget B.
+    pub budget_bytes: u64,
+    /// Merge fan-in cap.
+    pub fan_in: usize,
+    /// Scratch directory.
+    pub scratch: &'a ScratchDir,
+    /// Decoded-bytes gauge.
+    pub gauge: &'a MemoryGauge,
+    /// Stop when this instant passes.
+    pub deadline: Option<Instant>,
+    /// Called with (rows read so far) after each batch.
+    pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+}
+
+/// What the sort did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SortStats {
+    /// Runs spilled in phase 1.
+    pub runs_spilled: u32,
+    /// Merge passes (0 when the partition fit the budget).
+    pub merge_passes: u32,
+    /// Bytes written to scratch (phase-1 runs and intermediate merges).
+    pub spill_bytes: u64,
+}
+
+/// Why a sort stopped.
+#[derive(Debug)]
+pub enum SortFailure {
+    /// An input turned out unreadable while its rows were read; the job restarts without it.
+    BadInput {
+        /// Position in [`SortJob::inputs`].
+        position: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Any other failure.
+    Failed(Error),
+}
+
+impl From<Error> for SortFailure {
+    fn from(e: Error) -> Self {
+        SortFailure::Failed(e)
+    }
+}
+
+/// Sorts the job's inputs into `sink`.
+pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortStats, SortFailure> {
+    let key = SortKey::new(job.unified)?;
+    let schema = &job.unified.schema;
+    let share = job.budget_bytes / (job.fan_in as u64 + 1);
+    let read_target = (job.budget_bytes / 16).clamp(64 << 10, 8 << 20);
+    let mut formation = RunFormation::new(
+        &key,
+        schema.clone(),
+        job.budget_bytes,
+        share,
+        job.gauge,
+        job.scratch,
+    );
+    let mut rows_read = 0u64;
+    let mut presorted_sources = Vec::new();
+    for (position, input) in job.inputs.iter().enumerate() {
+        if job.presorted.get(position).copied().unwrap_or(false) {
+            let reader = SizedBatches::open(input, share)?;
+            let target = schema.clone();
+            let batches = reader.map(move |b| conform(&b?, &target));
+            presorted_sources.push(RunSource::Presorted {
+                name: input.staged.key.to_string(),
+                batches: Box::new(batches),
+                row_bytes: input.row_bytes_estimate,
+            });
+            continue;
+        }
+        let reader = SizedBatches::open(input, read_target).map_err(|e| SortFailure::BadInput {
+                position,
+            reason: e.to_string(),
+        })?;
+        let mut row = 0u64;
+        for batch in reader {
+            let batch = batch.map_err(|e| SortFailure::BadInput {
+                position,
+                reason: format!("unreadable at row {row}: {e}"),
+            })?;
+            row += batch.num_rows() as u64;
+            rows_read += batch.num_rows() as u64;
+            formation.push(conform(&batch, schema)?)?;
+            check_deadline(job.deadline)?;
+            if let Some(progress) = job.progress {
+                progress(rows_read);
+            }
+        }
+    }
+    let runs_spilled_before_finish = formation.num_runs();
+    let formed = formation.finish(OUTPUT_CHUNK_ROWS, !presorted_sources.is_empty(), sink)?;
+    let mut stats = SortStats {
+        runs_spilled: formed.runs.len() as u32,
+        merge_passes: 0,
+        spill_bytes: formed.spill_bytes,
+    };
+    debug_assert!(formed.runs.len() >= runs_spilled_before_finish);
+    if formed.runs.is_empty() && presorted_sources.is_empty() {
+        return Ok(stats);
+    }
+    let mut sources = presorted_sources;
+    sources.extend(formed.runs.into_iter().map(RunSource::Spilled));
+    let settings = MergeSettings {
+        fan_in: job.fan_in,
+        chunk_rows: OUTPUT_CHUNK_ROWS,
+        run_batch_target_bytes: share,
+    };
+    let merged = merge_runs(sources, schema, &key, settings, job.scratch, job.gauge, sink)?;
+    stats.merge_passes = merged.passes;
+    stats.spill_bytes += merged.intermediate_bytes;
+    Ok(stats)
+}
+
+fn check_deadline(deadline: Option<Instant>) -> Result<()> {
+    match deadline {
+        Some(d) if Instant::now() >= d => Err(Error::Deadline {
+            partition: String::new(),
+        }),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,258 @@
+//! Input files of one compaction: staged locally, checked against the partition, read in batches.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use object_store::path::Path;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::file::metadata::ParquetMetaData;
+
+use crate::config::KeyColumns;
+use crate::error::{Error, Result};
+use crate::partition::PartitionId;
+use crate::schema::check_key_columns;
+use crate::writer::SORT_KEY_METADATA;
+
+/// An input file with a local copy the engine can read page by page.
+#[derive(Debug, Clone)]
+pub struct StagedInput {
+    /// Object key, relative to the store root.
+    pub key: Path,
+    /// Base name (the tie-break orders ingest files by it).
+    pub name: String,
+    /// Object size in bytes.
+    pub size: u64,
+    /// Local file holding the object's bytes.
+    pub local: PathBuf,
+    /// A previous compacted output of this partition.
+    pub is_compacted: bool,
+}
+
+/// What checking an input found out.
+#[derive(Debug, Clone)]
+pub struct CheckedInput {
+    /// The staged file.
+    pub staged: StagedInput,
+    /// Its Arrow schema.
+    pub schema: SchemaRef,
+    /// Rows in the file.
+    pub rows: u64,
+    /// Sum of the row groups' uncompressed sizes.
+    pub uncompressed_bytes: u64,
+    /// Largest uncompressed bytes per row over its row groups.
+    pub row_bytes_estimate: u64,
+    /// The sort order it declares in our metadata, if any.
+    pub declared_sort_key: Option<String>,
+}
+
+fn open(staged: &StagedInput) -> std::result::Result<ParquetRecordBatchReaderBuilder<File>, String> {
+    let file = File::open(&staged.local).map_err(|e| format!("cannot open local copy: {e}"))?;
+    ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("not a readable Parquet file: {e}"))
+}
+
+fn size_facts(metadata: &ParquetMetaData) -> (u64, u64) {
+    let mut total = 0u64;
+    let mut per_row = 0u64;
+    for rg in metadata.row_groups() {
+        let bytes = rg.total_byte_size().max(0) as u64;
+        total += bytes;
+        if rg.num_rows() > 0 {
+            per_row = per_row.max(bytes.div_ceil(rg.num_rows() as u64));
+        }
+    }
+    (total, per_row.max(1))
+}
+
+/// Checks one input against its partition: readable footer, key columns present and typed,
+/// at least one row, every time inside the hour and every tenant value equal to the
+/// partition's. `Err` holds the reason the file is a bad input.
+pub fn check_input(
+    staged: StagedInput,
+    partition: &PartitionId,
+    keys: &KeyColumns,
+) -> std::result::Result<CheckedInput, String> {
+    if staged.size == 0 {
+        return Err("empty object (0 bytes)".into());
+    }
+    let builder = open(&staged)?;
+    let schema = builder.schema().clone();
+    let metadata = builder.metadata().clone();
+    check_key_columns(&schema, keys)?;
+    let rows = metadata.file_metadata().num_rows().max(0) as u64;
+    if rows == 0 {
+        return Err("the file holds no rows".into());
+    }
+    let declared_sort_key = metadata
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == SORT_KEY_METADATA))
+        .and_then(|e| e.value.clone());
+
+    // Read only the time and tenant columns to validate every row.
+    let wanted: Vec<usize> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.name() == &keys.time || f.name() == &keys.tenant)
+        .map(|(i, _)| i)
+        .collect();
+    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(64 * 1024)
+        .build()
+        .map_err(|e| format!("not a readable Parquet file: {e}"))?;
+    let (start, end) = partition.time_range_nanos();
+    let mut row_base = 0u64;
+    for batch in reader {
+        let batch = batch.map_err(|e| format!("unreadable at row {row_base}: {e}"))?;
+        validate_rows(&batch, keys, partition, start, end, row_base)?;
+        row_base += batch.num_rows() as u64;
+    }
+    let (uncompressed_bytes, row_bytes_estimate) = size_facts(&metadata);
+    Ok(CheckedInput {
+        staged,
+        schema,
+        rows,
+        uncompressed_bytes,
+        row_bytes_estimate,
+        declared_sort_key,
+    })
+}
+
+fn validate_rows(
+    batch: &RecordBatch,
+    keys: &KeyColumns,
+    partition: &PartitionId,
+    start: i64,
+    end: i64,
+    row_base: u64,
+) -> std::result::Result<(), String> {
+    if let Some(time) = batch.column_by_name(&keys.time) {
+        let as_i64 = cast(time, &DataType::Int64).map_err(|e| format!("time column: {e}"))?;
+        let values = as_i64.as_primitive::<Int64Type>();
+        for i in 0..values.len() {
+            if time.is_null(i) {
+                return Err(format!("row {}: {} is null", row_base + i as u64, keys.time));
+            }
+            let t = values.value(i);
+            if values.is_null(i) || t < start || t >= end {
+                return Err(format!(
+                    "row {}: {} = {} is outside the partition's hour {} (UTC)",
+                    row_base + i as u64,
+                    keys.time,
+                    describe_time(time, i),
+                    partition.hour_label()
+                ));
+            }
+        }
+    }
+    if let Some(tenant) = batch.column_by_name(&keys.tenant) {
+        let as_utf8 = cast(tenant, &DataType::Utf8).map_err(|e| format!("tenant column: {e}"))?;
+        let values = as_utf8.as_string::<i32>();
+        for i in 0..values.len() {
+            if values.is_valid(i) && values.value(i) != partition.tenant() {
+                return Err(format!(
+                    "row {}: {} = {:?} does not match the partition's tenant {:?}",
+                    row_base + i as u64,
+                    keys.tenant,
+                    values.value(i),
+                    partition.tenant()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe_time(time: &dyn Array, i: usize) -> String {
+    arrow::util::display::ArrayFormatter::try_new(time, &Default::default())
+        .map(|f| f.value(i).to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Rows of the first, measuring batch of an input.
+const PROBE_ROWS: usize = 64;
+/// Most rows in one decoded batch.
+const MAX_BATCH_ROWS: usize = 8192;
+
+/// Streams the rows of a checked input page by page, in batches of about `target_bytes`
+/// decoded bytes. Footer sizes cannot say how wide a row decodes (dictionary pages of long
+/// repeated strings encode to almost nothing), so the width is measured on the batches
+/// themselves: a small first batch sets the batch size, and the reader is reopened at the
+/// current row whenever a batch comes out far off its target.
+pub struct SizedBatches {
+    local: PathBuf,
+    key: String,
+    target_bytes: u64,
+    rows_read: usize,
+    batch_rows: usize,
+    reader: Option<ParquetRecordBatchReader>,
+}
+
+impl SizedBatches {
+    /// Opens a checked input for reading.
+    pub fn open(input: &CheckedInput, target_bytes: u64) -> Result<Self> {
+        let mut batches = Self {
+            local: input.staged.local.clone(),
+            key: input.staged.key.to_string(),
+            target_bytes: target_bytes.max(1),
+            rows_read: 0,
+            batch_rows: PROBE_ROWS,
+            reader: None,
+        };
+        batches.reopen()?;
+        Ok(batches)
+    }
+
+    fn reopen(&mut self) -> Result<()> {
+        let file = File::open(&self.local).map_err(|e| Error::scratch(&self.local, e))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .and_then(|b| {
+                b.with_batch_size(self.batch_rows)
+                    .with_offset(self.rows_read)
+                    .build()
+            })
+            .map_err(|e| Error::parquet(self.key.clone(), e))?;
+        self.reader = Some(reader);
+        Ok(())
+    }
+
+    fn resize(&mut self, batch: &RecordBatch) -> Result<()> {
+        let rows = batch.num_rows().max(1) as u64;
+        let bytes = crate::budget::batch_memory_bytes(batch);
+        let per_row = (bytes / rows).max(1);
+        let ideal = (self.target_bytes / per_row).clamp(1, MAX_BATCH_ROWS as u64) as usize;
+        let far_off = ideal > self.batch_rows * 2 || ideal * 2 < self.batch_rows;
+        if far_off {
+            self.batch_rows = ideal;
+            self.reopen()?;
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for SizedBatches {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = match self.reader.as_mut()?.next()? {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.reader = None;
+                return Some(Err(Error::arrow(format!("decoding {}", self.key), e)));
+            }
+        };
+        self.rows_read += batch.num_rows();
+        if let Err(e) = self.resize(&batch) {
+            self.reader = None;
+            return Some(Err(e));
+        }
+        Some(Ok(batch))
+    }
+}

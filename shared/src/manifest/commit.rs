@@ -1,0 +1,237 @@
+//! Loading the latest manifest version and committing the next one by create-only write.
+
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use super::{CompactedFile, Manifest, QuarantinedFile, RetiredFile};
+use crate::error::{Error, Result};
+use crate::partition::{Layout, PartitionId};
+use crate::store::Store;
+
+/// Attempts of one commit before giving up on a partition that keeps changing.
+const MAX_COMMIT_ATTEMPTS: usize = 8;
+
+/// Version number of a manifest key's file name `v<digits>.json`.
+pub fn parse_version(key: &Path) -> Option<u64> {
+    let name = key.filename()?;
+    let digits = name.strip_prefix('v')?.strip_suffix(".json")?;
+    if digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Every manifest version present for a partition, ascending.
+pub async fn list_versions(store: &Store, layout: &Layout, partition: &PartitionId) -> Result<Vec<u64>> {
+    let listing = store.list_sorted(&layout.manifest_dir(partition)).await?;
+    let mut versions: Vec<u64> = listing.iter().filter_map(|m| parse_version(&m.location)).collect();
+    versions.sort_unstable();
+    Ok(versions)
+}
+
+/// The latest manifest of a partition, or the empty version-0 state.
+pub async fn load_latest(store: &Store, layout: &Layout, partition: &PartitionId) -> Result<Manifest> {
+    let versions = list_versions(store, layout, partition).await?;
+    match versions.last() {
+        None => Ok(Manifest::empty(&partition.relative_dir())),
+        Some(&v) => load_version(store, layout, partition, v).await,
+    }
+}
+
+async fn load_version(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    version: u64,
+) -> Result<Manifest> {
+    let key = layout.manifest_key(partition, version);
+    let bytes = store
+        .object_store()
+        .get(&key)
+        .await
+        .map_err(|e| Error::store("get", &key, e))?
+        .bytes()
+        .await
+        .map_err(|e| Error::store("get", &key, e))?;
+    let manifest = Manifest::decode(key.as_ref(), &bytes)?;
+    if manifest.version != version {
+        return Err(Error::Manifest {
+            key: key.to_string(),
+            message: format!("holds version {} under the name of {version}", manifest.version),
+        });
+    }
+    Ok(manifest)
+}
+
+/// One compaction's change to the live set.
+#[derive(Debug, Clone)]
+pub struct CommitRequest {
+    /// Files the output replaces (ingest files and earlier compacted files).
+    pub inputs: Vec<String>,
+    /// The new compacted file, if any rows were written.
+    pub output: Option<CompactedFile>,
+    /// Bad inputs to record.
+    pub quarantined: Vec<QuarantinedFile>,
+    /// Retired keys known to be deleted, whose entries may be dropped.
+    pub forget: Vec<String>,
+    /// This job's id.
+    pub job_id: String,
+    /// Commit time (Unix milliseconds).
+    pub now_ms: i64,
+}
+
+/// How a commit ended.
+#[derive(Debug, Clone)]
+pub enum CommitOutcome {
+    /// This job's version is now the latest.
+    Committed(Manifest),
+    /// The same output was already committed (by a retry of this job or an identical one).
+    AlreadyCommitted(Manifest),
+    /// Another commit retired some of our inputs first; ours is abandoned.
+    Conflict {
+        /// The manifest that won.
+        current: Manifest,
+        /// Which input is no longer live.
+        reason: String,
+    },
+}
+
+/// Whether every input is still live in `base`.
+fn stale_input(base: &Manifest, request: &CommitRequest, compacted_prefix: &str) -> Option<String> {
+    request.inputs.iter().find_map(|key| {
+        let live = if key.starts_with(compacted_prefix) {
+            base.has_compacted(key)
+        } else {
+            !base.excludes(key)
+        };
+        (!live).then(|| format!("input {key} was compacted by version {}", base.version))
+    })
+}
+
+fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
+    let mut next = base.clone();
+    next.version = base.version + 1;
+    next.job_id = request.job_id.clone();
+    next.committed_at_ms = request.now_ms;
+    next.compacted.retain(|c| !request.inputs.contains(&c.key));
+    if let Some(output) = &request.output {
+        next.compacted.push(output.clone());
+        next.compacted.sort_by(|a, b| a.key.cmp(&b.key));
+    }
+    next.retired.retain(|r| !request.forget.contains(&r.key));
+    for key in &request.inputs {
+        if !next.retired.iter().any(|r| &r.key == key) {
+            next.retired.push(RetiredFile {
+                key: key.clone(),
+                retired_at_ms: request.now_ms,
+            });
+        }
+    }
+    for q in &request.quarantined {
+        if !next.quarantined.iter().any(|e| e.key == q.key) {
+            next.quarantined.push(q.clone());
+        }
+    }
+    next
+}
+
+/// Commits `request` on top of `base`, re-reading and retrying while other commits that
+/// leave our inputs live get in first. INVARIANT: the only write is a create-only put of
+/// version `base.version + 1`, so a lost race is always detected, never overwritten.
+pub async fn commit(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    base: &Manifest,
+    request: &CommitRequest,
+) -> Result<CommitOutcome> {
+    let compacted_prefix = format!("{}/", layout.compacted_dir(partition));
+    let mut base = base.clone();
+    for _ in 0..MAX_COMMIT_ATTEMPTS {
+        if let Some(output) = &request.output
+            && base.has_compacted(&output.key)
+        {
+            return Ok(CommitOutcome::AlreadyCommitted(base));
+        }
+        if let Some(reason) = stale_input(&base, request, &compacted_prefix) {
+            return Ok(CommitOutcome::Conflict {
+                current: base,
+                reason,
+            });
+        }
+        let next = apply(&base, request);
+        let key = layout.manifest_key(partition, next.version);
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        let put = store
+            .object_store()
+            .put_opts(&key, PutPayload::from(next.encode()), options)
+            .await;
+        match put {
+            Ok(_) => return Ok(CommitOutcome::Committed(next)),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+                base = load_latest(store, layout, partition).await?;
+            }
+            Err(e) => {
+                // The write may have landed with its response lost: look before failing.
+                let latest = load_latest(store, layout, partition).await?;
+                if latest.version == next.version && latest.job_id == request.job_id {
+                    return Ok(CommitOutcome::Committed(latest));
+                }
+                return Err(Error::store("put", &key, e));
+            }
+        }
+    }
+    Err(Error::Conflict {
+        partition: partition.to_string(),
+        message: format!("the manifest changed {MAX_COMMIT_ATTEMPTS} times during one commit"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_version_names() {
+        assert_eq!(parse_version(&Path::from("a/v00000000000000000007.json")), Some(7));
+        assert_eq!(parse_version(&Path::from("a/v7.json")), None);
+        assert_eq!(parse_version(&Path::from("a/x.json")), None);
+    }
+
+    #[test]
+    fn apply_retires_inputs_and_adds_output() {
+        let mut base = Manifest::empty("p");
+        base.compacted.push(CompactedFile {
+            key: "compacted/p/old.parquet".into(),
+            rows: 1,
+            bytes: 1,
+        });
+        let request = CommitRequest {
+            inputs: vec!["compacted/p/old.parquet".into(), "data/p/a.parquet".into()],
+            output: Some(CompactedFile {
+                key: "compacted/p/new.parquet".into(),
+                rows: 2,
+                bytes: 2,
+            }),
+            quarantined: vec![QuarantinedFile {
+                key: "data/p/bad.parquet".into(),
+                reason: "r".into(),
+            }],
+            forget: vec![],
+            job_id: "j".into(),
+            now_ms: 9,
+        };
+        let next = apply(&base, &request);
+        assert_eq!(next.version, 1);
+        assert_eq!(next.compacted.len(), 1);
+        assert_eq!(next.compacted[0].key, "compacted/p/new.parquet");
+        assert_eq!(next.retired.len(), 2);
+        assert!(next.excludes("data/p/bad.parquet"));
+        assert!(stale_input(&next, &request, "compacted/p/").is_some());
+        assert!(stale_input(&base, &request, "compacted/p/").is_none());
+    }
+}

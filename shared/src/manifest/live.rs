@@ -1,0 +1,59 @@
+//! The reader rule: the live files of a partition, from a listing and the latest manifest.
+//!
+//! Live = the compacted files the manifest lists, plus every ingest file in the partition
+//! directory that the manifest neither retired nor quarantined. A file that lands during
+//! a compaction is not in the manifest, so it stays live (DESIGN §5, invariant 5).
+
+use object_store::ObjectMeta;
+use object_store::path::Path;
+
+use super::Manifest;
+use crate::partition::is_ingest_file_name;
+
+/// The files a reader must read for a partition right now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LiveSet {
+    /// Live compacted files (keys).
+    pub compacted: Vec<String>,
+    /// Live ingest files, sorted by key.
+    pub ingest: Vec<ObjectMeta>,
+}
+
+impl LiveSet {
+    /// Every live key: compacted files first, then ingest files by name.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys = self.compacted.clone();
+        keys.extend(self.ingest.iter().map(|m| m.location.to_string()));
+        keys
+    }
+
+    /// Number of live files.
+    pub fn len(&self) -> usize {
+        self.compacted.len() + self.ingest.len()
+    }
+
+    /// True when nothing is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Applies the reader rule to a listing of the partition's ingest directory `dir`.
+pub fn live_set(dir: &Path, ingest_listing: &[ObjectMeta], manifest: &Manifest) -> LiveSet {
+    let mut compacted: Vec<String> = manifest.compacted.iter().map(|c| c.key.clone()).collect();
+    compacted.sort();
+    let mut ingest: Vec<ObjectMeta> = ingest_listing
+        .iter()
+        .filter(|m| m.location.filename().is_some_and(is_ingest_file_name))
+        .filter(|m| {
+            // Only files directly in the partition directory count.
+            m.location
+                .prefix_match(dir)
+                .is_some_and(|rest| rest.count() == 1)
+                && !manifest.excludes(m.location.as_ref())
+        })
+        .cloned()
+        .collect();
+    ingest.sort_by(|a, b| a.location.cmp(&b.location));
+    LiveSet { compacted, ingest }
+}

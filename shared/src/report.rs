@@ -1,0 +1,126 @@
+//! The serializable report of one compaction: CLI output, Lambda response and log record.
+
+use serde::Serialize;
+
+/// How a compaction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The live inputs were replaced by one sorted file.
+    Compacted,
+    /// Nothing to do: already compacted, empty, or done by another compactor.
+    Noop,
+    /// Compacted, but some inputs were bad and are quarantined in place.
+    Partial,
+    /// Another compactor retired our inputs first; nothing of ours was committed.
+    Conflict,
+    /// The job stopped before its deadline with nothing committed.
+    Timeout,
+    /// The job failed; nothing was committed.
+    Failed,
+}
+
+impl Status {
+    /// True for the outcomes a caller treats as success (exit code 0).
+    pub fn is_success(self) -> bool {
+        matches!(self, Status::Compacted | Status::Noop | Status::Partial)
+    }
+}
+
+/// Totals of the inputs that went into the output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct InputTotals {
+    /// Files compacted.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Their rows.
+    pub rows: u64,
+}
+
+/// The written output file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OutputFile {
+    /// Key relative to the store root.
+    pub key: String,
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// Rows in it.
+    pub rows: u64,
+    /// Row groups in it.
+    pub row_groups: u64,
+}
+
+/// A bad input left in place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Quarantined {
+    /// Its key relative to the store root.
+    pub file: String,
+    /// Why it was not compacted.
+    pub reason: String,
+}
+
+/// The report of one compaction job.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompactionReport {
+    /// The partition, as `tenant=…/year=…/month=…/day=…/hour=…`.
+    pub partition: String,
+    /// The outcome.
+    pub status: Status,
+    /// Inputs compacted.
+    pub inputs: InputTotals,
+    /// The output, when one was written and committed.
+    pub output: Option<OutputFile>,
+    /// Row-group threshold the writer used.
+    pub flush_threshold_bytes: u64,
+    /// Decoded-row budget B.
+    pub budget_bytes: u64,
+    /// Sorted runs spilled to scratch.
+    pub runs_spilled: u32,
+    /// Merge passes (0 when the partition fit the budget).
+    pub merge_passes: u32,
+    /// Bytes written to scratch.
+    pub spill_bytes: u64,
+    /// Most decoded bytes held at once.
+    pub peak_decoded_bytes: u64,
+    /// Peak resident memory of the process.
+    pub peak_rss_bytes: u64,
+    /// Wall time of the job.
+    pub duration_ms: u64,
+    /// Inputs quarantined by this job.
+    pub quarantined: Vec<Quarantined>,
+    /// The job id written into the manifest.
+    pub job_id: String,
+    /// Manifest version after the job.
+    pub manifest_version: u64,
+    /// Objects garbage-collected after the commit.
+    pub gc_deleted: usize,
+    /// Why the job failed, conflicted or timed out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl CompactionReport {
+    /// An empty report for a partition.
+    pub fn new(partition: &str, job_id: &str) -> Self {
+        Self {
+            partition: partition.to_string(),
+            status: Status::Noop,
+            inputs: InputTotals::default(),
+            output: None,
+            flush_threshold_bytes: 0,
+            budget_bytes: 0,
+            runs_spilled: 0,
+            merge_passes: 0,
+            spill_bytes: 0,
+            peak_decoded_bytes: 0,
+            peak_rss_bytes: 0,
+            duration_ms: 0,
+            quarantined: Vec::new(),
+            job_id: job_id.to_string(),
+            manifest_version: 0,
+            gc_deleted: 0,
+            error: None,
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The on-disk format of a sorted run: an Arrow IPC stream, LZ4-compressed.
+//!
+//! Runs are local scratch, never truth: they hold rows already conformed to the output
+//! schema, in key order, in batches small enough that a merge of many runs stays within
+//! the budget. IPC decodes far faster than Parquet, and a run's bytes reach the output only
+//! through its rows, so its encoding cannot affect output bytes.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::ipc::CompressionType;
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+
+use crate::error::{Error, Result};
+
+/// A sorted run spilled to scratch.
+#[derive(Debug, Clone)]
+pub struct SortedRun {
+    /// The run file.
+    pub path: PathBuf,
+    /// Rows in the run.
+    pub rows: u64,
+    /// Bytes of the file.
+    pub file_bytes: u64,
+    /// Decoded bytes of the largest batch written.
+    pub max_batch_bytes: u64,
+    /// Largest average decoded bytes per row over its batches, to size later merges.
+    pub max_row_bytes: u64,
+}
+
+/// Writes one sorted run.
+pub struct RunWriter {
+    path: PathBuf,
+    writer: StreamWriter<BufWriter<File>>,
+    rows: u64,
+    max_batch_bytes: u64,
+    max_row_bytes: u64,
+}
+
+impl RunWriter {
+    /// Creates a run file at `path` for batches of `schema`.
+    pub fn create(path: PathBuf, schema: &SchemaRef) -> Result<Self> {
+        let file = File::create(&path).map_err(|e| Error::scratch(&path, e))?;
+        let options = IpcWriteOptions::default()
+            .try_with_compression(Some(CompressionType::LZ4_FRAME))
+            .map_err(|e| Error::arrow("configuring the run writer", e))?;
+        let writer = StreamWriter::try_new_with_options(BufWriter::new(file), schema, options)
+            .map_err(|e| Error::arrow(format!("creating run {}", path.display()), e))?;
+        Ok(Self {
+            path,
+            writer,
+            rows: 0,
+            max_batch_bytes: 0,
+            max_row_bytes: 0,
+        })
+    }
+
+    /// Appends a batch (rows must follow the previous ones in key order).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let bytes = crate::budget::batch_memory_bytes(batch);
+        self.rows += batch.num_rows() as u64;
+        self.max_batch_bytes = self.max_batch_bytes.max(bytes);
+        self.max_row_bytes = self
+            .max_row_bytes
+            .max(bytes / (batch.num_rows().max(1) as u64));
+        self.writer
+            .write(batch)
+            .map_err(|e| Error::arrow(format!("writing run {}", self.path.display()), e))
+    }
+
+    /// Finishes the file.
+    pub fn finish(mut self) -> Result<SortedRun> {
+        self.writer
+            .finish()
+            .map_err(|e| Error::arrow(format!("finishing run {}", self.path.display()), e))?;
+        drop(self.writer);
+        let file_bytes = std::fs::metadata(&self.path)
+            .map_err(|e| Error::scratch(&self.path, e))?
+            .len();
+        Ok(SortedRun {
+            path: self.path,
+            rows: self.rows,
+            file_bytes,
+            max_batch_bytes: self.max_batch_bytes,
+            max_row_bytes: self.max_row_bytes,
+        })
+    }
+}
+
+/// Reads a run back, batch by batch.
+pub struct RunReader {
+    path: PathBuf,
+    reader: StreamReader<BufReader<File>>,
+}
+
+impl RunReader {
+    /// Opens a run file.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::scratch(path, e))?;
+        let reader = StreamReader::try_new(BufReader::with_capacity(64 << 10, file), None)
+            .map_err(|e| Error::arrow(format!("opening run {}", path.display()), e))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            reader,
+        })
+    }
+}
+
+impl Iterator for RunReader {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.reader.next().map(|r| {
+            r.map_err(|e| Error::arrow(format!("reading run {}", self.path.display()), e))
+        })
+    }
+}

@@ -1,0 +1,307 @@
+//! Schema union across inputs: one canonical output schema, and per-file conformance to it.
+//!
+//! Encodings of one logical type unify (Utf8, LargeUtf8, Utf8View and dictionaries of them
+//! become Utf8; binaries become Binary; the accepted time types keep their common type or
+//! become Int64 when inputs disagree). A column missing from a file is null for its rows.
+//! Genuinely conflicting types under one name make the later file (in ordinal order) a bad
+//! input; the first file to declare a column fixes its type.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use arrow::compute::{CastOptions, cast_with_options};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use crate::config::KeyColumns;
+use crate::error::{Error, Result};
+
+/// The canonical output schema and where the key columns are in it.
+#[derive(Debug, Clone)]
+pub struct UnifiedSchema {
+    /// The output schema (every field nullable).
+    pub schema: SchemaRef,
+    /// Index of the service column, if any input has it.
+    pub service_index: Option<usize>,
+    /// Index of the time column.
+    pub time_index: usize,
+}
+
+/// A file rejected by the union, with its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaRejection {
+    /// Position of the file in the list given to [`unify`].
+    pub position: usize,
+    /// Why it cannot join the union.
+    pub reason: String,
+}
+
+fn is_string_like(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, v) => is_string_like(v),
+        _ => false,
+    }
+}
+
+fn is_binary_like(t: &DataType) -> bool {
+    match t {
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => true,
+        DataType::Dictionary(_, v) => is_binary_like(v),
+        _ => false,
+    }
+}
+
+/// True for the accepted time column types: Int64, UInt64, Timestamp(ns, any zone).
+pub fn is_time_type(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int64 | DataType::UInt64 | DataType::Timestamp(TimeUnit::Nanosecond, _)
+    )
+}
+
+/// The canonical encoding of a non-time column's type.
+fn canonical_type(t: &DataType) -> DataType {
+    if is_string_like(t) {
+        DataType::Utf8
+    } else if is_binary_like(t) {
+        DataType::Binary
+    } else if let DataType::Dictionary(_, v) = t {
+        canonical_type(v)
+    } else {
+        t.clone()
+    }
+}
+
+/// Checks the key columns of one file's schema; `Err` holds the reason it is a bad input.
+pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Result<(), String> {
+    let mut seen = HashMap::new();
+    for f in schema.fields() {
+        if seen.insert(f.name().as_str(), ()).is_some() {
+            return Err(format!("column {:?} appears twice", f.name()));
+        }
+    }
+    let time = schema
+        .field_with_name(&keys.time)
+        .map_err(|_| format!("required time column {:?} is missing", keys.time))?;
+    if !is_time_type(time.data_type()) {
+        return Err(format!(
+            "time column {:?} has type {}; expected Int64, UInt64 or Timestamp(Nanosecond)",
+            keys.time,
+            time.data_type()
+        ));
+    }
+    for (name, what) in [(&keys.service, "service"), (&keys.tenant, "tenant")] {
+        if let Ok(f) = schema.field_with_name(name)
+            && !is_string_like(f.data_type())
+        {
+            return Err(format!(
+                "{what} column {name:?} has type {}; expected a string type",
+                f.data_type()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Unions the schemas of the inputs, in ordinal order. Returns the union of the accepted
+/// files (`None` when none is accepted) and the rejected ones.
+pub fn unify(
+    schemas: &[(&str, &Schema)],
+    keys: &KeyColumns,
+) -> (Option<UnifiedSchema>, Vec<SchemaRejection>) {
+    let mut fields: Vec<Field> = Vec::new();
+    let mut by_name: HashMap<String, (usize, String)> = HashMap::new();
+    let mut time_types: Vec<DataType> = Vec::new();
+    let mut rejected = Vec::new();
+
+    'files: for (position, (file, schema)) in schemas.iter().enumerate() {
+        if let Err(reason) = check_key_columns(schema, keys) {
+            rejected.push(SchemaRejection { position, reason });
+            continue;
+        }
+        // First pass: detect conflicts without changing the union.
+        for f in schema.fields() {
+            if f.name() == &keys.time {
+                continue;
+            }
+            let t = canonical_type(f.data_type());
+            if let Some((i, first_file)) = by_name.get(f.name()) {
+                let have = fields[*i].data_type();
+                let compatible = have.equals_datatype(&t)
+                    || matches!(have, DataType::Null)
+                    || matches!(t, DataType::Null);
+                if !compatible {
+                    rejected.push(SchemaRejection {
+                        position,
+                        reason: format!(
+                            "column {:?} has type {} here but {} in earlier input {first_file}",
+                            f.name(),
+                            f.data_type(),
+                            have
+                        ),
+                    });
+                    continue 'files;
+                }
+            }
+        }
+        for f in schema.fields() {
+            if f.name() == &keys.time {
+                time_types.push(f.data_type().clone());
+            }
+            let t = if f.name() == &keys.time {
+                DataType::Int64 // placeholder, fixed below
+            } else {
+                canonical_type(f.data_type())
+            };
+            match by_name.get(f.name()) {
+                Some((i, _)) => {
+                    if matches!(fields[*i].data_type(), DataType::Null) && t != DataType::Null {
+                        fields[*i] = Field::new(f.name(), t, true);
+                    }
+                }
+                None => {
+                    by_name.insert(f.name().clone(), (fields.len(), (*file).to_string()));
+                    fields.push(Field::new(f.name(), t, true).with_metadata(f.metadata().clone()));
+                }
+            }
+        }
+    }
+
+    let Some((time_index, _)) = by_name.get(&keys.time).cloned() else {
+        return (None, rejected);
+    };
+    let time_type = match time_types.split_first() {
+        Some((first, rest)) if rest.iter().all(|t| t == first) => first.clone(),
+        _ => DataType::Int64,
+    };
+    fields[time_index] = Field::new(&keys.time, time_type, true);
+    let service_index = by_name.get(&keys.service).map(|(i, _)| *i);
+    let unified = UnifiedSchema {
+        schema: Arc::new(Schema::new(fields)),
+        service_index,
+        time_index,
+    };
+    (Some(unified), rejected)
+}
+
+/// Conforms one decoded batch to the unified schema: casts encodings, fills missing columns
+/// with nulls and puts the columns in the output order.
+pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let rows = batch.num_rows();
+    let columns = target
+        .fields()
+        .iter()
+        .map(|field| -> Result<ArrayRef> {
+            match batch.column_by_name(field.name()) {
+                Some(col) if col.data_type() == field.data_type() => Ok(Arc::clone(col)),
+                Some(col) => cast_with_options(col, field.data_type(), &options).map_err(|e| {
+                    Error::arrow(format!("converting column {:?}", field.name()), e)
+                }),
+                None => Ok(new_null_array(field.data_type(), rows)),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(Arc::clone(target), columns)
+        .map_err(|e| Error::arrow("assembling a conformed batch", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(fields: Vec<(&str, DataType)>) -> Schema {
+        Schema::new(
+            fields
+                .into_iter()
+                .map(|(n, t)| Field::new(n, t, true))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn unions_encodings_and_missing_columns() {
+        let keys = KeyColumns::default();
+        let a = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("service.name", DataType::Utf8View),
+            ("body", DataType::LargeUtf8),
+        ]);
+        let b = schema(vec![
+            ("service.name", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))),
+            ("time_unix_nano", DataType::Int64),
+            ("extra", DataType::Int32),
+        ]);
+        let (u, rejected) = unify(&[("a", &a), ("b", &b)], &keys);
+        let u = u.unwrap();
+        assert!(rejected.is_empty());
+        let names: Vec<_> = u.schema.fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["time_unix_nano", "service.name", "body", "extra"]);
+        assert_eq!(u.schema.field(1).data_type(), &DataType::Utf8);
+        assert_eq!(u.schema.field(2).data_type(), &DataType::Utf8);
+        assert_eq!(u.service_index, Some(1));
+        assert_eq!(u.time_index, 0);
+    }
+
+    #[test]
+    fn time_types_unify() {
+        let keys = KeyColumns::default();
+        let a = schema(vec![("time_unix_nano", DataType::UInt64)]);
+        let b = schema(vec![("time_unix_nano", DataType::UInt64)]);
+        let c = schema(vec![(
+            "time_unix_nano",
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+        )]);
+        let (u, _) = unify(&[("a", &a), ("b", &b)], &keys);
+        assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::UInt64);
+        let (u, _) = unify(&[("a", &a), ("c", &c)], &keys);
+        assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::Int64);
+    }
+
+    #[test]
+    fn rejects_conflicts_and_bad_keys() {
+        let keys = KeyColumns::default();
+        let good = schema(vec![("time_unix_nano", DataType::Int64), ("x", DataType::Utf8)]);
+        let conflict = schema(vec![("time_unix_nano", DataType::Int64), ("x", DataType::Int64)]);
+        let no_time = schema(vec![("x", DataType::Utf8)]);
+        let bad_time = schema(vec![("time_unix_nano", DataType::Utf8)]);
+        let bad_service = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("service.name", DataType::Int64),
+        ]);
+        let ms = schema(vec![(
+            "time_unix_nano",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+        )]);
+        let (u, rejected) = unify(
+            &[
+                ("good", &good),
+                ("conflict", &conflict),
+                ("no_time", &no_time),
+                ("bad_time", &bad_time),
+                ("bad_service", &bad_service),
+                ("ms", &ms),
+            ],
+            &keys,
+        );
+        assert!(u.is_some());
+        let positions: Vec<_> = rejected.iter().map(|r| r.position).collect();
+        assert_eq!(positions, [1, 2, 3, 4, 5]);
+        assert!(rejected[0].reason.contains("earlier input good"), "{}", rejected[0].reason);
+        assert!(rejected[1].reason.contains("missing"));
+    }
+
+    #[test]
+    fn null_typed_columns_take_the_real_type() {
+        let keys = KeyColumns::default();
+        let a = schema(vec![("time_unix_nano", DataType::Int64), ("x", DataType::Null)]);
+        let b = schema(vec![("time_unix_nano", DataType::Int64), ("x", DataType::Int32)]);
+        let (u, rejected) = unify(&[("a", &a), ("b", &b)], &keys);
+        assert!(rejected.is_empty());
+        assert_eq!(u.unwrap().schema.field(1).data_type(), &DataType::Int32);
+    }
+}

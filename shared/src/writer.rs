@@ -1,0 +1,128 @@
+//! The output Parquet writer: row-group rotation, `sorting_columns`, statistics, blooms.
+//!
+//! Every setting is fixed or derived from the inputs, and no clock, host or random value
+//! reaches the file, so the same rows give byte-identical output.
+
+use std::io::Write;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::Schema;
+use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::{KeyValue, ParquetMetaData, SortingColumn};
+use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+use crate::config::KeyColumns;
+use crate::error::{Error, Result};
+use crate::sink::ChunkSink;
+
+/// Key-value metadata key naming the sort order of a compacted file.
+pub const SORT_KEY_METADATA: &str = "ourios.sort_key";
+/// Distinct values a row group's service bloom filter is sized for (row groups are
+/// clustered by service, so few distinct services fall in one).
+const SERVICE_BLOOM_NDV: u64 = 1024;
+
+/// The value of [`SORT_KEY_METADATA`] for a key.
+pub fn sort_key_label(keys: &KeyColumns, has_service: bool) -> String {
+    if has_service {
+        format!("{} ASC NULLS FIRST, {} ASC", keys.service, keys.time)
+    } else {
+        format!("{} ASC", keys.time)
+    }
+}
+
+/// Leaf column index of a top-level primitive column in the Parquet schema of `schema`.
+fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
+    let descriptor = ArrowSchemaConverter::new()
+        .convert(schema)
+        .map_err(|e| Error::parquet("output schema", e))?;
+    descriptor
+        .columns()
+        .iter()
+        .position(|c| c.path().parts() == [name.to_string()])
+        .ok_or_else(|| Error::invariant(format!("key column {name:?} is not a leaf column")))
+}
+
+/// Writer properties of a compacted file.
+pub fn output_properties(
+    schema: &Schema,
+    keys: &KeyColumns,
+    has_service: bool,
+    rg_bytes: u64,
+) -> Result<WriterProperties> {
+    let time_leaf = leaf_index(schema, &keys.time)?;
+    let mut sorting = Vec::new();
+    let mut builder = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(|e| Error::parquet("zstd level", e))?))
+        .set_dictionary_enabled(true)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(None)
+        .set_max_row_group_bytes(Some(rg_bytes.max(1) as usize))
+        .set_bloom_filter_position(BloomFilterPosition::AfterRowGroup)
+        .set_key_value_metadata(Some(vec![KeyValue::new(
+            SORT_KEY_METADATA.to_string(),
+            sort_key_label(keys, has_service),
+        )]));
+    if has_service {
+        let service_leaf = leaf_index(schema, &keys.service)?;
+        sorting.push(SortingColumn {
+            column_idx: service_leaf as i32,
+            descending: false,
+            nulls_first: true,
+        });
+        let path = ColumnPath::new(vec![keys.service.clone()]);
+        builder = builder
+            .set_column_bloom_filter_enabled(path.clone(), true)
+            .set_column_bloom_filter_fpp(path.clone(), 0.01)
+            .set_column_bloom_filter_max_ndv(path, SERVICE_BLOOM_NDV);
+    }
+    sorting.push(SortingColumn {
+        column_idx: time_leaf as i32,
+        descending: false,
+        nulls_first: true,
+    });
+    Ok(builder.set_sorting_columns(Some(sorting)).build())
+}
+
+/// The compacted-file writer as a chunk sink.
+pub struct OutputWriter<W: Write + Send> {
+    writer: ArrowWriter<W>,
+    rows: u64,
+}
+
+impl<W: Write + Send> OutputWriter<W> {
+    /// A writer of `schema` with `properties` into `sink`.
+    pub fn try_new(sink: W, schema: std::sync::Arc<Schema>, properties: WriterProperties) -> Result<Self> {
+        let writer = ArrowWriter::try_new(sink, schema, Some(properties))
+            .map_err(|e| Error::parquet("compacted output", e))?;
+        Ok(Self { writer, rows: 0 })
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Writes the footer and returns the file's metadata; the inner writer then holds the
+    /// whole file.
+    pub fn finish(&mut self) -> Result<ParquetMetaData> {
+        self.writer
+            .finish()
+            .map_err(|e| Error::parquet("compacted output", e))
+    }
+
+    /// The inner writer (to complete an upload after [`Self::finish`]).
+    pub fn inner_mut(&mut self) -> &mut W {
+        self.writer.inner_mut()
+    }
+}
+
+impl<W: Write + Send> ChunkSink for OutputWriter<W> {
+    fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
+        self.rows += chunk.num_rows() as u64;
+        self.writer
+            .write(chunk)
+            .map_err(|e| Error::parquet("compacted output", e))
+    }
+}

@@ -1,0 +1,119 @@
+//! Every kind of bad input is quarantined: left byte-for-byte in place, recorded with a reason
+//! naming the file, excluded from the live set, while the rest of the partition compacts
+//! and the result says `partial` (DESIGN §5, invariant 7).
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow::datatypes::{Field, Schema};
+use bytes::Bytes;
+use object_store::memory::InMemory;
+use ourios_compaction::compact::compact_partition;
+use ourios_compaction::config::CompactOptions;
+use ourios_compaction::manifest::partition_files;
+use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::report::Status;
+use ourios_compaction::store::Store;
+use ourios_compaction::testing::{get_bytes, parquet_bytes, put_bytes, read_parquet, rows_batch};
+
+fn batch(columns: Vec<(&str, Arc<dyn arrow::array::Array>)>) -> RecordBatch {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+        .collect();
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns.into_iter().map(|(_, a)| a).collect(),
+    )
+    .expect("batch")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_input_kind_is_quarantined_untouched() {
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let layout = Layout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let dir = layout.ingest_dir(&partition);
+    let (start, end) = partition.time_range_nanos();
+
+    let good_rows = vec![
+        (Some("b".to_string()), start + 5, 1),
+        (Some("a".to_string()), start + 9, 2),
+    ];
+    let good = parquet_bytes(&[rows_batch(&good_rows)], 100);
+    let valid = good.clone();
+    let truncated = valid.slice(0..valid.len() / 2);
+    let empty_rows = parquet_bytes(&[rows_batch(&[])], 100);
+    let no_time = parquet_bytes(
+        &[batch(vec![("service.name", Arc::new(StringArray::from(vec!["a"])))])],
+        10,
+    );
+    let conflicting = parquet_bytes(
+        &[batch(vec![
+            ("time_unix_nano", Arc::new(Int64Array::from(vec![start + 1]))),
+            ("tag", Arc::new(StringArray::from(vec!["not an integer"]))),
+        ])],
+        10,
+    );
+    let outside = parquet_bytes(
+        &[rows_batch(&[(Some("a".into()), start + 1, 3), (Some("a".into()), end, 4)])],
+        10,
+    );
+    let wrong_tenant = parquet_bytes(
+        &[batch(vec![
+            ("time_unix_nano", Arc::new(UInt64Array::from(vec![start as u64 + 1]))),
+            ("tenant_id", Arc::new(StringArray::from(vec!["globex"]))),
+        ])],
+        10,
+    );
+    let bad: Vec<(&str, Bytes, &str)> = vec![
+        ("b1-garbage.parquet", Bytes::from_static(b"this is not parquet at all"), "not a readable Parquet"),
+        ("b2-truncated.parquet", truncated, "not a readable Parquet"),
+        ("b3-empty.parquet", Bytes::new(), "empty"),
+        ("b4-no-rows.parquet", empty_rows, "no rows"),
+        ("b5-no-time.parquet", no_time, "time column"),
+        ("b6-conflict.parquet", conflicting, "earlier input"),
+        ("b7-outside.parquet", outside, "outside the partition's hour"),
+        ("b8-tenant.parquet", wrong_tenant, "tenant"),
+    ];
+    put_bytes(&store, &format!("{dir}/a0-good.parquet"), good).await;
+    for (name, bytes, _) in &bad {
+        put_bytes(&store, &format!("{dir}/{name}"), bytes.clone()).await;
+    }
+
+    let scratch = tempfile::tempdir().expect("scratch");
+    let options = CompactOptions::new(scratch.path());
+    let report = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    assert_eq!(report.status, Status::Partial, "{report:?}");
+    assert_eq!(report.inputs.files, 1);
+    assert_eq!(report.inputs.rows, 2);
+    assert_eq!(report.quarantined.len(), bad.len(), "{:#?}", report.quarantined);
+    for (name, bytes, why) in &bad {
+        let key = format!("{dir}/{name}");
+        let q = report
+            .quarantined
+            .iter()
+            .find(|q| q.file == key)
+            .unwrap_or_else(|| panic!("{name} is quarantined"));
+        assert!(q.reason.contains(why), "{name}: {}", q.reason);
+        assert_eq!(&get_bytes(&store, &key).await, bytes, "{name} is left untouched");
+    }
+    let out = report.output.expect("the good file compacts");
+    let rows: usize = read_parquet(&store, &out.key).await.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 2);
+
+    let files = partition_files(&store, &layout, &partition).await.expect("files");
+    assert_eq!(files.live, vec![out.key.clone()]);
+    assert_eq!(files.quarantined.len(), bad.len());
+
+    // A rerun changes nothing, and quarantined files survive it and garbage collection.
+    let mut options = CompactOptions::new(scratch.path());
+    options.gc_grace = std::time::Duration::ZERO;
+    let again = compact_partition(&store, &layout, &partition, &options).await.expect("rerun");
+    assert_eq!(again.status, Status::Noop);
+    for (name, bytes, _) in &bad {
+        assert_eq!(&get_bytes(&store, &format!("{dir}/{name}")).await, bytes);
+    }
+}
