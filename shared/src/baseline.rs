@@ -44,9 +44,11 @@ pub async fn rewrite_plain(
     let live = live_set(&dir, &listing, &manifest);
     let mut checked = Vec::new();
     for meta in &live.ingest {
-        let local = store.local_path(&meta.location).ok_or_else(|| Error::Config {
-            message: "the plain rewrite reads a local directory store".into(),
-        })?;
+        let local = store
+            .local_path(&meta.location)
+            .ok_or_else(|| Error::Config {
+                message: "the plain rewrite reads a local directory store".into(),
+            })?;
         let staged = StagedInput {
             key: meta.location.clone(),
             name: meta.location.filename().unwrap_or_default().to_string(),

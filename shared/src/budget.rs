@@ -83,25 +83,6 @@ impl Drop for Charge {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tracks_peak_and_returns_to_zero() {
-        let g = MemoryGauge::new();
-        {
-            let _a = Charge::new(&g, 10);
-            let _b = Charge::new(&g, 5);
-            assert_eq!(g.current(), 15);
-        }
-        let _c = Charge::new(&g, 3);
-        assert_eq!(g.peak(), 15);
-        drop(_c);
-        assert_eq!(g.current(), 0);
-    }
-}
-
 /// Bytes of memory a batch holds: the capacity of every distinct allocation behind its
 /// arrays, counted once even when several arrays share one (as IPC and Parquet readers do).
 pub fn batch_memory_bytes(batch: &arrow::array::RecordBatch) -> u64 {
@@ -131,5 +112,24 @@ fn add_array_data(
     }
     for child in data.child_data() {
         add_array_data(child, seen, total);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracks_peak_and_returns_to_zero() {
+        let g = MemoryGauge::new();
+        {
+            let _a = Charge::new(&g, 10);
+            let _b = Charge::new(&g, 5);
+            assert_eq!(g.current(), 15);
+        }
+        let _c = Charge::new(&g, 3);
+        assert_eq!(g.peak(), 15);
+        drop(_c);
+        assert_eq!(g.current(), 0);
     }
 }

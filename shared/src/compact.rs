@@ -80,7 +80,9 @@ pub async fn compact_partition(
     if report.status.is_success() {
         match collect_garbage(store, layout, partition, options.gc_grace, now_ms(), false).await {
             Ok(gc) => report.gc_deleted = gc.deleted,
-            Err(e) => tracing::warn!(partition = %partition, error = %e, "garbage collection failed"),
+            Err(e) => {
+                tracing::warn!(partition = %partition, error = %e, "garbage collection failed")
+            }
         }
     }
     report.peak_decoded_bytes = gauge.peak();
@@ -145,8 +147,10 @@ async fn run_job(
         let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
             break None;
         };
-        match sort_and_write(store, layout, partition, options, gauge, &scratch, &checked, &unified)
-            .await?
+        match sort_and_write(
+            store, layout, partition, options, gauge, &scratch, &checked, &unified,
+        )
+        .await?
         {
             Ok(written) => break Some(written),
             Err((position, reason)) => {
@@ -334,7 +338,12 @@ async fn check_inputs(
 }
 
 /// The name of an output: a hash of its input set and the settings that shape its bytes.
-fn output_key(layout: &Layout, partition: &PartitionId, inputs: &[CheckedInput], rg_bytes: u64) -> Path {
+fn output_key(
+    layout: &Layout,
+    partition: &PartitionId,
+    inputs: &[CheckedInput],
+    rg_bytes: u64,
+) -> Path {
     let mut hash = Sha256::new();
     hash.update(LAYOUT_VERSION.as_bytes());
     hash.update(rg_bytes.to_le_bytes());
@@ -345,7 +354,10 @@ fn output_key(layout: &Layout, partition: &PartitionId, inputs: &[CheckedInput],
     }
     let digest = hash.finalize();
     let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-    Path::from(format!("{}/part-{hex}.parquet", layout.compacted_dir(partition)))
+    Path::from(format!(
+        "{}/part-{hex}.parquet",
+        layout.compacted_dir(partition)
+    ))
 }
 
 struct Written {
@@ -390,7 +402,9 @@ async fn sort_and_write(
 
     let sorted = tokio::task::block_in_place(|| {
         let mut writer = OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties)?;
-        let progress = options.progress.then(|| progress_printer(partition, expected_rows));
+        let progress = options
+            .progress
+            .then(|| progress_printer(partition, expected_rows));
         let job = SortJob {
             inputs: checked,
             presorted: &presorted,
@@ -466,7 +480,11 @@ fn progress_printer(partition: &PartitionId, total_rows: u64) -> impl Fn(u64) + 
 }
 
 /// Fails early when the spill this job may write does not fit the scratch file system.
-fn check_scratch_space(scratch: &ScratchDir, checked: &[CheckedInput], budget_bytes: u64) -> Result<()> {
+fn check_scratch_space(
+    scratch: &ScratchDir,
+    checked: &[CheckedInput],
+    budget_bytes: u64,
+) -> Result<()> {
     let decoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
     if decoded_estimate <= budget_bytes {
         return Ok(());

@@ -108,7 +108,9 @@ impl CompactOptions {
 /// all binary) suffix, e.g. `64MiB`, `512k`, `1048576`.
 pub fn parse_size(raw: &str) -> Result<u64> {
     let bad = || Error::Config {
-        message: format!("size {raw:?} should be bytes or a number with KiB, MiB or GiB, e.g. 64MiB"),
+        message: format!(
+            "size {raw:?} should be bytes or a number with KiB, MiB or GiB, e.g. 64MiB"
+        ),
     };
     let s = raw.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());

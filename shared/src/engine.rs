@@ -13,8 +13,8 @@ use crate::error::{Error, Result};
 use crate::input::{CheckedInput, SizedBatches};
 use crate::key::SortKey;
 use crate::merge::{MergeSettings, RunSource, merge_runs};
-use crate::runs::ScratchDir;
 use crate::runs::RunFormation;
+use crate::runs::ScratchDir;
 use crate::schema::{UnifiedSchema, conform};
 use crate::sink::ChunkSink;
 
@@ -100,7 +100,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
             continue;
         }
         let reader = SizedBatches::open(input, read_target).map_err(|e| SortFailure::BadInput {
-                position,
+            position,
             reason: e.to_string(),
         })?;
         let mut row = 0u64;
@@ -136,7 +136,15 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         chunk_rows: OUTPUT_CHUNK_ROWS,
         run_batch_target_bytes: share,
     };
-    let merged = merge_runs(sources, schema, &key, settings, job.scratch, job.gauge, sink)?;
+    let merged = merge_runs(
+        sources,
+        schema,
+        &key,
+        settings,
+        job.scratch,
+        job.gauge,
+        sink,
+    )?;
     stats.merge_passes = merged.passes;
     stats.spill_bytes += merged.intermediate_bytes;
     Ok(stats)

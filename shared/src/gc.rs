@@ -81,7 +81,10 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
         .filter(|o| past_grace(o.last_modified.timestamp_millis()))
         .map(|o| o.location.to_string())
         .collect();
-    let prunable = inputs.manifest_keys.len().saturating_sub(KEEP_MANIFEST_VERSIONS);
+    let prunable = inputs
+        .manifest_keys
+        .len()
+        .saturating_sub(KEEP_MANIFEST_VERSIONS);
     let manifests = inputs.manifest_keys[..prunable]
         .iter()
         .map(|k| k.to_string())
@@ -139,9 +142,8 @@ pub async fn collect_garbage(
             .map(|k| Path::from(k.as_str()))
             .collect();
         let store_ref = store.object_store();
-        let mut results = store_ref.delete_stream(
-            futures::stream::iter(keys.into_iter().map(Ok)).boxed(),
-        );
+        let mut results =
+            store_ref.delete_stream(futures::stream::iter(keys.into_iter().map(Ok)).boxed());
         while let Some(result) = results.next().await {
             match result {
                 Ok(_) | Err(object_store::Error::NotFound { .. }) => deleted += 1,

@@ -49,7 +49,9 @@ pub struct CheckedInput {
     pub declared_sort_key: Option<String>,
 }
 
-fn open(staged: &StagedInput) -> std::result::Result<ParquetRecordBatchReaderBuilder<File>, String> {
+fn open(
+    staged: &StagedInput,
+) -> std::result::Result<ParquetRecordBatchReaderBuilder<File>, String> {
     let file = File::open(&staged.local).map_err(|e| format!("cannot open local copy: {e}"))?;
     ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| format!("not a readable Parquet file: {e}"))
@@ -138,7 +140,11 @@ fn validate_rows(
         let values = as_i64.as_primitive::<Int64Type>();
         for i in 0..values.len() {
             if time.is_null(i) {
-                return Err(format!("row {}: {} is null", row_base + i as u64, keys.time));
+                return Err(format!(
+                    "row {}: {} is null",
+                    row_base + i as u64,
+                    keys.time
+                ));
             }
             let t = values.value(i);
             if values.is_null(i) || t < start || t >= end {

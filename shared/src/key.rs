@@ -9,10 +9,10 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::SortOptions;
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
 use arrow::row::{RowConverter, Rows, SortField};
-use arrow::compute::SortOptions;
 
 use crate::error::{Error, Result};
 use crate::schema::UnifiedSchema;
@@ -34,9 +34,15 @@ impl SortKey {
         };
         let mut fields = Vec::new();
         if schema.service_index.is_some() {
-            fields.push(SortField::new_with_options(DataType::Utf8, ascending_nulls_first));
+            fields.push(SortField::new_with_options(
+                DataType::Utf8,
+                ascending_nulls_first,
+            ));
         }
-        fields.push(SortField::new_with_options(DataType::Int64, ascending_nulls_first));
+        fields.push(SortField::new_with_options(
+            DataType::Int64,
+            ascending_nulls_first,
+        ));
         let converter =
             RowConverter::new(fields).map_err(|e| Error::arrow("building the sort key", e))?;
         Ok(Self {
@@ -95,7 +101,13 @@ mod tests {
         let batch = RecordBatch::try_new(
             schema,
             vec![
-                Arc::new(StringArray::from(vec![Some("b"), None, Some("a"), Some("a"), Some("ab")])),
+                Arc::new(StringArray::from(vec![
+                    Some("b"),
+                    None,
+                    Some("a"),
+                    Some("a"),
+                    Some("ab"),
+                ])),
                 Arc::new(Int64Array::from(vec![1, 9, 5, -3, 0])),
             ],
         )

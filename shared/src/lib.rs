@@ -77,7 +77,6 @@
 //! The sort runs on a blocking section of a multi-threaded Tokio runtime
 //! (`block_in_place`); callers use `#[tokio::main]` or `Builder::new_multi_thread`.
 
-
 pub mod baseline;
 pub mod budget;
 pub mod compact;
@@ -85,12 +84,16 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod gc;
+#[cfg(feature = "generate")]
+pub mod generate;
 pub mod input;
+pub mod inspect;
 pub mod key;
 pub mod manifest;
 pub mod memory;
 pub mod merge;
 pub mod partition;
+pub mod prune;
 pub mod report;
 pub mod runs;
 pub mod schema;

@@ -105,7 +105,9 @@ impl fmt::Display for PartitionId {
 /// Parses `YYYY-MM-DDTHH` as a UTC hour.
 pub fn parse_hour(hour: &str) -> Result<DateTime<Utc>> {
     let bad = || Error::Partition {
-        message: format!("hour {hour:?} is not of the form YYYY-MM-DDTHH (UTC), e.g. 2026-11-29T10"),
+        message: format!(
+            "hour {hour:?} is not of the form YYYY-MM-DDTHH (UTC), e.g. 2026-11-29T10"
+        ),
     };
     let bytes = hour.as_bytes();
     if bytes.len() != 13 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[10] != b'T' {
@@ -195,7 +197,11 @@ impl Layout {
 
     /// Directory of a partition's ingest files.
     pub fn ingest_dir(&self, partition: &PartitionId) -> Path {
-        Path::from(format!("{}/{}", self.ingest_prefix, partition.relative_dir()))
+        Path::from(format!(
+            "{}/{}",
+            self.ingest_prefix,
+            partition.relative_dir()
+        ))
     }
 
     /// Directory of a partition's compacted outputs.
@@ -225,7 +231,10 @@ impl Layout {
             .strip_prefix(&self.ingest_prefix)
             .and_then(|r| r.strip_prefix('/'))
             .ok_or_else(|| Error::Partition {
-                message: format!("key {key:?} is not under the ingest prefix {}/", self.ingest_prefix),
+                message: format!(
+                    "key {key:?} is not under the ingest prefix {}/",
+                    self.ingest_prefix
+                ),
             })?;
         let (partition, file) = parse_partition_path(rest).map_err(|message| Error::Partition {
             message: format!("key {key:?}: {message}"),
@@ -285,7 +294,7 @@ fn parse_partition_path(path: &str) -> std::result::Result<(PartitionId, Option<
     };
     let file = match segments.get(5) {
         None => None,
-        Some(f) if f.is_empty() => return Err("empty file name".into()),
+        Some(&"") => return Err("empty file name".into()),
         Some(f) => Some((*f).to_string()),
     };
     Ok((partition, file))
@@ -300,7 +309,10 @@ mod tests {
         let p = PartitionId::parse("acme", "2026-11-29T10").unwrap();
         let layout = Layout::default();
         let key = format!("{}/f1.parquet", layout.ingest_dir(&p));
-        assert_eq!(key, "data/tenant=acme/year=2026/month=11/day=29/hour=10/f1.parquet");
+        assert_eq!(
+            key,
+            "data/tenant=acme/year=2026/month=11/day=29/hour=10/f1.parquet"
+        );
         let (parsed, file) = layout.parse_ingest_key(&key).unwrap();
         assert_eq!(parsed, p);
         assert_eq!(file, "f1.parquet");
@@ -328,14 +340,23 @@ mod tests {
             "compacted/tenant=acme/year=2026/month=11/day=29/hour=10/f.parquet",
             "datax/tenant=acme/year=2026/month=11/day=29/hour=10/f.parquet",
         ] {
-            assert!(layout.parse_ingest_key(key).is_err(), "{key} should be rejected");
+            assert!(
+                layout.parse_ingest_key(key).is_err(),
+                "{key} should be rejected"
+            );
         }
     }
 
     #[test]
     fn parses_hours_strictly() {
         assert!(parse_hour("2026-11-29T10").is_ok());
-        for bad in ["2026-11-29", "2026-11-29T24", "2026-1-29T10", "2026-11-29 10", "+026-11-29T10"] {
+        for bad in [
+            "2026-11-29",
+            "2026-11-29T24",
+            "2026-1-29T10",
+            "2026-11-29 10",
+            "+026-11-29T10",
+        ] {
             assert!(parse_hour(bad).is_err(), "{bad}");
         }
     }

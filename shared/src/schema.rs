@@ -199,9 +199,8 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
         .map(|field| -> Result<ArrayRef> {
             match batch.column_by_name(field.name()) {
                 Some(col) if col.data_type() == field.data_type() => Ok(Arc::clone(col)),
-                Some(col) => cast_with_options(col, field.data_type(), &options).map_err(|e| {
-                    Error::arrow(format!("converting column {:?}", field.name()), e)
-                }),
+                Some(col) => cast_with_options(col, field.data_type(), &options)
+                    .map_err(|e| Error::arrow(format!("converting column {:?}", field.name()), e)),
                 None => Ok(new_null_array(field.data_type(), rows)),
             }
         })
@@ -232,7 +231,10 @@ mod tests {
             ("body", DataType::LargeUtf8),
         ]);
         let b = schema(vec![
-            ("service.name", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))),
+            (
+                "service.name",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            ),
             ("time_unix_nano", DataType::Int64),
             ("extra", DataType::Int32),
         ]);
@@ -265,8 +267,14 @@ mod tests {
     #[test]
     fn rejects_conflicts_and_bad_keys() {
         let keys = KeyColumns::default();
-        let good = schema(vec![("time_unix_nano", DataType::Int64), ("x", DataType::Utf8)]);
-        let conflict = schema(vec![("time_unix_nano", DataType::Int64), ("x", DataType::Int64)]);
+        let good = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("x", DataType::Utf8),
+        ]);
+        let conflict = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("x", DataType::Int64),
+        ]);
         let no_time = schema(vec![("x", DataType::Utf8)]);
         let bad_time = schema(vec![("time_unix_nano", DataType::Utf8)]);
         let bad_service = schema(vec![
@@ -291,15 +299,25 @@ mod tests {
         assert!(u.is_some());
         let positions: Vec<_> = rejected.iter().map(|r| r.position).collect();
         assert_eq!(positions, [1, 2, 3, 4, 5]);
-        assert!(rejected[0].reason.contains("earlier input good"), "{}", rejected[0].reason);
+        assert!(
+            rejected[0].reason.contains("earlier input good"),
+            "{}",
+            rejected[0].reason
+        );
         assert!(rejected[1].reason.contains("missing"));
     }
 
     #[test]
     fn null_typed_columns_take_the_real_type() {
         let keys = KeyColumns::default();
-        let a = schema(vec![("time_unix_nano", DataType::Int64), ("x", DataType::Null)]);
-        let b = schema(vec![("time_unix_nano", DataType::Int64), ("x", DataType::Int32)]);
+        let a = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("x", DataType::Null),
+        ]);
+        let b = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("x", DataType::Int32),
+        ]);
         let (u, rejected) = unify(&[("a", &a), ("b", &b)], &keys);
         assert!(rejected.is_empty());
         assert_eq!(u.unwrap().schema.field(1).data_type(), &DataType::Int32);

@@ -42,7 +42,9 @@ impl StoreUrl {
         if let Some(rest) = raw.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                return Err(bad("s3:// URL needs a bucket, e.g. s3://logs-bucket/prefix"));
+                return Err(bad(
+                    "s3:// URL needs a bucket, e.g. s3://logs-bucket/prefix",
+                ));
             }
             let prefix = prefix.trim_matches('/');
             if prefix.split('/').any(|s| s == "..") {
@@ -93,7 +95,8 @@ impl Store {
                         .with_allow_http(endpoint.starts_with("http://"))
                         .with_virtual_hosted_style_request(false);
                 }
-                if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()
+                if std::env::var("AWS_REGION").is_err()
+                    && std::env::var("AWS_DEFAULT_REGION").is_err()
                 {
                     builder = builder.with_region("us-east-1");
                 }
@@ -123,7 +126,10 @@ impl Store {
                     display: raw.to_string(),
                 })
             }
-            StoreUrl::Memory => Ok(Self::from_object_store(Arc::new(InMemory::new()), "memory://")),
+            StoreUrl::Memory => Ok(Self::from_object_store(
+                Arc::new(InMemory::new()),
+                "memory://",
+            )),
         }
     }
 
@@ -153,9 +159,10 @@ impl Store {
 
     /// The local file of a key, when the store is a local directory.
     pub fn local_path(&self, key: &Path) -> Option<PathBuf> {
-        self.local_root
-            .as_ref()
-            .map(|root| key.parts().fold(root.clone(), |p, part| p.join(part.as_ref())))
+        self.local_root.as_ref().map(|root| {
+            key.parts()
+                .fold(root.clone(), |p, part| p.join(part.as_ref()))
+        })
     }
 
     /// Lists every object under a prefix, sorted by key.

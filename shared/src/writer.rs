@@ -54,7 +54,9 @@ pub fn output_properties(
     let time_leaf = leaf_index(schema, &keys.time)?;
     let mut sorting = Vec::new();
     let mut builder = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(|e| Error::parquet("zstd level", e))?))
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).map_err(|e| Error::parquet("zstd level", e))?,
+        ))
         .set_dictionary_enabled(true)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(None)
@@ -93,7 +95,11 @@ pub struct OutputWriter<W: Write + Send> {
 
 impl<W: Write + Send> OutputWriter<W> {
     /// A writer of `schema` with `properties` into `sink`.
-    pub fn try_new(sink: W, schema: std::sync::Arc<Schema>, properties: WriterProperties) -> Result<Self> {
+    pub fn try_new(
+        sink: W,
+        schema: std::sync::Arc<Schema>,
+        properties: WriterProperties,
+    ) -> Result<Self> {
         let writer = ArrowWriter::try_new(sink, schema, Some(properties))
             .map_err(|e| Error::parquet("compacted output", e))?;
         Ok(Self { writer, rows: 0 })

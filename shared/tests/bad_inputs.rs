@@ -45,35 +45,55 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
     let truncated = valid.slice(0..valid.len() / 2);
     let empty_rows = parquet_bytes(&[rows_batch(&[])], 100);
     let no_time = parquet_bytes(
-        &[batch(vec![("service.name", Arc::new(StringArray::from(vec!["a"])))])],
+        &[batch(vec![(
+            "service.name",
+            Arc::new(StringArray::from(vec!["a"])),
+        )])],
         10,
     );
     let conflicting = parquet_bytes(
         &[batch(vec![
-            ("time_unix_nano", Arc::new(Int64Array::from(vec![start + 1]))),
+            (
+                "time_unix_nano",
+                Arc::new(Int64Array::from(vec![start + 1])),
+            ),
             ("tag", Arc::new(StringArray::from(vec!["not an integer"]))),
         ])],
         10,
     );
     let outside = parquet_bytes(
-        &[rows_batch(&[(Some("a".into()), start + 1, 3), (Some("a".into()), end, 4)])],
+        &[rows_batch(&[
+            (Some("a".into()), start + 1, 3),
+            (Some("a".into()), end, 4),
+        ])],
         10,
     );
     let wrong_tenant = parquet_bytes(
         &[batch(vec![
-            ("time_unix_nano", Arc::new(UInt64Array::from(vec![start as u64 + 1]))),
+            (
+                "time_unix_nano",
+                Arc::new(UInt64Array::from(vec![start as u64 + 1])),
+            ),
             ("tenant_id", Arc::new(StringArray::from(vec!["globex"]))),
         ])],
         10,
     );
     let bad: Vec<(&str, Bytes, &str)> = vec![
-        ("b1-garbage.parquet", Bytes::from_static(b"this is not parquet at all"), "not a readable Parquet"),
+        (
+            "b1-garbage.parquet",
+            Bytes::from_static(b"this is not parquet at all"),
+            "not a readable Parquet",
+        ),
         ("b2-truncated.parquet", truncated, "not a readable Parquet"),
         ("b3-empty.parquet", Bytes::new(), "empty"),
         ("b4-no-rows.parquet", empty_rows, "no rows"),
         ("b5-no-time.parquet", no_time, "time column"),
         ("b6-conflict.parquet", conflicting, "earlier input"),
-        ("b7-outside.parquet", outside, "outside the partition's hour"),
+        (
+            "b7-outside.parquet",
+            outside,
+            "outside the partition's hour",
+        ),
         ("b8-tenant.parquet", wrong_tenant, "tenant"),
     ];
     put_bytes(&store, &format!("{dir}/a0-good.parquet"), good).await;
@@ -89,7 +109,12 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
     assert_eq!(report.status, Status::Partial, "{report:?}");
     assert_eq!(report.inputs.files, 1);
     assert_eq!(report.inputs.rows, 2);
-    assert_eq!(report.quarantined.len(), bad.len(), "{:#?}", report.quarantined);
+    assert_eq!(
+        report.quarantined.len(),
+        bad.len(),
+        "{:#?}",
+        report.quarantined
+    );
     for (name, bytes, why) in &bad {
         let key = format!("{dir}/{name}");
         let q = report
@@ -98,20 +123,32 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
             .find(|q| q.file == key)
             .unwrap_or_else(|| panic!("{name} is quarantined"));
         assert!(q.reason.contains(why), "{name}: {}", q.reason);
-        assert_eq!(&get_bytes(&store, &key).await, bytes, "{name} is left untouched");
+        assert_eq!(
+            &get_bytes(&store, &key).await,
+            bytes,
+            "{name} is left untouched"
+        );
     }
     let out = report.output.expect("the good file compacts");
-    let rows: usize = read_parquet(&store, &out.key).await.iter().map(|b| b.num_rows()).sum();
+    let rows: usize = read_parquet(&store, &out.key)
+        .await
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
     assert_eq!(rows, 2);
 
-    let files = partition_files(&store, &layout, &partition).await.expect("files");
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
     assert_eq!(files.live, vec![out.key.clone()]);
     assert_eq!(files.quarantined.len(), bad.len());
 
     // A rerun changes nothing, and quarantined files survive it and garbage collection.
     let mut options = CompactOptions::new(scratch.path());
     options.gc_grace = std::time::Duration::ZERO;
-    let again = compact_partition(&store, &layout, &partition, &options).await.expect("rerun");
+    let again = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("rerun");
     assert_eq!(again.status, Status::Noop);
     for (name, bytes, _) in &bad {
         assert_eq!(&get_bytes(&store, &format!("{dir}/{name}")).await, bytes);

@@ -38,7 +38,12 @@ fn inputs(partition: &PartitionId) -> Vec<Vec<TestRow>> {
         .collect()
 }
 
-fn compact(threads: usize, budget: u64, fan_in: usize, reversed: bool) -> (CompactionReport, Vec<u8>) {
+fn compact(
+    threads: usize,
+    budget: u64,
+    fan_in: usize,
+    reversed: bool,
+) -> (CompactionReport, Vec<u8>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
@@ -76,15 +81,33 @@ fn compact(threads: usize, budget: u64, fan_in: usize, reversed: bool) -> (Compa
 #[test]
 fn byte_identical_across_listing_order_budget_and_threads() {
     let (in_memory, reference) = compact(2, 64 << 20, 64, false);
-    assert_eq!(in_memory.runs_spilled, 0, "the large budget must skip spilling");
+    assert_eq!(
+        in_memory.runs_spilled, 0,
+        "the large budget must skip spilling"
+    );
     assert!(in_memory.output.as_ref().expect("output").row_groups > 1);
 
     let (spilled, bytes) = compact(1, 48 << 10, 3, true);
-    assert!(spilled.runs_spilled > 3, "a small budget must spill runs: {spilled:?}");
-    assert!(spilled.merge_passes > 1, "fan-in 3 must merge hierarchically: {spilled:?}");
-    assert_eq!(bytes, reference, "spilled output differs from the in-memory one");
-    assert_eq!(spilled.output.as_ref().map(|o| &o.key), in_memory.output.as_ref().map(|o| &o.key));
+    assert!(
+        spilled.runs_spilled > 3,
+        "a small budget must spill runs: {spilled:?}"
+    );
+    assert!(
+        spilled.merge_passes > 1,
+        "fan-in 3 must merge hierarchically: {spilled:?}"
+    );
+    assert_eq!(
+        bytes, reference,
+        "spilled output differs from the in-memory one"
+    );
+    assert_eq!(
+        spilled.output.as_ref().map(|o| &o.key),
+        in_memory.output.as_ref().map(|o| &o.key)
+    );
 
     let (_, bytes) = compact(4, 300 << 10, 64, false);
-    assert_eq!(bytes, reference, "output differs with 4 threads and another budget");
+    assert_eq!(
+        bytes, reference,
+        "output differs with 4 threads and another budget"
+    );
 }

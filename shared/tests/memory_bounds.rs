@@ -20,7 +20,13 @@ use ourios_compaction::testing::{parquet_bytes, put_bytes};
 const MIB: u64 = 1 << 20;
 
 /// Rows with `attributes` string columns of `width` bytes each, services interleaved.
-fn batch(partition: &PartitionId, rows: usize, attributes: usize, width: usize, seed: u64) -> RecordBatch {
+fn batch(
+    partition: &PartitionId,
+    rows: usize,
+    attributes: usize,
+    width: usize,
+    seed: u64,
+) -> RecordBatch {
     let (start, _) = partition.time_range_nanos();
     let services = ["checkout", "auth", "search", "ads", "cart"];
     let mut fields = vec![
@@ -28,9 +34,9 @@ fn batch(partition: &PartitionId, rows: usize, attributes: usize, width: usize, 
         Field::new("service.name", DataType::Utf8, true),
     ];
     let mut columns: Vec<ArrayRef> = vec![
-        Arc::new(Int64Array::from_iter_values(
-            (0..rows).map(|r| start + ((r as u64 * 7919 + seed * 104_729) % 3_600_000) as i64 * 1_000_000),
-        )),
+        Arc::new(Int64Array::from_iter_values((0..rows).map(|r| {
+            start + ((r as u64 * 7919 + seed * 104_729) % 3_600_000) as i64 * 1_000_000
+        }))),
         Arc::new(StringArray::from_iter_values(
             (0..rows).map(|r| services[(r + seed as usize) % services.len()]),
         )),
@@ -38,14 +44,24 @@ fn batch(partition: &PartitionId, rows: usize, attributes: usize, width: usize, 
     for a in 0..attributes {
         fields.push(Field::new(format!("attr_{a:02}"), DataType::Utf8, true));
         // Highly repetitive text: tiny when encoded, `width` bytes per row when decoded.
-        let value = format!("{a:02}-{}", "lorem ipsum dolor sit amet ".repeat(width / 27 + 1));
+        let value = format!(
+            "{a:02}-{}",
+            "lorem ipsum dolor sit amet ".repeat(width / 27 + 1)
+        );
         let value = &value[..width];
-        columns.push(Arc::new(StringArray::from_iter_values((0..rows).map(|_| value))));
+        columns.push(Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|_| value),
+        )));
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("batch")
 }
 
-async fn run(files: Vec<RecordBatch>, rows_per_group: usize, budget: u64, fan_in: usize) -> (CompactionReport, u64) {
+async fn run(
+    files: Vec<RecordBatch>,
+    rows_per_group: usize,
+    budget: u64,
+    fan_in: usize,
+) -> (CompactionReport, u64) {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
     let layout = Layout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
@@ -70,15 +86,20 @@ async fn run(files: Vec<RecordBatch>, rows_per_group: usize, budget: u64, fan_in
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let files: Vec<RecordBatch> = (0..600).map(|i| batch(&partition, 200, 4, 250, i)).collect();
-    let decoded: u64 = files.iter().map(|b| batch_memory_bytes(b)).sum();
+    let files: Vec<RecordBatch> = (0..600)
+        .map(|i| batch(&partition, 200, 4, 250, i))
+        .collect();
+    let decoded: u64 = files.iter().map(batch_memory_bytes).sum();
     // Encoded total is small: set B to twice it, as the seed's skip-spill gate would.
     let encoded: u64 = files
         .iter()
         .map(|b| parquet_bytes(std::slice::from_ref(b), 1000).len() as u64)
         .sum();
     let budget = 2 * encoded;
-    assert!(decoded > 4 * budget, "fixture: decoded {decoded} must dwarf B {budget}");
+    assert!(
+        decoded > 4 * budget,
+        "fixture: decoded {decoded} must dwarf B {budget}"
+    );
     let (report, _) = run(files, 1000, budget, 64).await;
     assert!(report.runs_spilled > 1, "{report:?}");
     assert!(
@@ -91,11 +112,16 @@ async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wide_rows_merge_within_the_byte_budget() {
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let files: Vec<RecordBatch> = (0..12).map(|i| batch(&partition, 1500, 40, 250, i)).collect();
+    let files: Vec<RecordBatch> = (0..12)
+        .map(|i| batch(&partition, 1500, 40, 250, i))
+        .collect();
     let budget = 8 * MIB;
     let (report, _) = run(files, 500, budget, 4).await;
     assert!(report.runs_spilled > 4, "{report:?}");
-    assert!(report.merge_passes > 1, "fan-in 4 must merge hierarchically: {report:?}");
+    assert!(
+        report.merge_passes > 1,
+        "fan-in 4 must merge hierarchically: {report:?}"
+    );
     assert!(
         report.peak_decoded_bytes <= budget + budget / 2 + MIB,
         "peak {} over B {budget}",

@@ -35,7 +35,10 @@ fn tags(batches: &[RecordBatch]) -> Vec<i64> {
 }
 
 fn files_strategy() -> impl Strategy<Value = Vec<Vec<(usize, i64)>>> {
-    prop::collection::vec(prop::collection::vec((0..SERVICES.len(), 0i64..50), 1..400), 1..7)
+    prop::collection::vec(
+        prop::collection::vec((0..SERVICES.len(), 0i64..50), 1..400),
+        1..7,
+    )
 }
 
 fn run_case(files: Vec<Vec<(usize, i64)>>, budget: u64, fan_in: usize, rows_per_group: usize) {
@@ -64,7 +67,12 @@ fn run_case(files: Vec<Vec<(usize, i64)>>, budget: u64, fan_in: usize, rows_per_
         let dir = layout.ingest_dir(&partition);
         for (i, rows) in files.iter().enumerate() {
             let key = format!("{dir}/f{i:03}.parquet");
-            put_bytes(&store, &key, parquet_bytes(&[rows_batch(rows)], rows_per_group)).await;
+            put_bytes(
+                &store,
+                &key,
+                parquet_bytes(&[rows_batch(rows)], rows_per_group),
+            )
+            .await;
         }
         let scratch = tempfile::tempdir().expect("scratch");
         let mut options = CompactOptions::new(scratch.path());
@@ -100,5 +108,10 @@ proptest! {
 
 #[test]
 fn fits_in_memory_without_spilling() {
-    run_case(vec![vec![(1, 5), (0, 3), (3, 1)], vec![(1, 5), (2, 0)]], 64 << 20, 64, 10);
+    run_case(
+        vec![vec![(1, 5), (0, 3), (3, 1)], vec![(1, 5), (2, 0)]],
+        64 << 20,
+        64,
+        10,
+    );
 }

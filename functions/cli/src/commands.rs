@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{
     CompactOptions, DEFAULT_BUDGET_BYTES, budget_for_function_memory, parse_duration, parse_size,
 };
-use ourios_compaction::compact::compact_partition;
 use ourios_compaction::gc::collect_garbage;
 use ourios_compaction::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::inspect::inspect_object;
@@ -121,10 +121,20 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 println!("{}", to_json(&report));
             } else {
                 let verb = if dry_run { "would delete" } else { "deleted" };
-                for key in report.plan.retired.iter().chain(&report.plan.orphans).chain(&report.plan.manifests) {
+                for key in report
+                    .plan
+                    .retired
+                    .iter()
+                    .chain(&report.plan.orphans)
+                    .chain(&report.plan.manifests)
+                {
                     println!("{verb} {key}");
                 }
-                println!("{verb} {} objects in {}", report.plan.len(), report.partition);
+                println!(
+                    "{verb} {} objects in {}",
+                    report.plan.len(),
+                    report.partition
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -152,7 +162,10 @@ fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
         let (bucket, key) = rest.split_once('/').ok_or_else(|| Error::Config {
             message: format!("{file:?} should be s3://bucket/key.parquet"),
         })?;
-        return Ok((Store::open(&format!("s3://{bucket}"))?, object_store::path::Path::from(key)));
+        return Ok((
+            Store::open(&format!("s3://{bucket}"))?,
+            object_store::path::Path::from(key),
+        ));
     }
     let path = match file.strip_prefix("file://") {
         Some(p) => PathBuf::from(p),
@@ -167,7 +180,10 @@ fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
         });
     };
     let store = Store::open(&dir.to_string_lossy())?;
-    Ok((store, object_store::path::Path::from(name.to_string_lossy().as_ref())))
+    Ok((
+        store,
+        object_store::path::Path::from(name.to_string_lossy().as_ref()),
+    ))
 }
 
 /// The budget: the flag, else a quarter of the Lambda function's memory, else 64 MiB.

@@ -21,7 +21,9 @@ const MARKER: &str = ".ourios-demo-store";
 fn fresh_store(dir: &FsPath) -> Result<Store> {
     if dir.exists() {
         let is_ours = dir.join(MARKER).exists();
-        let is_empty = std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(false);
+        let is_empty = std::fs::read_dir(dir)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false);
         if !is_ours && !is_empty {
             return Err(Error::Config {
                 message: format!(
@@ -52,7 +54,12 @@ struct Shape {
     scanned: usize,
 }
 
-async fn shape(store: &Store, layout: &Layout, partition: &PartitionId, window: &WindowPredicate) -> Result<Shape> {
+async fn shape(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    window: &WindowPredicate,
+) -> Result<Shape> {
     let files = partition_files(store, layout, partition).await?;
     let keys = KeyColumns::default();
     let mut shape = Shape {
@@ -63,12 +70,15 @@ async fn shape(store: &Store, layout: &Layout, partition: &PartitionId, window: 
     for key in &files.live {
         let path = store
             .local_path(&object_store::path::Path::from(key.as_str()))
-            .ok_or_else(|| Error::invariant("demo store is local"))?;
+            .ok_or_else(|| Error::Invariant {
+                message: "demo store is local".into(),
+            })?;
         let file = std::fs::File::open(&path).map_err(|e| Error::Config {
             message: format!("{}: {e}", path.display()),
         })?;
-        let reader = SerializedFileReader::new(file)
-            .map_err(|e| Error::Config { message: format!("{key}: {e}") })?;
+        let reader = SerializedFileReader::new(file).map_err(|e| Error::Config {
+            message: format!("{key}: {e}"),
+        })?;
         let count = count_row_groups(reader.metadata(), &keys, window);
         shape.row_groups += count.row_groups_total;
         shape.scanned += count.row_groups_scanned;
@@ -133,7 +143,10 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
         "\"window reads\": row groups a query for service {service:?} over minutes 20-30 of the hour must read,"
     );
     println!("after pruning on footer statistics. Inspect a compacted file with:");
-    println!("  ourios-compact inspect {}/compacted/tenant=acme/year=2026/month=11/day=29/hour=10/<file>", dir.display());
+    println!(
+        "  ourios-compact inspect {}/compacted/tenant=acme/year=2026/month=11/day=29/hour=10/<file>",
+        dir.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -179,7 +192,9 @@ pub async fn run_bench(
         let report = compact_partition(&store, &layout, &partition, &options).await?;
         sorted_ms.push(t.elapsed().as_millis() as u64);
         if report.output.is_none() {
-            return Err(Error::invariant(format!("bench compaction wrote nothing: {:?}", report.error)));
+            return Err(Error::Invariant {
+                message: format!("bench compaction wrote nothing: {:?}", report.error),
+            });
         }
         // Undo the commit so the next repetition compacts the same inputs again.
         for sub in ["compacted", "_compaction"] {
@@ -194,7 +209,9 @@ pub async fn run_bench(
         last = Some((plain, report));
     }
     let Some((plain, report)) = last else {
-        return Err(Error::invariant("no bench run"));
+        return Err(Error::Invariant {
+            message: "no bench run".into(),
+        });
     };
     let (plain_med, sorted_med) = (median(plain_ms), median(sorted_ms));
     let ratio = sorted_med as f64 / plain_med.max(1) as f64;
@@ -217,7 +234,10 @@ pub async fn run_bench(
     if json {
         println!("{result}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).unwrap_or_default()
+        );
     }
     let _ = std::fs::remove_dir_all(dir);
     Ok(ExitCode::SUCCESS)

@@ -23,15 +23,26 @@ pub fn parse_version(key: &Path) -> Option<u64> {
 }
 
 /// Every manifest version present for a partition, ascending.
-pub async fn list_versions(store: &Store, layout: &Layout, partition: &PartitionId) -> Result<Vec<u64>> {
+pub async fn list_versions(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+) -> Result<Vec<u64>> {
     let listing = store.list_sorted(&layout.manifest_dir(partition)).await?;
-    let mut versions: Vec<u64> = listing.iter().filter_map(|m| parse_version(&m.location)).collect();
+    let mut versions: Vec<u64> = listing
+        .iter()
+        .filter_map(|m| parse_version(&m.location))
+        .collect();
     versions.sort_unstable();
     Ok(versions)
 }
 
 /// The latest manifest of a partition, or the empty version-0 state.
-pub async fn load_latest(store: &Store, layout: &Layout, partition: &PartitionId) -> Result<Manifest> {
+pub async fn load_latest(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+) -> Result<Manifest> {
     let versions = list_versions(store, layout, partition).await?;
     match versions.last() {
         None => Ok(Manifest::empty(&partition.relative_dir())),
@@ -58,7 +69,10 @@ async fn load_version(
     if manifest.version != version {
         return Err(Error::Manifest {
             key: key.to_string(),
-            message: format!("holds version {} under the name of {version}", manifest.version),
+            message: format!(
+                "holds version {} under the name of {version}",
+                manifest.version
+            ),
         });
     }
     Ok(manifest)
@@ -172,7 +186,10 @@ pub async fn commit(
             .await;
         match put {
             Ok(_) => return Ok(CommitOutcome::Committed(next)),
-            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {
                 base = load_latest(store, layout, partition).await?;
             }
             Err(e) => {
@@ -197,7 +214,10 @@ mod tests {
 
     #[test]
     fn parses_version_names() {
-        assert_eq!(parse_version(&Path::from("a/v00000000000000000007.json")), Some(7));
+        assert_eq!(
+            parse_version(&Path::from("a/v00000000000000000007.json")),
+            Some(7)
+        );
         assert_eq!(parse_version(&Path::from("a/v7.json")), None);
         assert_eq!(parse_version(&Path::from("a/x.json")), None);
     }

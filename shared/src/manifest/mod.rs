@@ -10,9 +10,7 @@
 mod commit;
 mod live;
 
-pub use commit::{
-    CommitOutcome, CommitRequest, commit, list_versions, load_latest, parse_version,
-};
+pub use commit::{CommitOutcome, CommitRequest, commit, list_versions, load_latest, parse_version};
 pub use live::{LiveSet, live_set};
 
 use serde::{Deserialize, Serialize};

@@ -65,7 +65,11 @@ pub(super) struct Cursor {
 
 impl Cursor {
     /// Opens a source; `None` when it holds no rows.
-    pub(super) fn open(source: RunSource, key: &SortKey, gauge: &MemoryGauge) -> Result<Option<Self>> {
+    pub(super) fn open(
+        source: RunSource,
+        key: &SortKey,
+        gauge: &MemoryGauge,
+    ) -> Result<Option<Self>> {
         let (name, mut batches, check_order): (String, BatchIter, bool) = match source {
             RunSource::Spilled(run) => {
                 let name = run.path.display().to_string();
@@ -115,7 +119,9 @@ impl Cursor {
             self.position += 1;
             return Ok(Advance::SameBatch);
         }
-        let last = self.check_order.then(|| self.rows.row(self.position).owned());
+        let last = self
+            .check_order
+            .then(|| self.rows.row(self.position).owned());
         match next_non_empty(&mut self.batches, key, gauge)? {
             Some((batch, rows, charge)) => {
                 self._charge = charge;

@@ -70,7 +70,11 @@ pub fn merge_runs(
             }
             let mut writer = RunWriter::create(scratch.file("merged", "arrow"), schema)?;
             let removable: Vec<_> = group.iter().filter_map(|s| s.spilled_path()).collect();
-            let row_bytes = group.iter().map(RunSource::max_row_bytes).max().unwrap_or(1);
+            let row_bytes = group
+                .iter()
+                .map(RunSource::max_row_bytes)
+                .max()
+                .unwrap_or(1);
             let rows = (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, 1024);
             merge_pass(group, key, rows as usize, gauge, &mut writer)?;
             let run: SortedRun = writer.finish()?;

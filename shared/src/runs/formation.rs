@@ -73,7 +73,8 @@ impl<'a> RunFormation<'a> {
             return Ok(());
         }
         let rows = self.key.rows(&batch)?;
-        let bytes = crate::budget::batch_memory_bytes(&batch) + rows.size() as u64
+        let bytes = crate::budget::batch_memory_bytes(&batch)
+            + rows.size() as u64
             + INDEX_BYTES_PER_ROW * batch.num_rows() as u64;
         self.buffered_bytes += bytes;
         self.buffered_rows += batch.num_rows();
@@ -137,7 +138,12 @@ impl<'a> RunFormation<'a> {
         let mut writer = RunWriter::create(self.scratch.file("run", "arrow"), &self.schema)?;
         self.drain_sorted(rows_per_batch, &mut writer)?;
         let run = writer.finish()?;
-        tracing::debug!(run = self.runs.len(), rows = run.rows, bytes = run.file_bytes, "spilled run");
+        tracing::debug!(
+            run = self.runs.len(),
+            rows = run.rows,
+            bytes = run.file_bytes,
+            "spilled run"
+        );
         self.spill_bytes += run.file_bytes;
         self.runs.push(run);
         Ok(())

@@ -114,8 +114,8 @@ impl Iterator for RunReader {
     type Item = Result<RecordBatch>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.reader.next().map(|r| {
-            r.map_err(|e| Error::arrow(format!("reading run {}", self.path.display()), e))
-        })
+        self.reader
+            .next()
+            .map(|r| r.map_err(|e| Error::arrow(format!("reading run {}", self.path.display()), e)))
     }
 }
