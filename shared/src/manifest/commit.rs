@@ -123,6 +123,22 @@ fn stale_input(base: &Manifest, request: &CommitRequest, compacted_prefix: &str)
     })
 }
 
+/// Whether `latest` already holds the change of `request` (its output live or since retired,
+/// its bad inputs recorded).
+fn reflects(latest: &Manifest, request: &CommitRequest) -> bool {
+    let output_applied = match &request.output {
+        Some(output) => {
+            latest.has_compacted(&output.key) || latest.retired.iter().any(|r| r.key == output.key)
+        }
+        None => request.inputs.iter().all(|key| latest.excludes(key)),
+    };
+    output_applied
+        && request
+            .quarantined
+            .iter()
+            .all(|q| latest.quarantined.iter().any(|e| e.key == q.key))
+}
+
 fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
     let mut next = base.clone();
     next.version = base.version + 1;
@@ -185,7 +201,27 @@ pub async fn commit(
             .put_opts(&key, PutPayload::from(next.encode()), options)
             .await;
         match put {
-            Ok(_) => return Ok(CommitOutcome::Committed(next)),
+            Ok(_) => {
+                // INVARIANT: a version is the state only while no higher one exists. GC prunes
+                // old versions, so a committer more than KEEP_MANIFEST_VERSIONS behind can
+                // re-create a pruned number: such a version is shadowed, never read, and the
+                // commit is retried on the real latest. A higher version that already holds
+                // our change was built on ours: we won.
+                let latest = load_latest(store, layout, partition).await?;
+                if latest.version == next.version || reflects(&latest, request) {
+                    return Ok(CommitOutcome::Committed(next));
+                }
+                tracing::warn!(
+                    partition = %partition,
+                    version = next.version,
+                    latest = latest.version,
+                    "committed on a pruned manifest version; retrying on the latest"
+                );
+                if let Err(e) = store.object_store().delete(&key).await {
+                    tracing::warn!(key = %key, error = %e, "could not delete a shadowed manifest version; GC will prune it");
+                }
+                base = latest;
+            }
             Err(
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },

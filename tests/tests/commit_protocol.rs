@@ -1,0 +1,230 @@
+//! The commit protocol's outcomes, in memory and on the S3 test server: a retried job is a
+//! `noop` (DESIGN §5, invariant 6); a job whose inputs another compactor committed first is a
+//! `noop` (identical work) or a `conflict` (different work), never a second copy of the rows
+//! (invariants 1 and 2); a committer far behind a pruned manifest history is rebased, never
+//! left believing it won with a version nobody reads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ourios_compaction::compact::compact_partition;
+use ourios_compaction::config::CompactOptions;
+use ourios_compaction::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
+use ourios_compaction::manifest::{CommitOutcome, Manifest, commit, list_versions, load_latest};
+use ourios_compaction::partition::Layout;
+use ourios_compaction::report::Status;
+use ourios_compaction::store::Store;
+use ourios_compaction::testing::FaultyStore;
+use ourios_integration_tests::{
+    all_keys, assert_exactly_once, commit_request as request, land_file, land_files, live_tags,
+    open_memory, open_s3, test_partition,
+};
+
+fn options(scratch: &std::path::Path) -> CompactOptions {
+    let mut options = CompactOptions::new(scratch);
+    options.budget_bytes = 64 << 10;
+    options
+}
+
+async fn retried_job_is_noop(store: Store) {
+    let layout = Layout::default();
+    let partition = test_partition();
+    let scratch = tempfile::tempdir().expect("scratch");
+    let expected = land_files(&store, &layout, &partition, 3, 200).await;
+    let first = compact_partition(&store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("first run");
+    assert_eq!(first.status, Status::Compacted, "{first:?}");
+    let keys = all_keys(&store).await;
+    let second = compact_partition(&store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("second run");
+    assert_eq!(second.status, Status::Noop, "{second:?}");
+    assert_eq!(second.manifest_version, first.manifest_version);
+    assert_eq!(all_keys(&store).await, keys, "a noop writes nothing");
+    assert_exactly_once(
+        &live_tags(&store, &layout, &partition).await,
+        &expected,
+        "after a retried job",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retried_job_is_noop_in_memory() {
+    retried_job_is_noop(open_memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retried_job_is_noop_on_s3() {
+    retried_job_is_noop(open_s3("retry")).await;
+}
+
+/// Job A reads the partition; before it commits, job B compacts it (after a late file landed
+/// when `late_file`). A must end `noop` (same inputs) or `conflict` (B's inputs differ), and
+/// the rows stay live exactly once.
+async fn inputs_compacted_by_someone_else(store: Store, late_file: bool) -> Status {
+    let layout = Layout::default();
+    let partition = test_partition();
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut expected = land_files(&store, &layout, &partition, 3, 200).await;
+    let late_tags: Vec<i64> = (9000..9050).collect();
+    let other = {
+        let store = store.clone();
+        let layout = layout.clone();
+        let partition = partition.clone();
+        let options = options(scratch.path());
+        async move {
+            if late_file {
+                land_file(&store, &layout, &partition, "late.parquet", 9000, 50).await;
+            }
+            let report = compact_partition(&store, &layout, &partition, &options)
+                .await
+                .expect("job B runs");
+            assert_eq!(report.status, Status::Compacted, "job B wins: {report:?}");
+        }
+    };
+    if late_file {
+        expected.extend(late_tags);
+    }
+    let interposed =
+        FaultyStore::new(Arc::clone(store.object_store()), None).with_hook_before_upload(other);
+    let job_a_store = Store::from_object_store(Arc::new(interposed), "interposed");
+    let report = compact_partition(&job_a_store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("job A runs");
+    assert_exactly_once(
+        &live_tags(&store, &layout, &partition).await,
+        &expected,
+        "after a competing commit",
+    );
+    let latest = load_latest(&store, &layout, &partition)
+        .await
+        .expect("latest");
+    assert_eq!(latest.version, 1, "only job B committed");
+    assert_eq!(latest.compacted.len(), 1);
+    let compacted: Vec<String> = all_keys(&store)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("compacted/"))
+        .collect();
+    assert_eq!(
+        compacted,
+        [latest.compacted[0].key.clone()],
+        "the loser leaves no output behind"
+    );
+    report.status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_competing_job_makes_noop_in_memory() {
+    let status = inputs_compacted_by_someone_else(open_memory(), false).await;
+    assert_eq!(status, Status::Noop);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_competing_job_makes_conflict_in_memory() {
+    let status = inputs_compacted_by_someone_else(open_memory(), true).await;
+    assert_eq!(status, Status::Conflict);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn competing_jobs_on_s3() {
+    let status = inputs_compacted_by_someone_else(open_s3("competing"), false).await;
+    assert_eq!(status, Status::Noop);
+    let status = inputs_compacted_by_someone_else(open_s3("competing"), true).await;
+    assert_eq!(status, Status::Conflict);
+}
+
+/// A committer whose base is older than the versions GC keeps re-creates a pruned version
+/// number. That version is shadowed (readers take the highest), so the commit must be
+/// retried on the latest: rebased when its inputs are still live, a conflict otherwise.
+async fn stale_committer_after_pruning(store: Store) {
+    let layout = Layout::default();
+    let partition = test_partition();
+    let dir = layout.ingest_dir(&partition);
+    let out = layout.compacted_dir(&partition);
+    let stale_base = Manifest::empty(&partition.relative_dir());
+    let num_commits = KEEP_MANIFEST_VERSIONS as u64 + 2;
+    for i in 0..num_commits {
+        let base = load_latest(&store, &layout, &partition)
+            .await
+            .expect("latest");
+        let r = request(
+            &format!("job-{i}"),
+            &format!("{dir}/in-{i}.parquet"),
+            &format!("{out}/out-{i}.parquet"),
+        );
+        let outcome = commit(&store, &layout, &partition, &base, &r)
+            .await
+            .expect("commit");
+        assert!(
+            matches!(outcome, CommitOutcome::Committed(_)),
+            "{outcome:?}"
+        );
+    }
+    collect_garbage(
+        &store,
+        &layout,
+        &partition,
+        Duration::from_secs(3600),
+        1,
+        false,
+    )
+    .await
+    .expect("gc");
+    let versions = list_versions(&store, &layout, &partition)
+        .await
+        .expect("versions");
+    assert_eq!(versions.first(), Some(&3), "versions 1 and 2 pruned");
+
+    // Inputs still live: the commit is rebased on the latest.
+    let live = request(
+        "stale-live",
+        &format!("{dir}/late.parquet"),
+        &format!("{out}/out-late.parquet"),
+    );
+    match commit(&store, &layout, &partition, &stale_base, &live)
+        .await
+        .expect("stale commit")
+    {
+        CommitOutcome::Committed(m) => assert_eq!(m.version, num_commits + 1),
+        other => panic!("a stale commit with live inputs is rebased: {other:?}"),
+    }
+    let latest = load_latest(&store, &layout, &partition)
+        .await
+        .expect("latest");
+    assert_eq!(latest.version, num_commits + 1);
+    assert!(latest.has_compacted(&format!("{out}/out-late.parquet")));
+
+    // Inputs retired meanwhile: a conflict, and no shadowed version left behind.
+    let retired = request(
+        "stale-retired",
+        &format!("{dir}/in-0.parquet"),
+        &format!("{out}/out-x.parquet"),
+    );
+    let outcome = commit(&store, &layout, &partition, &stale_base, &retired)
+        .await
+        .expect("stale commit");
+    assert!(
+        matches!(outcome, CommitOutcome::Conflict { .. }),
+        "{outcome:?}"
+    );
+    let versions = list_versions(&store, &layout, &partition)
+        .await
+        .expect("versions");
+    assert_eq!(
+        versions,
+        (3..=num_commits + 1).collect::<Vec<_>>(),
+        "shadowed versions are removed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_committer_after_pruning_in_memory() {
+    stale_committer_after_pruning(open_memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_committer_after_pruning_on_s3() {
+    stale_committer_after_pruning(open_s3("pruning")).await;
+}
