@@ -12,7 +12,7 @@ use crate::input::{SizedBatches, StagedInput, check_input};
 use crate::manifest::{live_set, load_latest};
 use crate::partition::{Layout, PartitionId};
 use crate::schema::{conform, unify};
-use crate::sink::ChunkSink;
+use crate::sink::with_sink_thread;
 use crate::store::Store;
 use crate::threshold::resolve_rg_bytes;
 use crate::upload::start_upload;
@@ -81,11 +81,15 @@ pub async fn rewrite_plain(
     let read_target = (options.budget_bytes / 16).clamp(64 << 10, 8 << 20);
     let rows = tokio::task::block_in_place(|| -> Result<u64> {
         let mut writer = OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties)?;
-        for input in &checked {
-            for batch in SizedBatches::open(input, read_target)? {
-                writer.write_chunk(&conform(&batch?, &unified.schema)?)?;
+        // The same two-thread split as the compactor: decode here, encode on the sink thread.
+        with_sink_thread(&mut writer, |sink| -> Result<()> {
+            for input in &checked {
+                for batch in SizedBatches::open(input, read_target)? {
+                    sink.write_chunk(&conform(&batch?, &unified.schema)?)?;
+                }
             }
-        }
+            Ok(())
+        })??;
         let rows = writer.rows();
         writer.finish()?;
         writer

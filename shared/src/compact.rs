@@ -34,8 +34,9 @@ use crate::manifest::{
 use crate::memory::peak_rss_bytes;
 use crate::partition::{Layout, PartitionId};
 use crate::report::{CompactionReport, InputTotals, OutputFile, Quarantined, Status};
-use crate::runs::ScratchDir;
+use crate::runs::{ScratchDir, SpillCompression};
 use crate::schema::{UnifiedSchema, unify};
+use crate::sink::with_sink_thread;
 use crate::store::Store;
 use crate::threshold::resolve_rg_bytes;
 use crate::upload::start_upload;
@@ -387,7 +388,7 @@ async fn sort_and_write(
         .iter()
         .map(|c| c.staged.is_compacted && c.declared_sort_key.as_deref() == Some(label.as_str()))
         .collect();
-    check_scratch_space(scratch, checked, options.budget_bytes)?;
+    let spill_compression = check_scratch_space(scratch, checked, options.budget_bytes)?;
 
     let key = output_key(layout, partition, checked, rg_bytes);
     let properties = output_properties(
@@ -410,16 +411,20 @@ async fn sort_and_write(
             presorted: &presorted,
             unified,
             budget_bytes: options.budget_bytes,
+            spill_compression,
             fan_in: options.merge_fan_in,
             scratch,
             gauge,
             deadline: options.deadline,
             progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
         };
-        let stats = match sort_inputs(&job, &mut writer) {
-            Ok(stats) => stats,
-            Err(SortFailure::BadInput { position, reason }) => return Ok(Err((position, reason))),
-            Err(SortFailure::Failed(e)) => return Err(e),
+        let sorted = with_sink_thread(&mut writer, |sink| sort_inputs(&job, sink));
+        let stats = match sorted {
+            Ok(Ok(stats)) => stats,
+            Ok(Err(SortFailure::BadInput { position, reason })) => {
+                return Ok(Err((position, reason)));
+            }
+            Ok(Err(SortFailure::Failed(e))) | Err(e) => return Err(e),
         };
         let rows = writer.rows();
         if rows != expected_rows {
@@ -479,19 +484,21 @@ fn progress_printer(partition: &PartitionId, total_rows: u64) -> impl Fn(u64) + 
     }
 }
 
-/// Fails early when the spill this job may write does not fit the scratch file system.
+/// Fails early when the spill this job may write cannot fit the scratch file system, and
+/// picks the run encoding: plain when there is room to spare, LZ4 when space is tight.
 fn check_scratch_space(
     scratch: &ScratchDir,
     checked: &[CheckedInput],
     budget_bytes: u64,
-) -> Result<()> {
-    let decoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
-    if decoded_estimate <= budget_bytes {
-        return Ok(());
+) -> Result<SpillCompression> {
+    let encoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
+    if encoded_estimate <= budget_bytes / 4 {
+        return Ok(SpillCompression::None);
     }
-    // Runs are LZ4-compressed decoded rows: the uncompressed Parquet size is a safe bound.
-    let needed_bytes = decoded_estimate;
     let available_bytes = scratch.available_bytes()?;
+    // LZ4 runs take about the Parquet pages' uncompressed size; plain runs hold decoded rows,
+    // which can be several times more.
+    let needed_bytes = encoded_estimate;
     if needed_bytes > available_bytes {
         return Err(Error::ScratchFull {
             path: scratch.path().to_path_buf(),
@@ -499,5 +506,9 @@ fn check_scratch_space(
             available_bytes,
         });
     }
-    Ok(())
+    if available_bytes > 8 * encoded_estimate {
+        Ok(SpillCompression::None)
+    } else {
+        Ok(SpillCompression::Lz4)
+    }
 }

@@ -14,7 +14,7 @@ use crate::input::{CheckedInput, SizedBatches};
 use crate::key::SortKey;
 use crate::merge::{MergeSettings, RunSource, merge_runs};
 use crate::runs::RunFormation;
-use crate::runs::ScratchDir;
+use crate::runs::{ScratchDir, SpillCompression};
 use crate::schema::{UnifiedSchema, conform};
 use crate::sink::ChunkSink;
 
@@ -28,6 +28,8 @@ pub struct SortJob<'a> {
     pub unified: &'a UnifiedSchema,
     /// Decoded-row budget B.
     pub budget_bytes: u64,
+    /// Whether spilled runs are compressed.
+    pub spill_compression: SpillCompression,
     /// Merge fan-in cap.
     pub fan_in: usize,
     /// Scratch directory.
@@ -73,7 +75,8 @@ impl From<Error> for SortFailure {
 
 /// Sorts the job's inputs into `sink`.
 pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortStats, SortFailure> {
-    let key = SortKey::new(job.unified)?;
+    let started = Instant::now();
+    let key = SortKey::new(job.unified);
     let schema = &job.unified.schema;
     let share = job.budget_bytes / (job.fan_in as u64 + 1);
     let read_target = (job.budget_bytes / 16).clamp(64 << 10, 8 << 20);
@@ -82,6 +85,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         schema.clone(),
         job.budget_bytes,
         share,
+        job.spill_compression,
         job.gauge,
         job.scratch,
     );
@@ -118,14 +122,18 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
             }
         }
     }
-    let runs_spilled_before_finish = formation.num_runs();
+    let compression = formation.compression();
     let formed = formation.finish(OUTPUT_CHUNK_ROWS, !presorted_sources.is_empty(), sink)?;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        runs = formed.runs.len(),
+        "run formation done"
+    );
     let mut stats = SortStats {
         runs_spilled: formed.runs.len() as u32,
         merge_passes: 0,
         spill_bytes: formed.spill_bytes,
     };
-    debug_assert!(formed.runs.len() >= runs_spilled_before_finish);
     if formed.runs.is_empty() && presorted_sources.is_empty() {
         return Ok(stats);
     }
@@ -135,6 +143,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         fan_in: job.fan_in,
         chunk_rows: OUTPUT_CHUNK_ROWS,
         run_batch_target_bytes: share,
+        compression,
     };
     let merged = merge_runs(
         sources,
@@ -145,6 +154,10 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         job.gauge,
         sink,
     )?;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "merge done"
+    );
     stats.merge_passes = merged.passes;
     stats.spill_bytes += merged.intermediate_bytes;
     Ok(stats)

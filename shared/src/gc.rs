@@ -6,6 +6,15 @@
 //! and commit, or a lost race) are deleted once older than the grace period. Old manifest
 //! versions are pruned, always keeping the latest few so a concurrent committer is never
 //! affected. Quarantined files are never touched.
+//!
+//! A GC run over many partitions ([`find_partitions`]) finds them by delimited listings of the
+//! manifest prefix and the compacted prefix, level by level (tenant, year, month, day, hour):
+//! never a scan of the ingest data. The compacted prefix is listed too because a partition
+//! whose first compaction crashed after its upload has an orphan but no manifest yet.
+//!
+//! Abandoned multipart uploads (a crash mid-upload) are invisible to listings and to
+//! `object_store`; the bucket's lifecycle rule `AbortIncompleteMultipartUpload` removes them
+//! (see `infra/`), and they never become objects, so they never enter a live set.
 
 use std::time::Duration;
 
@@ -16,7 +25,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::manifest::{Manifest, list_versions, load_latest};
-use crate::partition::{Layout, PartitionId};
+use crate::partition::{COMPACTED_PREFIX, Layout, METADATA_PREFIX, PartitionId, validate_tenant};
 use crate::store::Store;
 
 /// Manifest versions kept by pruning.
@@ -51,6 +60,8 @@ pub struct GcInputs<'a> {
     pub manifest: &'a Manifest,
     /// Listing of the partition's compacted directory.
     pub compacted_listing: &'a [ObjectMeta],
+    /// Listing of the partition's ingest directory.
+    pub ingest_listing: &'a [ObjectMeta],
     /// Keys of every manifest version, ascending by version.
     pub manifest_keys: &'a [Path],
     /// Now, Unix milliseconds.
@@ -64,10 +75,18 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
     let grace_ms = i64::try_from(inputs.grace.as_millis()).unwrap_or(i64::MAX);
     let past_grace = |t_ms: i64| t_ms.saturating_add(grace_ms) <= inputs.now_ms;
     let m = inputs.manifest;
+    // Retired entries stay in the manifest until a later commit forgets them: only files
+    // still present are planned, so a report counts real deletions.
+    let present: std::collections::HashSet<&str> = inputs
+        .compacted_listing
+        .iter()
+        .chain(inputs.ingest_listing)
+        .map(|o| o.location.as_ref())
+        .collect();
     let retired: Vec<String> = m
         .retired
         .iter()
-        .filter(|r| past_grace(r.retired_at_ms))
+        .filter(|r| past_grace(r.retired_at_ms) && present.contains(r.key.as_str()))
         .filter(|r| !m.quarantined.iter().any(|q| q.key == r.key))
         .map(|r| r.key.clone())
         .collect();
@@ -120,6 +139,7 @@ pub async fn collect_garbage(
 ) -> Result<GcReport> {
     let manifest = load_latest(store, layout, partition).await?;
     let compacted_listing = store.list_sorted(&layout.compacted_dir(partition)).await?;
+    let ingest_listing = store.list_sorted(&layout.ingest_dir(partition)).await?;
     let manifest_keys: Vec<Path> = list_versions(store, layout, partition)
         .await?
         .into_iter()
@@ -128,6 +148,7 @@ pub async fn collect_garbage(
     let plan = plan_gc(&GcInputs {
         manifest: &manifest,
         compacted_listing: &compacted_listing,
+        ingest_listing: &ingest_listing,
         manifest_keys: &manifest_keys,
         now_ms,
         grace,
@@ -157,6 +178,133 @@ pub async fn collect_garbage(
         deleted,
         dry_run,
     })
+}
+
+/// Which partitions a GC run covers: a tenant or all, an hour or all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcScope {
+    /// Only this tenant (all tenants when `None`).
+    pub tenant: Option<String>,
+    /// Only this hour, as `YYYY-MM-DDTHH` (every hour when `None`).
+    pub hour: Option<String>,
+}
+
+/// The partitions in `scope` that have a manifest or compacted outputs, sorted.
+pub async fn find_partitions(store: &Store, scope: &GcScope) -> Result<Vec<PartitionId>> {
+    if let Some(tenant) = &scope.tenant {
+        validate_tenant(tenant)?;
+    }
+    let wanted_hour = scope
+        .hour
+        .as_deref()
+        .map(crate::partition::parse_hour)
+        .transpose()?;
+    let mut found = std::collections::BTreeSet::new();
+    for root in [
+        format!("{METADATA_PREFIX}/manifests"),
+        COMPACTED_PREFIX.to_string(),
+    ] {
+        let root = Path::from(root);
+        let tenants = match &scope.tenant {
+            Some(t) => vec![t.clone()],
+            None => child_values(store, &root, "tenant").await?,
+        };
+        for tenant in tenants {
+            if validate_tenant(&tenant).is_err() {
+                tracing::warn!(root = %root, tenant, "ignoring a directory that is not a tenant");
+                continue;
+            }
+            if let Some(hour) = wanted_hour {
+                let partition = PartitionId::new(&tenant, hour)?;
+                let dir = partition_dir(&root, &partition);
+                if !store.list_sorted(&dir).await?.is_empty() {
+                    found.insert(partition);
+                }
+                continue;
+            }
+            for hour in hours_of_tenant(store, &root, &tenant).await? {
+                found.insert(PartitionId::parse(&tenant, &hour)?);
+            }
+        }
+    }
+    Ok(found.into_iter().collect())
+}
+
+fn partition_dir(root: &Path, partition: &PartitionId) -> Path {
+    Path::from(format!("{root}/{}", partition.relative_dir()))
+}
+
+/// Every `YYYY-MM-DDTHH` under `<root>/tenant=<tenant>/`, one delimited listing per level.
+async fn hours_of_tenant(store: &Store, root: &Path, tenant: &str) -> Result<Vec<String>> {
+    let tenant_dir = Path::from(format!("{root}/tenant={tenant}"));
+    let mut hours = Vec::new();
+    for year in child_values(store, &tenant_dir, "year").await? {
+        let year_dir = Path::from(format!("{tenant_dir}/year={year}"));
+        for month in child_values(store, &year_dir, "month").await? {
+            let month_dir = Path::from(format!("{year_dir}/month={month}"));
+            for day in child_values(store, &month_dir, "day").await? {
+                let day_dir = Path::from(format!("{month_dir}/day={day}"));
+                for hour in child_values(store, &day_dir, "hour").await? {
+                    let label = format!("{year}-{month}-{day}T{hour}");
+                    if crate::partition::parse_hour(&label).is_ok() {
+                        hours.push(label);
+                    } else {
+                        tracing::warn!(dir = %day_dir, hour, "ignoring a directory that is not an hour");
+                    }
+                }
+            }
+        }
+    }
+    Ok(hours)
+}
+
+/// Values `v` of the child directories `<dir>/<name>=<v>` (one delimited listing).
+async fn child_values(store: &Store, dir: &Path, name: &str) -> Result<Vec<String>> {
+    let listing = store
+        .object_store()
+        .list_with_delimiter(Some(dir))
+        .await
+        .map_err(|e| Error::store("list", dir, e))?;
+    let prefix = format!("{name}=");
+    let mut values: Vec<String> = listing
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename()?.strip_prefix(&prefix).map(str::to_string))
+        .collect();
+    values.sort();
+    Ok(values)
+}
+
+/// What a GC run over a scope did, partition by partition.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcSummary {
+    /// One report per partition found.
+    pub partitions: Vec<GcReport>,
+    /// Objects deleted in all of them.
+    pub deleted: usize,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+}
+
+/// Runs GC on every partition of `scope`.
+pub async fn collect_garbage_in(
+    store: &Store,
+    layout: &Layout,
+    scope: &GcScope,
+    grace: Duration,
+    now_ms: i64,
+    dry_run: bool,
+) -> Result<GcSummary> {
+    let mut summary = GcSummary {
+        dry_run,
+        ..Default::default()
+    };
+    for partition in find_partitions(store, scope).await? {
+        let report = collect_garbage(store, layout, &partition, grace, now_ms, dry_run).await?;
+        summary.deleted += report.deleted;
+        summary.partitions.push(report);
+    }
+    Ok(summary)
 }
 
 #[cfg(test)]
@@ -201,9 +349,15 @@ mod tests {
             meta("compacted/p/orphan-new.parquet", 990_000),
         ];
         let keys: Vec<Path> = (1..=12).map(|v| Path::from(format!("m/v{v}"))).collect();
+        let ingest = vec![
+            meta("data/p/old.parquet", 0),
+            meta("data/p/recent.parquet", 0),
+            meta("data/p/bad.parquet", 0),
+        ];
         let plan = plan_gc(&GcInputs {
             manifest: &m,
             compacted_listing: &listing,
+            ingest_listing: &ingest,
             manifest_keys: &keys,
             now_ms: 1_000_000,
             grace: Duration::from_secs(900),
@@ -211,5 +365,16 @@ mod tests {
         assert_eq!(plan.retired, ["data/p/old.parquet"]);
         assert_eq!(plan.orphans, ["compacted/p/orphan-old.parquet"]);
         assert_eq!(plan.manifests, ["m/v1", "m/v2"]);
+
+        // A retired file already deleted is not planned again.
+        let plan = plan_gc(&GcInputs {
+            manifest: &m,
+            compacted_listing: &listing,
+            ingest_listing: &ingest[1..],
+            manifest_keys: &keys,
+            now_ms: 1_000_000,
+            grace: Duration::from_secs(900),
+        });
+        assert!(plan.retired.is_empty(), "{plan:?}");
     }
 }

@@ -30,3 +30,43 @@ impl ChunkSink for VecSink {
         Ok(())
     }
 }
+
+/// Runs `body` with a sink whose chunks are written to `sink` on a second thread, so the
+/// producer (sort, merge) and the Parquet encoder use two cores. At most two chunks wait in
+/// between. The chunk sequence is unchanged, so output bytes are too.
+pub fn with_sink_thread<S, R>(sink: &mut S, body: impl FnOnce(&mut dyn ChunkSink) -> R) -> Result<R>
+where
+    S: ChunkSink + Send,
+{
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<RecordBatch>(2);
+        let writer = scope.spawn(move || -> Result<()> {
+            for chunk in rx {
+                sink.write_chunk(&chunk)?;
+            }
+            Ok(())
+        });
+        let mut channel = ChannelSink { tx: Some(tx) };
+        let result = body(&mut channel);
+        channel.tx = None;
+        match writer.join() {
+            Ok(written) => written.map(|()| result),
+            Err(_) => Err(crate::error::Error::invariant("the writer thread panicked")),
+        }
+    })
+}
+
+struct ChannelSink {
+    tx: Option<std::sync::mpsc::SyncSender<RecordBatch>>,
+}
+
+impl ChunkSink for ChannelSink {
+    fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
+        let sent = self.tx.as_ref().map(|tx| tx.send(chunk.clone()));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            // The writer stopped on an error; `with_sink_thread` returns that error.
+            _ => Err(crate::error::Error::invariant("the writer thread stopped")),
+        }
+    }
+}

@@ -105,16 +105,19 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Delete retired inputs and orphaned outputs past the grace period.
+    /// Delete retired inputs and orphaned outputs past the grace period, and prune old
+    /// manifest versions. With --tenant and --hour, one partition (JSON: that partition's
+    /// report); otherwise every partition of the tenant(s) and hour(s), found by listing the
+    /// manifest and compacted prefixes (JSON: {"partitions": [...], "deleted", "dry_run"}).
     Gc {
         #[command(flatten)]
         store: StoreArgs,
-        /// Tenant name.
+        /// Tenant name (default: every tenant).
         #[arg(long)]
-        tenant: String,
-        /// Hour, UTC, as YYYY-MM-DDTHH.
+        tenant: Option<String>,
+        /// Hour, UTC, as YYYY-MM-DDTHH (default: every hour).
         #[arg(long)]
-        hour: String,
+        hour: Option<String>,
         /// Grace period, e.g. 15m or 0s.
         #[arg(long, default_value = "15m")]
         grace: String,

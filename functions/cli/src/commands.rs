@@ -7,7 +7,7 @@ use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{
     CompactOptions, DEFAULT_BUDGET_BYTES, budget_for_function_memory, parse_duration, parse_size,
 };
-use ourios_compaction::gc::collect_garbage;
+use ourios_compaction::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
 use ourios_compaction::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::inspect::inspect_object;
 use ourios_compaction::manifest::partition_files;
@@ -113,28 +113,32 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             dry_run,
             json,
         } => {
-            let (store, layout, partition) = open(&store, &PartitionArgs { tenant, hour })?;
             let grace = parse_duration(&grace)?;
             let now = chrono::Utc::now().timestamp_millis();
-            let report = collect_garbage(&store, &layout, &partition, grace, now, dry_run).await?;
-            if json {
-                println!("{}", to_json(&report));
-            } else {
-                let verb = if dry_run { "would delete" } else { "deleted" };
-                for key in report
-                    .plan
-                    .retired
-                    .iter()
-                    .chain(&report.plan.orphans)
-                    .chain(&report.plan.manifests)
-                {
-                    println!("{verb} {key}");
+            let reports = match (tenant, hour) {
+                (Some(tenant), Some(hour)) => {
+                    let (store, layout, partition) = open(&store, &PartitionArgs { tenant, hour })?;
+                    let report =
+                        collect_garbage(&store, &layout, &partition, grace, now, dry_run).await?;
+                    if json {
+                        println!("{}", to_json(&report));
+                    }
+                    vec![report]
                 }
-                println!(
-                    "{verb} {} objects in {}",
-                    report.plan.len(),
-                    report.partition
-                );
+                (tenant, hour) => {
+                    let layout = Layout::new(&store.ingest_prefix)?;
+                    let store = Store::open(&store.store)?;
+                    let scope = GcScope { tenant, hour };
+                    let summary =
+                        collect_garbage_in(&store, &layout, &scope, grace, now, dry_run).await?;
+                    if json {
+                        println!("{}", to_json(&summary));
+                    }
+                    summary.partitions
+                }
+            };
+            if !json {
+                print_gc(&reports, dry_run);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -200,6 +204,29 @@ pub fn budget_from(flag: Option<&str>) -> Result<u64> {
                 message: format!("AWS_LAMBDA_FUNCTION_MEMORY_SIZE={mib:?} is not a number of MiB"),
             }),
         Err(_) => Ok(DEFAULT_BUDGET_BYTES),
+    }
+}
+
+fn print_gc(reports: &[GcReport], dry_run: bool) {
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    for report in reports {
+        for key in report
+            .plan
+            .retired
+            .iter()
+            .chain(&report.plan.orphans)
+            .chain(&report.plan.manifests)
+        {
+            println!("{verb} {key}");
+        }
+        println!(
+            "{verb} {} objects in {}",
+            report.plan.len(),
+            report.partition
+        );
+    }
+    if reports.is_empty() {
+        println!("no partitions found");
     }
 }
 

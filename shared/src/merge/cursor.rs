@@ -3,11 +3,10 @@
 use std::path::PathBuf;
 
 use arrow::array::RecordBatch;
-use arrow::row::{Row, Rows};
 
 use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
-use crate::key::SortKey;
+use crate::key::{BatchKeys, SortKey};
 use crate::runs::SortedRun;
 
 /// A batch iterator over rows already in key order.
@@ -55,7 +54,7 @@ pub(super) struct Cursor {
     name: String,
     batches: BatchIter,
     batch: RecordBatch,
-    rows: Rows,
+    keys: BatchKeys,
     position: usize,
     exhausted: bool,
     check_order: bool,
@@ -77,14 +76,14 @@ impl Cursor {
             }
             RunSource::Presorted { name, batches, .. } => (name, batches, true),
         };
-        let Some((batch, rows, charge)) = next_non_empty(&mut batches, key, gauge)? else {
+        let Some((batch, keys, charge)) = next_non_empty(&mut batches, key, gauge)? else {
             return Ok(None);
         };
         let cursor = Self {
             name,
             batches,
             batch,
-            rows,
+            keys,
             position: 0,
             exhausted: false,
             check_order,
@@ -97,8 +96,11 @@ impl Cursor {
         Ok(Some(cursor))
     }
 
-    pub(super) fn current(&self) -> Row<'_> {
-        self.rows.row(self.position)
+    /// Compares this cursor's current row with another's.
+    #[inline]
+    pub(super) fn cmp_current(&self, other: &Cursor) -> std::cmp::Ordering {
+        self.keys
+            .cmp_rows(self.position, &other.keys, other.position)
     }
 
     pub(super) fn position(&self) -> usize {
@@ -115,21 +117,19 @@ impl Cursor {
 
     /// Moves to the next row, loading the next batch when this one is used up.
     pub(super) fn advance(&mut self, key: &SortKey, gauge: &MemoryGauge) -> Result<Advance> {
-        if self.position + 1 < self.rows.num_rows() {
+        if self.position + 1 < self.keys.len() {
             self.position += 1;
             return Ok(Advance::SameBatch);
         }
-        let last = self
-            .check_order
-            .then(|| self.rows.row(self.position).owned());
+        let last = self.check_order.then(|| (self.keys.clone(), self.position));
         match next_non_empty(&mut self.batches, key, gauge)? {
-            Some((batch, rows, charge)) => {
+            Some((batch, keys, charge)) => {
                 self._charge = charge;
                 self.batch = batch;
-                self.rows = rows;
+                self.keys = keys;
                 self.position = 0;
-                if let Some(last) = last {
-                    if self.rows.row(0) < last.row() {
+                if let Some((last_keys, last_position)) = last {
+                    if self.keys.cmp_rows(0, &last_keys, last_position).is_lt() {
                         return Err(self.order_error());
                     }
                     self.check_batch_order()?;
@@ -144,8 +144,8 @@ impl Cursor {
     }
 
     fn check_batch_order(&self) -> Result<()> {
-        for i in 1..self.rows.num_rows() {
-            if self.rows.row(i) < self.rows.row(i - 1) {
+        for i in 1..self.keys.len() {
+            if self.keys.cmp_rows(i, &self.keys, i - 1).is_lt() {
                 return Err(self.order_error());
             }
         }
@@ -164,18 +164,15 @@ fn next_non_empty(
     batches: &mut BatchIter,
     key: &SortKey,
     gauge: &MemoryGauge,
-) -> Result<Option<(RecordBatch, Rows, Charge)>> {
+) -> Result<Option<(RecordBatch, BatchKeys, Charge)>> {
     for batch in batches.by_ref() {
         let batch = batch?;
         if batch.num_rows() == 0 {
             continue;
         }
-        let rows = key.rows(&batch)?;
-        let charge = Charge::new(
-            gauge,
-            crate::budget::batch_memory_bytes(&batch) + rows.size() as u64,
-        );
-        return Ok(Some((batch, rows, charge)));
+        let keys = key.keys(&batch)?;
+        let charge = Charge::new(gauge, crate::budget::batch_memory_bytes(&batch));
+        return Ok(Some((batch, keys, charge)));
     }
     Ok(None)
 }

@@ -17,7 +17,7 @@ use cursor::{Advance, Cursor};
 use crate::budget::MemoryGauge;
 use crate::error::{Error, Result};
 use crate::key::SortKey;
-use crate::runs::{RunReader, RunWriter, ScratchDir, SortedRun};
+use crate::runs::{RunReader, RunWriter, ScratchDir, SortedRun, SpillCompression};
 use crate::sink::ChunkSink;
 
 /// What a merge did.
@@ -40,6 +40,8 @@ pub struct MergeSettings {
     pub chunk_rows: usize,
     /// Decoded bytes per batch of intermediate runs (each reader's share of the budget).
     pub run_batch_target_bytes: u64,
+    /// Compression of intermediate runs.
+    pub compression: SpillCompression,
 }
 
 /// Merges spilled runs into `sink`, in passes of at most `fan_in` runs; earlier sources in
@@ -68,7 +70,11 @@ pub fn merge_runs(
                 next.extend(group);
                 continue;
             }
-            let mut writer = RunWriter::create(scratch.file("merged", "arrow"), schema)?;
+            let mut writer = RunWriter::create(
+                scratch.file("merged", "arrow"),
+                schema,
+                settings.compression,
+            )?;
             let removable: Vec<_> = group.iter().filter_map(|s| s.spilled_path()).collect();
             let row_bytes = group
                 .iter()
@@ -120,7 +126,7 @@ fn merge_pass(
     let mut picks: Vec<(usize, usize)> = Vec::with_capacity(chunk_rows);
     let mut heap: Vec<usize> = (0..cursors.len()).collect();
     let less = |cursors: &[Cursor], a: usize, b: usize| -> bool {
-        match cursors[a].current().cmp(&cursors[b].current()) {
+        match cursors[a].cmp_current(&cursors[b]) {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
             std::cmp::Ordering::Equal => a < b,

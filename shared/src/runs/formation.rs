@@ -1,45 +1,131 @@
 //! Run formation (phase 1): buffer decoded rows up to the budget, then sort and spill.
 //!
-//! Batches arrive in (input ordinal, row ordinal) order. When the buffer's decoded bytes
-//! pass the budget B it is stably sorted and spilled as one run, so a run may be cut inside
-//! an input and peak residency is B plus one batch, whatever the size of one input. If
-//! nothing was spilled when the inputs end, the whole partition fits B and is written
-//! straight from memory (skip-spill).
+//! Batches arrive in (input ordinal, row ordinal) order. While nothing has been spilled the
+//! buffer may grow to the whole budget B: if the inputs end first, the partition fits B and
+//! is written straight from memory (skip-spill). Once the buffer passes B it is sorted and
+//! spilled as one run, and from then on runs are formed from halves of the budget: a full
+//! half is handed to a spill thread (sort, gather, write) while the next half fills, so
+//! decoding and spilling use both cores and residency stays within B plus one batch. A run
+//! may be cut inside an input, whatever the size of that input.
+
+use std::path::PathBuf;
+use std::thread::JoinHandle;
 
 use arrow::array::RecordBatch;
 use arrow::compute::interleave_record_batch;
 use arrow::datatypes::SchemaRef;
-use arrow::row::Rows;
 
 use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
-use crate::key::SortKey;
-use crate::runs::{RunWriter, ScratchDir, SortedRun};
+use crate::key::{BatchKeys, SortKey};
+use crate::runs::{RunWriter, ScratchDir, SortedRun, SpillCompression};
 use crate::sink::ChunkSink;
+
+/// Bytes charged per buffered row for the sort: a 16-byte packed key and an 8-byte position.
+const SORT_BYTES_PER_ROW: u64 = 24;
 
 struct Buffered {
     batch: RecordBatch,
-    rows: Rows,
+    keys: BatchKeys,
     _charge: Charge,
+}
+
+/// Decoded rows held in memory, in (input, row) order.
+#[derive(Default)]
+struct Buffer {
+    batches: Vec<Buffered>,
+    bytes: u64,
+    rows: usize,
+}
+
+impl Buffer {
+    /// Order of the rows by key: (batch, row) pairs.
+    ///
+    /// Services are replaced by their rank among the buffer's distinct services, so the sort
+    /// compares packed integers `(rank, time, position)`; the position makes every key
+    /// unique and breaks ties in (input, row) order, so an unstable sort gives the stable
+    /// order.
+    fn sorted_order(&self) -> Vec<(usize, usize)> {
+        let mut distinct: Vec<&str> = self
+            .batches
+            .iter()
+            .flat_map(|b| (0..b.keys.len()).filter_map(move |i| b.keys.service(i)))
+            .collect::<std::collections::HashSet<&str>>()
+            .into_iter()
+            .collect();
+        distinct.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let rank: std::collections::HashMap<&str, u32> = distinct
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (*s, i as u32 + 1))
+            .collect();
+        let mut positions: Vec<(u32, u32)> = Vec::with_capacity(self.rows);
+        let mut packed: Vec<u128> = Vec::with_capacity(self.rows);
+        for (b, buffered) in self.batches.iter().enumerate() {
+            let keys = &buffered.keys;
+            for r in 0..keys.len() {
+                let service_rank = keys.service(r).map_or(0, |s| rank[s]);
+                // Flip the sign bit so signed times order as unsigned integers.
+                let time = (keys.time(r) as u64) ^ (1 << 63);
+                let position = positions.len() as u128;
+                packed.push((u128::from(service_rank) << 96) | (u128::from(time) << 32) | position);
+                positions.push((b as u32, r as u32));
+            }
+        }
+        packed.sort_unstable();
+        packed
+            .into_iter()
+            .map(|k| {
+                let (b, r) = positions[(k & 0xffff_ffff) as usize];
+                (b as usize, r as usize)
+            })
+            .collect()
+    }
+
+    /// Writes the rows in key order to `sink`, `chunk_rows` at a time, and empties the buffer.
+    fn drain_sorted(&mut self, chunk_rows: usize, sink: &mut dyn ChunkSink) -> Result<()> {
+        let order = self.sorted_order();
+        let batches: Vec<&RecordBatch> = self.batches.iter().map(|b| &b.batch).collect();
+        for chunk in order.chunks(chunk_rows.max(1)) {
+            let out = interleave_record_batch(&batches, chunk)
+                .map_err(|e| Error::arrow("gathering sorted rows", e))?;
+            sink.write_chunk(&out)?;
+        }
+        *self = Buffer::default();
+        Ok(())
+    }
+}
+
+/// How runs are written.
+#[derive(Debug, Clone)]
+struct RunSettings {
+    schema: SchemaRef,
+    batch_target_bytes: u64,
+    compression: SpillCompression,
+}
+
+/// Sorts a buffer and writes it as one run file.
+fn spill_buffer(mut buffer: Buffer, path: PathBuf, settings: &RunSettings) -> Result<SortedRun> {
+    let avg_row_bytes = (buffer.bytes / buffer.rows.max(1) as u64).max(1);
+    let rows_per_batch = (settings.batch_target_bytes / avg_row_bytes).clamp(1, 1024) as usize;
+    let mut writer = RunWriter::create(path, &settings.schema, settings.compression)?;
+    buffer.drain_sorted(rows_per_batch, &mut writer)?;
+    let run = writer.finish()?;
+    tracing::debug!(rows = run.rows, bytes = run.file_bytes, "spilled run");
+    Ok(run)
 }
 
 /// The phase-1 buffer and the runs it has spilled.
 pub struct RunFormation<'a> {
     key: &'a SortKey,
-    schema: SchemaRef,
+    settings: RunSettings,
     budget_bytes: u64,
-    run_batch_target_bytes: u64,
     gauge: &'a MemoryGauge,
     scratch: &'a ScratchDir,
-    buffer: Vec<Buffered>,
-    buffered_bytes: u64,
-    buffered_rows: usize,
+    buffer: Buffer,
+    spilling: Option<JoinHandle<Result<SortedRun>>>,
     runs: Vec<SortedRun>,
-    spill_bytes: u64,
 }
-
-/// Bytes charged per buffered row for the sort's index entry.
-const INDEX_BYTES_PER_ROW: u64 = 8;
 
 impl<'a> RunFormation<'a> {
     /// An empty buffer under budget `budget_bytes`, spilling batches of about
@@ -49,126 +135,131 @@ impl<'a> RunFormation<'a> {
         schema: SchemaRef,
         budget_bytes: u64,
         run_batch_target_bytes: u64,
+        compression: SpillCompression,
         gauge: &'a MemoryGauge,
         scratch: &'a ScratchDir,
     ) -> Self {
         Self {
             key,
-            schema,
+            settings: RunSettings {
+                schema,
+                batch_target_bytes: run_batch_target_bytes.max(1),
+                compression,
+            },
             budget_bytes,
-            run_batch_target_bytes: run_batch_target_bytes.max(1),
             gauge,
             scratch,
-            buffer: Vec::new(),
-            buffered_bytes: 0,
-            buffered_rows: 0,
+            buffer: Buffer::default(),
+            spilling: None,
             runs: Vec::new(),
-            spill_bytes: 0,
         }
     }
 
-    /// Adds a conformed batch; spills a run when the buffer passes the budget.
+    /// Adds a conformed batch; spills a run when the buffer passes its share of the budget.
     pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let rows = self.key.rows(&batch)?;
+        let keys = self.key.keys(&batch)?;
         let bytes = crate::budget::batch_memory_bytes(&batch)
-            + rows.size() as u64
-            + INDEX_BYTES_PER_ROW * batch.num_rows() as u64;
-        self.buffered_bytes += bytes;
-        self.buffered_rows += batch.num_rows();
-        self.buffer.push(Buffered {
+            + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
+        self.buffer.bytes += bytes;
+        self.buffer.rows += batch.num_rows();
+        self.buffer.batches.push(Buffered {
             batch,
-            rows,
+            keys,
             _charge: Charge::new(self.gauge, bytes),
         });
-        if self.buffered_bytes > self.budget_bytes {
-            self.spill()?;
+        let has_spilled = !self.runs.is_empty() || self.spilling.is_some();
+        if !has_spilled && self.buffer.bytes > self.budget_bytes {
+            // The partition does not fit: spill the whole budget's worth at once.
+            self.choose_compression()?;
+            let buffer = std::mem::take(&mut self.buffer);
+            let run = spill_buffer(buffer, self.scratch.file("run", "arrow"), &self.settings)?;
+            self.runs.push(run);
+        } else if has_spilled && self.buffer.bytes > self.budget_bytes / 2 {
+            // INVARIANT: at most one half is spilling while the other fills, so the two
+            // together stay within B plus one batch.
+            self.wait_for_spill()?;
+            self.choose_compression()?;
+            let buffer = std::mem::take(&mut self.buffer);
+            let path = self.scratch.file("run", "arrow");
+            let settings = self.settings.clone();
+            self.spilling = Some(std::thread::spawn(move || {
+                spill_buffer(buffer, path, &settings)
+            }));
+        }
+        Ok(())
+    }
+
+    /// Switches to compressed runs for good once scratch space runs low.
+    fn choose_compression(&mut self) -> Result<()> {
+        if self.settings.compression == SpillCompression::None
+            && self.scratch.available_bytes()? < 4 * self.buffer.bytes.max(self.budget_bytes)
+        {
+            tracing::info!("scratch space is getting low: compressing further runs");
+            self.settings.compression = SpillCompression::Lz4;
+        }
+        Ok(())
+    }
+
+    /// The compression the next runs use.
+    pub fn compression(&self) -> SpillCompression {
+        self.settings.compression
+    }
+
+    fn wait_for_spill(&mut self) -> Result<()> {
+        if let Some(handle) = self.spilling.take() {
+            let run = handle
+                .join()
+                .map_err(|_| Error::invariant("a spill thread panicked"))??;
+            self.runs.push(run);
         }
         Ok(())
     }
 
     /// Runs spilled so far.
     pub fn num_runs(&self) -> usize {
-        self.runs.len()
+        self.runs.len() + usize::from(self.spilling.is_some())
     }
 
-    /// Stable order of the buffered rows by key: (batch, row) pairs.
-    fn sorted_order(&self) -> Vec<(usize, usize)> {
-        let mut order: Vec<(u32, u32)> = Vec::with_capacity(self.buffered_rows);
-        for (b, buffered) in self.buffer.iter().enumerate() {
-            order.extend((0..buffered.rows.num_rows()).map(|r| (b as u32, r as u32)));
-        }
-        // `sort_by` is stable: equal keys keep (input, row) order.
-        order.sort_by(|&(ab, ar), &(bb, br)| {
-            self.buffer[ab as usize]
-                .rows
-                .row(ar as usize)
-                .cmp(&self.buffer[bb as usize].rows.row(br as usize))
-        });
-        order
-            .into_iter()
-            .map(|(b, r)| (b as usize, r as usize))
-            .collect()
-    }
-
-    /// Writes the buffered rows in key order to `sink`, `chunk_rows` at a time.
-    fn drain_sorted(&mut self, chunk_rows: usize, sink: &mut dyn ChunkSink) -> Result<()> {
-        let order = self.sorted_order();
-        let batches: Vec<&RecordBatch> = self.buffer.iter().map(|b| &b.batch).collect();
-        for chunk in order.chunks(chunk_rows.max(1)) {
-            let out = interleave_record_batch(&batches, chunk)
-                .map_err(|e| Error::arrow("gathering sorted rows", e))?;
-            sink.write_chunk(&out)?;
-        }
-        self.buffer.clear();
-        self.buffered_bytes = 0;
-        self.buffered_rows = 0;
-        Ok(())
-    }
-
-    /// Sorts the buffer and spills it as one run.
-    fn spill(&mut self) -> Result<()> {
-        if self.buffer.is_empty() {
-            return Ok(());
-        }
-        let avg_row_bytes = (self.buffered_bytes / self.buffered_rows.max(1) as u64).max(1);
-        let rows_per_batch = (self.run_batch_target_bytes / avg_row_bytes).clamp(1, 1024) as usize;
-        let mut writer = RunWriter::create(self.scratch.file("run", "arrow"), &self.schema)?;
-        self.drain_sorted(rows_per_batch, &mut writer)?;
-        let run = writer.finish()?;
-        tracing::debug!(
-            run = self.runs.len(),
-            rows = run.rows,
-            bytes = run.file_bytes,
-            "spilled run"
-        );
-        self.spill_bytes += run.file_bytes;
-        self.runs.push(run);
-        Ok(())
-    }
-
-    /// Ends phase 1. With no run spilled, writes the sorted buffer straight to `sink` and
-    /// returns no runs; otherwise spills the remainder and returns every run in order.
+    /// Ends phase 1. With no run spilled (and `must_spill` false), writes the sorted buffer
+    /// straight to `sink` and returns no runs; otherwise spills the remainder and returns
+    /// every run in order.
     pub fn finish(
         mut self,
         output_chunk_rows: usize,
         must_spill: bool,
         sink: &mut dyn ChunkSink,
     ) -> Result<FormedRuns> {
+        self.wait_for_spill()?;
         if self.runs.is_empty() && !must_spill {
-            self.drain_sorted(output_chunk_rows, sink)?;
+            self.buffer.drain_sorted(output_chunk_rows, sink)?;
             return Ok(FormedRuns {
                 runs: Vec::new(),
                 spill_bytes: 0,
             });
         }
-        self.spill()?;
+        if self.buffer.rows > 0 {
+            self.choose_compression()?;
+            let buffer = std::mem::take(&mut self.buffer);
+            let run = spill_buffer(buffer, self.scratch.file("run", "arrow"), &self.settings)?;
+            self.runs.push(run);
+        }
+        let spill_bytes = self.runs.iter().map(|r| r.file_bytes).sum();
         Ok(FormedRuns {
             runs: std::mem::take(&mut self.runs),
-            spill_bytes: self.spill_bytes,
+            spill_bytes,
         })
+    }
+}
+
+impl Drop for RunFormation<'_> {
+    fn drop(&mut self) {
+        // Never leave a spill thread writing into a scratch directory being removed.
+        if let Some(handle) = self.spilling.take() {
+            let _ = handle.join();
+        }
     }
 }
 

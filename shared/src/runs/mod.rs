@@ -5,5 +5,5 @@ mod run_file;
 mod scratch;
 
 pub use formation::{FormedRuns, RunFormation};
-pub use run_file::{RunReader, RunWriter, SortedRun};
+pub use run_file::{RunReader, RunWriter, SortedRun, SpillCompression};
 pub use scratch::ScratchDir;

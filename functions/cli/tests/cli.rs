@@ -1,0 +1,265 @@
+//! The CLI contract, run as a child process the way outside tools call it: flags, the JSON
+//! report, exit codes, and the peak memory of real-sized partitions under a 64 MiB budget.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ourios-compact");
+const HOUR: &str = "2026-11-29T10";
+const MIB: u64 = 1 << 20;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("OURIOS_STORE")
+        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+        .output()
+        .expect("the CLI starts")
+}
+
+fn json(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "stdout is one JSON object ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn generate(store: &Path, tenant: &str, extra: &[&str]) {
+    let store = store.to_string_lossy();
+    let mut args = vec![
+        "generate", "--store", &store, "--tenant", tenant, "--hour", HOUR,
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn compact(store: &Path, tenant: &str, extra: &[&str]) -> (Output, Value) {
+    let store = store.to_string_lossy();
+    let mut args = vec![
+        "compact", "--store", &store, "--tenant", tenant, "--hour", HOUR, "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    let report = json(&out);
+    (out, report)
+}
+
+#[test]
+fn compact_json_report_follows_the_contract() {
+    let dir = tempfile::tempdir().expect("dir");
+    let scratch = tempfile::tempdir().expect("scratch");
+    generate(
+        dir.path(),
+        "acme",
+        &["--files", "6", "--rows", "2000", "--services", "5"],
+    );
+    let scratch_arg = scratch.path().to_string_lossy().to_string();
+    let (out, report) = compact(
+        dir.path(),
+        "acme",
+        &[
+            "--memory-budget",
+            "256KiB",
+            "--scratch",
+            &scratch_arg,
+            "--rg-bytes",
+            "1MiB",
+        ],
+    );
+    assert!(out.status.success());
+    assert_eq!(
+        report["partition"],
+        "tenant=acme/year=2026/month=11/day=29/hour=10"
+    );
+    assert_eq!(report["status"], "compacted");
+    assert_eq!(report["inputs"]["files"], 6);
+    assert_eq!(report["inputs"]["rows"], 12_000);
+    assert!(report["inputs"]["bytes"].as_u64().expect("bytes") > 0);
+    let output = &report["output"];
+    let key = output["key"].as_str().expect("output key");
+    assert!(
+        key.starts_with("compacted/tenant=acme/year=2026/month=11/day=29/hour=10/"),
+        "{key}"
+    );
+    assert!(
+        dir.path().join(key).is_file(),
+        "keys are relative to the store root"
+    );
+    assert_eq!(output["rows"], 12_000);
+    assert!(output["bytes"].as_u64().expect("bytes") > 0);
+    assert!(output["row_groups"].as_u64().expect("row groups") >= 1);
+    assert_eq!(report["flush_threshold_bytes"], MIB);
+    assert_eq!(report["budget_bytes"], 256 * 1024);
+    assert!(
+        report["runs_spilled"].as_u64().expect("runs") > 1,
+        "a 256 KiB budget spills"
+    );
+    assert!(report["merge_passes"].as_u64().expect("passes") >= 1);
+    assert!(report["spill_bytes"].as_u64().expect("spill") > 0);
+    assert!(report["peak_decoded_bytes"].as_u64().expect("peak") > 0);
+    assert!(report["peak_rss_bytes"].as_u64().expect("rss") > 0);
+    assert!(report["duration_ms"].is_u64());
+    assert_eq!(report["quarantined"], Value::Array(vec![]));
+    let leftovers = std::fs::read_dir(scratch.path().join("ourios-compaction"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(leftovers, 0, "scratch is cleaned");
+
+    let store = dir.path().to_string_lossy().to_string();
+    let files = run(&[
+        "files", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--json",
+    ]);
+    assert!(files.status.success());
+    assert_eq!(json(&files)["live"], serde_json::json!([key]));
+
+    let (again_out, again) = compact(dir.path(), "acme", &[]);
+    assert!(again_out.status.success());
+    assert_eq!(again["status"], "noop");
+    assert_eq!(again["output"], Value::Null);
+
+    let inspect = run(&["inspect", &dir.path().join(key).to_string_lossy(), "--json"]);
+    assert!(inspect.status.success());
+    let summary = json(&inspect);
+    assert_eq!(summary["rows"], 12_000);
+    assert_eq!(
+        summary["sorting_columns"][0]
+            .as_str()
+            .map(|s| s.starts_with("service.name ASC")),
+        Some(true)
+    );
+}
+
+#[test]
+fn file_urls_and_bad_arguments() {
+    let dir = tempfile::tempdir().expect("dir");
+    generate(dir.path(), "acme", &["--files", "2", "--rows", "100"]);
+    let url = format!("file://{}", dir.path().display());
+    let out = run(&[
+        "compact", "--store", &url, "--tenant", "acme", "--hour", HOUR, "--json",
+    ]);
+    assert!(out.status.success());
+    assert_eq!(json(&out)["status"], "compacted");
+
+    for args in [
+        vec![
+            "compact",
+            "--store",
+            &url,
+            "--tenant",
+            "acme",
+            "--hour",
+            "2026-11-29T24",
+        ],
+        vec![
+            "compact", "--store", &url, "--tenant", "a/b", "--hour", HOUR,
+        ],
+        vec![
+            "compact",
+            "--store",
+            &url,
+            "--tenant",
+            "acme",
+            "--hour",
+            HOUR,
+            "--memory-budget",
+            "lots",
+        ],
+        vec![
+            "compact",
+            "--store",
+            "gs://bucket",
+            "--tenant",
+            "acme",
+            "--hour",
+            HOUR,
+        ],
+    ] {
+        let out = run(&args);
+        assert!(!out.status.success(), "{args:?} must fail");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("error"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_bad_input_gives_partial_with_exit_zero() {
+    let dir = tempfile::tempdir().expect("dir");
+    generate(dir.path(), "acme", &["--files", "2", "--rows", "100"]);
+    let bad = dir
+        .path()
+        .join("data/tenant=acme/year=2026/month=11/day=29/hour=10/zz-corrupt.parquet");
+    std::fs::write(&bad, b"PAR1 truncated garbage").expect("write");
+    let (out, report) = compact(dir.path(), "acme", &[]);
+    assert!(out.status.success());
+    assert_eq!(report["status"], "partial");
+    let q = &report["quarantined"][0];
+    assert_eq!(
+        q["file"],
+        "data/tenant=acme/year=2026/month=11/day=29/hour=10/zz-corrupt.parquet"
+    );
+    assert!(q["reason"].as_str().expect("reason").contains("Parquet"));
+    assert_eq!(
+        std::fs::read(&bad).expect("still there"),
+        b"PAR1 truncated garbage"
+    );
+}
+
+/// Peak RSS of the child, from its own report, for the stress shapes at a 64 MiB budget.
+fn assert_peak_rss_under(store: &Path, tenant: &str, bound: u64) -> Value {
+    let (out, report) = compact(store, tenant, &["--memory-budget", "64MiB"]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["status"], "compacted", "{report}");
+    let rss = report["peak_rss_bytes"].as_u64().expect("rss");
+    assert!(
+        rss > 0 && rss < bound,
+        "{tenant}: peak RSS {} MiB, bound {} MiB",
+        rss / MIB,
+        bound / MIB
+    );
+    let decoded = report["peak_decoded_bytes"].as_u64().expect("decoded");
+    assert!(
+        decoded < 64 * MIB + 16 * MIB,
+        "{tenant}: peak decoded {decoded}"
+    );
+    report
+}
+
+#[test]
+fn stress_shapes_stay_under_256_mib_with_a_64_mib_budget() {
+    let dir = tempfile::tempdir().expect("dir");
+    // One huge input file (a single row group of about 2 million rows).
+    generate(
+        dir.path(),
+        "huge",
+        &["--files", "1", "--rows", "2000000", "--services", "40"],
+    );
+    // Many small inputs.
+    generate(
+        dir.path(),
+        "small",
+        &["--files", "1500", "--rows", "300", "--services", "40"],
+    );
+    // Wide rows: 40 attributes of 250 bytes.
+    generate(
+        dir.path(),
+        "wide",
+        &["--files", "20", "--rows", "3000", "--wide"],
+    );
+    for tenant in ["huge", "small", "wide"] {
+        let report = assert_peak_rss_under(dir.path(), tenant, 256 * MIB);
+        assert!(
+            report["runs_spilled"].as_u64().expect("runs") > 1,
+            "{tenant} must spill: {report}"
+        );
+    }
+}
