@@ -126,7 +126,7 @@ async fn run_job(
     }
 
     // Step 2: stage.
-    let scratch = ScratchDir::create(&options.scratch_dir)?;
+    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
     let staged = stage_inputs(store, &manifest, &live, &scratch).await?;
 
     // Step 3: check.

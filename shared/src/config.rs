@@ -62,6 +62,8 @@ pub struct CompactOptions {
     pub gc_grace: Duration,
     /// Write a progress line to stderr for long work.
     pub progress: bool,
+    /// Most bytes this job may write to scratch (default: whatever the file system has free).
+    pub scratch_limit_bytes: Option<u64>,
 }
 
 impl CompactOptions {
@@ -77,6 +79,7 @@ impl CompactOptions {
             deadline: None,
             gc_grace: Duration::from_secs(15 * 60),
             progress: false,
+            scratch_limit_bytes: None,
         }
     }
 

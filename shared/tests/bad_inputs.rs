@@ -154,3 +154,41 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
         assert_eq!(&get_bytes(&store, &format!("{dir}/{name}")).await, bytes);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_little_scratch_fails_early_with_nothing_committed() {
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let layout = Layout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let dir = layout.ingest_dir(&partition);
+    let (start, _) = partition.time_range_nanos();
+    for f in 0..4 {
+        let rows: Vec<_> = (0..20_000)
+            .map(|r| (Some(format!("svc-{}", r % 7)), start + r, r))
+            .collect();
+        put_bytes(
+            &store,
+            &format!("{dir}/f{f}.parquet"),
+            parquet_bytes(&[rows_batch(&rows)], 50_000),
+        )
+        .await;
+    }
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut options = CompactOptions::new(scratch.path());
+    options.budget_bytes = 64 << 10;
+    options.scratch_limit_bytes = Some(4 << 10);
+    let report = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    assert_eq!(report.status, Status::Failed);
+    let error = report.error.expect("an error");
+    assert!(
+        error.contains("scratch space") && error.contains("needs about"),
+        "{error}"
+    );
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    assert_eq!(files.live.len(), 4, "nothing was committed");
+    assert_eq!(files.manifest_version, 0);
+}

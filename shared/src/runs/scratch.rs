@@ -20,12 +20,18 @@ static NEXT_JOB: AtomicU64 = AtomicU64::new(0);
 pub struct ScratchDir {
     dir: PathBuf,
     next_file: AtomicU64,
+    limit_bytes: Option<u64>,
 }
 
 impl ScratchDir {
     /// Creates a fresh job directory under `base`, first removing directories left by jobs
     /// that no longer run (a crashed process, or an earlier invocation of a warm Lambda).
     pub fn create(base: &Path) -> Result<Self> {
+        Self::create_with_limit(base, None)
+    }
+
+    /// Like [`ScratchDir::create`], allowing the job at most `limit_bytes` of scratch.
+    pub fn create_with_limit(base: &Path, limit_bytes: Option<u64>) -> Result<Self> {
         let root = base.join(ROOT_NAME);
         std::fs::create_dir_all(&root).map_err(|e| Error::scratch(&root, e))?;
         sweep_stale(&root);
@@ -40,6 +46,7 @@ impl ScratchDir {
         Ok(Self {
             dir,
             next_file: AtomicU64::new(0),
+            limit_bytes,
         })
     }
 
@@ -54,11 +61,29 @@ impl ScratchDir {
         self.dir.join(format!("{stem}-{n:06}.{extension}"))
     }
 
-    /// Bytes free on the file system holding the directory.
+    /// Bytes this job may still write: free space on the file system, or what is left of
+    /// the job's limit, whichever is smaller.
     pub fn available_bytes(&self) -> Result<u64> {
         let stat = nix::sys::statvfs::statvfs(&self.dir)
             .map_err(|e| Error::scratch(&self.dir, std::io::Error::from(e)))?;
-        Ok(stat.blocks_available() as u64 * stat.fragment_size() as u64)
+        let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+        Ok(match self.limit_bytes {
+            Some(limit) => free.min(limit.saturating_sub(self.used_bytes())),
+            None => free,
+        })
+    }
+
+    /// Bytes of the files in the job directory.
+    pub fn used_bytes(&self) -> u64 {
+        std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
     }
 
     /// Number of files currently in the job directory.
