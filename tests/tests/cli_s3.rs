@@ -1,0 +1,220 @@
+//! The release CLI against the S3 test server: every subcommand that takes a store works with
+//! an `s3://bucket/prefix` URL, and `gc` without --tenant/--hour covers every partition with
+//! a manifest or compacted outputs while leaving uncompacted partitions alone.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use bytes::Bytes;
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use ourios_compaction::manifest::partition_files;
+use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::store::Store;
+use ourios_compaction::testing::put_bytes;
+use ourios_integration_tests::{
+    all_keys, assert_exactly_once, cli_bin, land_files, live_tags, s3_url,
+};
+
+/// Runs the CLI, expects success, and parses its JSON output.
+fn cli_json(args: &[&str]) -> serde_json::Value {
+    let output = Command::new(cli_bin())
+        .args(args)
+        .output()
+        .expect("the CLI starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "ourios-compact {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("ourios-compact {args:?} printed no JSON ({e}): {stdout}"))
+}
+
+fn partition_args<'a>(url: &'a str, tenant: &'a str, hour: &'a str) -> Vec<&'a str> {
+    vec!["--store", url, "--tenant", tenant, "--hour", hour]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subcommand_works_on_s3() {
+    let url = s3_url("cli");
+    let store = Store::open(&url).expect("store");
+    let (tenant, hour) = ("acme", "2026-11-29T10");
+
+    let mut args = vec!["generate"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend(["--files", "3", "--rows", "2000", "--json"]);
+    let generated = cli_json(&args);
+    assert_eq!(generated["keys"].as_array().map(Vec::len), Some(3));
+
+    let mut args = vec!["files"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.push("--json");
+    let before = cli_json(&args);
+    assert_eq!(before["live"].as_array().map(Vec::len), Some(3));
+
+    let mut args = vec!["compact"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.push("--json");
+    let report = cli_json(&args);
+    assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(report["inputs"]["rows"], 6000);
+    let output_key = report["output"]["key"]
+        .as_str()
+        .expect("an output key")
+        .to_string();
+
+    let mut args = vec!["files"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.push("--json");
+    let after = cli_json(&args);
+    assert_eq!(after["live"], serde_json::json!([output_key]));
+
+    let file_url = format!("{url}/{output_key}");
+    let summary = cli_json(&["inspect", &file_url, "--json"]);
+    assert_eq!(summary["rows"], 6000, "{summary}");
+
+    // A second compaction is a no-op.
+    let mut args = vec!["compact"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.push("--json");
+    assert_eq!(cli_json(&args)["status"], "noop");
+
+    // GC of the partition: a dry run deletes nothing, then a zero grace deletes the inputs.
+    let mut args = vec!["gc"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend(["--grace", "0s", "--dry-run", "--json"]);
+    let dry = cli_json(&args);
+    assert_eq!(dry["plan"]["retired"].as_array().map(Vec::len), Some(3));
+    assert_eq!(dry["deleted"], 0);
+    let mut args = vec!["gc"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend(["--grace", "0s", "--json"]);
+    assert_eq!(cli_json(&args)["deleted"], 3);
+    let partition = PartitionId::parse(tenant, hour).expect("partition");
+    let live = partition_files(&store, &Layout::default(), &partition)
+        .await
+        .expect("files");
+    assert_eq!(live.live, [output_key]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_without_tenant_or_hour_covers_every_compacted_partition() {
+    let url = s3_url("gc-scope");
+    let store = Store::open(&url).expect("store");
+    let layout = Layout::default();
+    let compacted_hours = [
+        ("acme", "2026-11-29T10"),
+        ("acme", "2026-11-29T11"),
+        ("globex", "2026-11-30T23"),
+    ];
+    let mut expected = Vec::new();
+    for (tenant, hour) in compacted_hours {
+        let partition = PartitionId::parse(tenant, hour).expect("partition");
+        expected.push(land_files(&store, &layout, &partition, 2, 100).await);
+        let mut args = vec!["compact"];
+        args.extend(partition_args(&url, tenant, hour));
+        args.push("--json");
+        assert_eq!(cli_json(&args)["status"], "compacted");
+    }
+    // An uncompacted partition: GC never looks at ingest data without a manifest.
+    let untouched = PartitionId::parse("initech", "2026-11-29T10").expect("partition");
+    let untouched_tags = land_files(&store, &layout, &untouched, 2, 50).await;
+    // A partition whose first compaction crashed after its upload: an orphan, no manifest.
+    let crashed = PartitionId::parse("umbrella", "2026-11-29T12").expect("partition");
+    let orphan = format!(
+        "{}/part-000000000000.parquet",
+        layout.compacted_dir(&crashed)
+    );
+    put_bytes(&store, &orphan, Bytes::from_static(b"never committed")).await;
+
+    // A dry run over one tenant plans only that tenant's partitions.
+    let dry = cli_json(&[
+        "gc",
+        "--store",
+        &url,
+        "--tenant",
+        "acme",
+        "--grace",
+        "0s",
+        "--dry-run",
+        "--json",
+    ]);
+    let planned: Vec<&str> = dry["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter_map(|p| p["partition"].as_str())
+        .collect();
+    assert_eq!(
+        planned,
+        [
+            "tenant=acme/year=2026/month=11/day=29/hour=10",
+            "tenant=acme/year=2026/month=11/day=29/hour=11"
+        ]
+    );
+    assert_eq!(dry["deleted"], 0);
+
+    // One hour across all tenants.
+    let one_hour = cli_json(&[
+        "gc",
+        "--store",
+        &url,
+        "--hour",
+        "2026-11-30T23",
+        "--grace",
+        "0s",
+        "--json",
+    ]);
+    assert_eq!(one_hour["partitions"].as_array().map(Vec::len), Some(1));
+    assert_eq!(one_hour["deleted"], 2);
+
+    // Everything.
+    let all = cli_json(&["gc", "--store", &url, "--grace", "0s", "--json"]);
+    let partitions: BTreeSet<&str> = all["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter_map(|p| p["partition"].as_str())
+        .collect();
+    assert_eq!(partitions.len(), 4, "{all}");
+    assert!(partitions.contains("tenant=umbrella/year=2026/month=11/day=29/hour=12"));
+    assert_eq!(all["deleted"], 2 + 2 + 1, "{all}");
+
+    for ((tenant, hour), tags) in compacted_hours.iter().zip(&expected) {
+        let partition = PartitionId::parse(tenant, hour).expect("partition");
+        let files = partition_files(&store, &layout, &partition)
+            .await
+            .expect("files");
+        assert_eq!(files.live.len(), 1, "{files:?}");
+        assert_exactly_once(
+            &live_tags(&store, &layout, &partition).await,
+            tags,
+            &partition.to_string(),
+        );
+        let ingest_left = store
+            .list_sorted(&layout.ingest_dir(&partition))
+            .await
+            .expect("list");
+        assert!(ingest_left.is_empty(), "retired inputs deleted");
+    }
+    assert_exactly_once(
+        &live_tags(&store, &layout, &untouched).await,
+        &untouched_tags,
+        "an uncompacted partition",
+    );
+    let keys = all_keys(&store).await;
+    assert!(!keys.contains(&orphan), "the orphan is swept");
+    assert!(
+        !keys.iter().any(|k| k.contains("tenant=umbrella")),
+        "{keys:?}"
+    );
+    assert!(
+        store
+            .object_store()
+            .head(&Path::from(orphan.as_str()))
+            .await
+            .is_err()
+    );
+}
