@@ -130,7 +130,9 @@ async fn run_job(
     let staged = stage_inputs(store, &manifest, &live, &scratch).await?;
 
     // Step 3: check.
+    let checking = Instant::now();
     let (mut checked, mut quarantined) = check_inputs(staged, partition, options).await?;
+    tracing::debug!(elapsed_ms = checking.elapsed().as_millis() as u64, "inputs checked");
 
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
@@ -175,12 +177,12 @@ async fn run_job(
     }
     drop(scratch);
 
+    // A late job leaves its output to GC: never delete it here. INVARIANT: an output's name
+    // is a hash of its input set, so an identical job may have committed this very key
+    // meanwhile, and then it is live.
     if let Some(deadline) = options.deadline
         && Instant::now() >= deadline
     {
-        if let Some(w) = &written {
-            delete_quietly(store, &w.output.key).await;
-        }
         return Err(Error::Deadline {
             partition: partition.to_string(),
         });
@@ -191,7 +193,6 @@ async fn run_job(
     {
         // INVARIANT: an output is committed within half the grace period of its upload, so
         // GC can never sweep it as an orphan just before the commit references it.
-        delete_quietly(store, &w.output.key).await;
         return Err(Error::Deadline {
             partition: partition.to_string(),
         });
@@ -241,8 +242,11 @@ async fn run_job(
         }
         CommitOutcome::Conflict { current, reason } => {
             report.manifest_version = current.version;
+            // The winner retired one of our inputs, so no later commit can make our output
+            // live; but an identical job may have committed it earlier and the winner may
+            // have retired it since (then it waits for the grace period like any input).
             if let Some(w) = &written
-                && !current.has_compacted(&w.output.key)
+                && !current.references(&w.output.key)
             {
                 delete_quietly(store, &w.output.key).await;
             }

@@ -186,6 +186,9 @@ fn describe_time(time: &dyn Array, i: usize) -> String {
 const PROBE_ROWS: usize = 64;
 /// Most rows in one decoded batch.
 const MAX_BATCH_ROWS: usize = 8192;
+/// Reopens allowed per input: each one skips the rows already read, so a file whose row
+/// width keeps swinging must not make reading quadratic.
+const MAX_RESIZES: u32 = 8;
 
 /// Streams the rows of a checked input page by page, in batches of about `target_bytes`
 /// decoded bytes. Footer sizes cannot say how wide a row decodes (dictionary pages of long
@@ -198,6 +201,7 @@ pub struct SizedBatches {
     target_bytes: u64,
     rows_read: usize,
     batch_rows: usize,
+    resizes: u32,
     reader: Option<ParquetRecordBatchReader>,
 }
 
@@ -210,6 +214,7 @@ impl SizedBatches {
             target_bytes: target_bytes.max(1),
             rows_read: 0,
             batch_rows: PROBE_ROWS,
+            resizes: 0,
             reader: None,
         };
         batches.reopen()?;
@@ -235,7 +240,8 @@ impl SizedBatches {
         let per_row = (bytes / rows).max(1);
         let ideal = (self.target_bytes / per_row).clamp(1, MAX_BATCH_ROWS as u64) as usize;
         let far_off = ideal > self.batch_rows * 2 || ideal * 2 < self.batch_rows;
-        if far_off {
+        if far_off && self.resizes < MAX_RESIZES {
+            self.resizes += 1;
             self.batch_rows = ideal;
             self.reopen()?;
         }

@@ -9,6 +9,7 @@ use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{CompactOptions, KeyColumns, parse_size};
 use ourios_compaction::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::manifest::partition_files;
+use ourios_compaction::memory::process_cpu_time;
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::prune::{WindowPredicate, count_row_groups};
 use ourios_compaction::store::Store;
@@ -180,17 +181,23 @@ pub async fn run_bench(
     options.budget_bytes = parse_size(memory_budget)?;
     let mut plain_ms = Vec::new();
     let mut sorted_ms = Vec::new();
+    let mut plain_cpu_ms = Vec::new();
+    let mut sorted_cpu_ms = Vec::new();
     let mut last = None;
     for i in 0..repeat.max(1) {
         let out = object_store::path::Path::from(format!("bench-out/plain-{i}.parquet"));
         let t = Instant::now();
+        let cpu = process_cpu_time();
         let plain = rewrite_plain(&store, &layout, &partition, &options, &out).await?;
         plain_ms.push(t.elapsed().as_millis() as u64);
+        plain_cpu_ms.push((process_cpu_time() - cpu).as_millis() as u64);
         let _ = std::fs::remove_dir_all(dir.join("bench-out"));
 
         let t = Instant::now();
+        let cpu = process_cpu_time();
         let report = compact_partition(&store, &layout, &partition, &options).await?;
         sorted_ms.push(t.elapsed().as_millis() as u64);
+        sorted_cpu_ms.push((process_cpu_time() - cpu).as_millis() as u64);
         if report.output.is_none() {
             return Err(Error::Invariant {
                 message: format!("bench compaction wrote nothing: {:?}", report.error),
@@ -201,10 +208,12 @@ pub async fn run_bench(
             let _ = std::fs::remove_dir_all(dir.join(sub));
         }
         eprintln!(
-            "run {}: plain rewrite {} ms, sorted compaction {} ms",
+            "run {}: plain rewrite {} ms ({} ms CPU), sorted compaction {} ms ({} ms CPU)",
             i + 1,
             plain_ms[i],
-            sorted_ms[i]
+            plain_cpu_ms[i],
+            sorted_ms[i],
+            sorted_cpu_ms[i]
         );
         last = Some((plain, report));
     }
@@ -223,6 +232,8 @@ pub async fn run_bench(
         "plain_rewrite_ms": plain_med,
         "sorted_compaction_ms": sorted_med,
         "ratio": (ratio * 100.0).round() / 100.0,
+        "plain_rewrite_cpu_ms": median(plain_cpu_ms),
+        "sorted_compaction_cpu_ms": median(sorted_cpu_ms),
         "plain_output_bytes": plain.bytes,
         "sorted_output_bytes": report.output.as_ref().map(|o| o.bytes),
         "runs_spilled": report.runs_spilled,
