@@ -135,6 +135,69 @@ async fn competing_jobs_on_s3() {
     assert_eq!(status, Status::Conflict);
 }
 
+/// Job B stops late (past its deadline, or with its upload older than half the grace period)
+/// after an identical job A committed the very output B also uploaded (same inputs, same
+/// name). B must not delete it: it is A's live file.
+async fn late_job_keeps_an_identical_committed_output(store: Store, late: Lateness) {
+    let layout = Layout::default();
+    let partition = test_partition();
+    let scratch = tempfile::tempdir().expect("scratch");
+    let expected = land_files(&store, &layout, &partition, 3, 200).await;
+    let mut b_options = options(scratch.path());
+    let wait_until = match late {
+        Lateness::Deadline => {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+            b_options.deadline = Some(deadline.into_std());
+            deadline
+        }
+        Lateness::HalfGrace => {
+            b_options.gc_grace = Duration::from_secs(1);
+            tokio::time::Instant::now() + Duration::from_secs(1)
+        }
+    };
+    let job_a = {
+        let (store, layout, partition) = (store.clone(), layout.clone(), partition.clone());
+        let options = options(scratch.path());
+        async move {
+            let report = compact_partition(&store, &layout, &partition, &options)
+                .await
+                .expect("job A runs");
+            assert_eq!(report.status, Status::Compacted, "job A wins: {report:?}");
+            // Job B resumes only once it is late.
+            tokio::time::sleep_until(wait_until).await;
+        }
+    };
+    let hooked =
+        FaultyStore::new(Arc::clone(store.object_store()), None).with_hook_before_upload(job_a);
+    let job_b_store = Store::from_object_store(Arc::new(hooked), "hooked");
+    let report = compact_partition(&job_b_store, &layout, &partition, &b_options)
+        .await
+        .expect("job B runs");
+    assert_eq!(report.status, Status::Timeout, "{report:?}");
+    assert_exactly_once(
+        &live_tags(&store, &layout, &partition).await,
+        &expected,
+        "after a late identical job",
+    );
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Lateness {
+    Deadline,
+    HalfGrace,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_job_keeps_an_identical_committed_output_in_memory() {
+    late_job_keeps_an_identical_committed_output(open_memory(), Lateness::Deadline).await;
+    late_job_keeps_an_identical_committed_output(open_memory(), Lateness::HalfGrace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_job_keeps_an_identical_committed_output_on_s3() {
+    late_job_keeps_an_identical_committed_output(open_s3("late"), Lateness::Deadline).await;
+}
+
 /// A committer whose base is older than the versions GC keeps re-creates a pruned version
 /// number. That version is shadowed (readers take the highest), so the commit must be
 /// retried on the latest: rebased when its inputs are still live, a conflict otherwise.

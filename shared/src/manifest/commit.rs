@@ -127,9 +127,7 @@ fn stale_input(base: &Manifest, request: &CommitRequest, compacted_prefix: &str)
 /// its bad inputs recorded).
 fn reflects(latest: &Manifest, request: &CommitRequest) -> bool {
     let output_applied = match &request.output {
-        Some(output) => {
-            latest.has_compacted(&output.key) || latest.retired.iter().any(|r| r.key == output.key)
-        }
+        Some(output) => latest.references(&output.key),
         None => request.inputs.iter().all(|key| latest.excludes(key)),
     };
     output_applied

@@ -114,6 +114,11 @@ impl Manifest {
         self.retired.iter().any(|r| r.key == key) || self.quarantined.iter().any(|q| q.key == key)
     }
 
+    /// True when `key` is a live compacted file or a retired file (not yet past GC).
+    pub fn references(&self, key: &str) -> bool {
+        self.has_compacted(key) || self.retired.iter().any(|r| r.key == key)
+    }
+
     /// True when `key` is a live compacted file.
     pub fn has_compacted(&self, key: &str) -> bool {
         self.compacted.iter().any(|c| c.key == key)
