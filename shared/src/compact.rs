@@ -130,7 +130,9 @@ async fn run_job(
     let staged = stage_inputs(store, &manifest, &live, &scratch).await?;
 
     // Step 3: check.
+    let checking = Instant::now();
     let (mut checked, mut quarantined) = check_inputs(staged, partition, options).await?;
+    tracing::debug!(elapsed_ms = checking.elapsed().as_millis() as u64, "inputs checked");
 
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
