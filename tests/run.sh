@@ -100,7 +100,7 @@ export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}"
 export no_proxy="$NO_PROXY"
 
 python3 - <<'EOF'
-import os
+import json, os
 import boto3, botocore
 s3 = boto3.client(
     "s3",
@@ -113,6 +113,10 @@ try:
 except botocore.exceptions.ClientError as e:
     if e.response["Error"]["Code"] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
         raise
+# The rule production buckets carry for multipart uploads a killed compactor left behind
+# (object_store cannot list or abort them): checks that the server accepts it.
+with open("infra/local/lifecycle.json") as f:
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration=json.load(f))
 print(f"bucket {bucket} ready")
 EOF
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
 use ourios_compaction::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
-use ourios_compaction::manifest::{CommitOutcome, Manifest, commit, list_versions, load_latest};
+use ourios_compaction::manifest::{
+    CommitOutcome, Manifest, commit, list_versions, load_latest, partition_files,
+};
 use ourios_compaction::partition::Layout;
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
@@ -133,6 +135,69 @@ async fn competing_jobs_on_s3() {
     assert_eq!(status, Status::Noop);
     let status = inputs_compacted_by_someone_else(open_s3("competing"), true).await;
     assert_eq!(status, Status::Conflict);
+}
+
+/// A file that lands while a job runs (after it listed the partition) stays live beside the
+/// job's output, and the next job merges it with the compacted file (DESIGN §5, invariant 5).
+async fn late_file_stays_live_and_is_compacted_next_time(store: Store) {
+    let layout = Layout::default();
+    let partition = test_partition();
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut expected = land_files(&store, &layout, &partition, 3, 200).await;
+    let lands_midway = {
+        let (store, layout, partition) = (store.clone(), layout.clone(), partition.clone());
+        async move {
+            land_file(&store, &layout, &partition, "late.parquet", 9000, 50).await;
+        }
+    };
+    let hooked = FaultyStore::new(Arc::clone(store.object_store()), None)
+        .with_hook_before_upload(lands_midway);
+    let job_store = Store::from_object_store(Arc::new(hooked), "hooked");
+    let first = compact_partition(&job_store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("first job");
+    assert_eq!(first.status, Status::Compacted, "{first:?}");
+    assert_eq!(first.inputs.files, 3);
+    expected.extend(9000..9050);
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    let late_key = format!("{}/late.parquet", layout.ingest_dir(&partition));
+    assert_eq!(files.live.len(), 2, "{files:?}");
+    assert!(files.live.contains(&late_key), "{files:?}");
+    assert_exactly_once(
+        &live_tags(&store, &layout, &partition).await,
+        &expected,
+        "after a file landed during the job",
+    );
+
+    let second = compact_partition(&store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("second job");
+    assert_eq!(second.status, Status::Compacted, "{second:?}");
+    assert_eq!(
+        second.inputs.files, 2,
+        "the compacted file and the late file"
+    );
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    assert_eq!(files.live.len(), 1, "{files:?}");
+    assert_exactly_once(
+        &live_tags(&store, &layout, &partition).await,
+        &expected,
+        "after the next job",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_file_stays_live_and_is_compacted_next_time_in_memory() {
+    late_file_stays_live_and_is_compacted_next_time(open_memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_file_stays_live_and_is_compacted_next_time_on_s3() {
+    late_file_stays_live_and_is_compacted_next_time(open_s3("late-file")).await;
 }
 
 /// Job B stops late (past its deadline, or with its upload older than half the grace period)

@@ -1,0 +1,145 @@
+//! Bad inputs on the S3 test server: quarantined, left byte-for-byte in place through two
+//! compactions and a zero-grace GC, and out of the live set, while the rest of the partition
+//! compacts (DESIGN §5, invariant 7; the in-memory variant is `shared/tests/bad_inputs.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use bytes::Bytes;
+use ourios_compaction::compact::compact_partition;
+use ourios_compaction::config::CompactOptions;
+use ourios_compaction::gc::collect_garbage;
+use ourios_compaction::manifest::partition_files;
+use ourios_compaction::partition::Layout;
+use ourios_compaction::report::Status;
+use ourios_compaction::testing::{get_bytes, parquet_bytes, put_bytes, rows_batch};
+use ourios_integration_tests::{
+    assert_exactly_once, land_file, land_files, live_tags, open_s3, test_partition,
+};
+
+/// A one-row file with the test columns plus `extra` (name, type, value as a string).
+fn with_extra_column(time: i64, extra: (&str, &str)) -> Bytes {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("service.name", DataType::Utf8, true),
+        Field::new("time_unix_nano", DataType::Int64, false),
+        Field::new(extra.0, DataType::Utf8, true),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec!["api"])),
+        Arc::new(Int64Array::from(vec![time])),
+        Arc::new(StringArray::from(vec![extra.1])),
+    ];
+    let batch = RecordBatch::try_new(schema, columns).expect("batch");
+    parquet_bytes(&[batch], 10)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantined_files_survive_compaction_and_gc_on_s3() {
+    let store = open_s3("quarantine");
+    let layout = Layout::default();
+    let partition = test_partition();
+    let dir = layout.ingest_dir(&partition);
+    let (start, end) = partition.time_range_nanos();
+    let mut expected = land_files(&store, &layout, &partition, 2, 300).await;
+
+    let good = parquet_bytes(&[rows_batch(&[(Some("a".into()), start + 1, 1)])], 10);
+    let bad: Vec<(&str, Bytes, &str)> = vec![
+        (
+            "b1-garbage.parquet",
+            Bytes::from_static(b"this is not parquet at all"),
+            "not a readable Parquet",
+        ),
+        (
+            "b2-truncated.parquet",
+            good.slice(0..good.len() / 2),
+            "not a readable Parquet",
+        ),
+        ("b3-empty.parquet", Bytes::new(), "empty"),
+        (
+            "b4-outside.parquet",
+            parquet_bytes(&[rows_batch(&[(Some("a".into()), end, 5)])], 10),
+            "outside the partition's hour",
+        ),
+        (
+            "b5-tenant.parquet",
+            with_extra_column(start + 2, ("tenant_id", "globex")),
+            "tenant",
+        ),
+        (
+            "z-conflict.parquet",
+            with_extra_column(start + 3, ("tag", "not an integer")),
+            "earlier input",
+        ),
+    ];
+    for (name, bytes, _) in &bad {
+        put_bytes(&store, &format!("{dir}/{name}"), bytes.clone()).await;
+    }
+    let assert_untouched = |context: &'static str| {
+        let store = store.clone();
+        let dir = dir.clone();
+        let bad = bad.clone();
+        async move {
+            for (name, bytes, _) in &bad {
+                let got = get_bytes(&store, &format!("{dir}/{name}")).await;
+                assert_eq!(&got, bytes, "{context}: {name} is left untouched");
+            }
+        }
+    };
+
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut options = CompactOptions::new(scratch.path());
+    options.gc_grace = Duration::ZERO;
+    let report = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    assert_eq!(report.status, Status::Partial, "{report:?}");
+    assert_eq!(report.inputs.files, 2);
+    for (name, _, why) in &bad {
+        let key = format!("{dir}/{name}");
+        let q = report
+            .quarantined
+            .iter()
+            .find(|q| q.file == key)
+            .unwrap_or_else(|| panic!("{name} is quarantined: {:?}", report.quarantined));
+        assert!(q.reason.contains(why), "{name}: {}", q.reason);
+    }
+    assert_untouched("after the first compaction").await;
+
+    // A late good file: the next compaction merges it with the compacted file and leaves
+    // the quarantined files where they are.
+    expected.extend(land_file(&store, &layout, &partition, "late.parquet", 90_000, 40).await);
+    let report = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    assert_eq!(report.status, Status::Compacted, "{report:?}");
+    assert_eq!(
+        report.inputs.files, 2,
+        "the compacted file and the late file"
+    );
+    assert_untouched("after the second compaction").await;
+
+    collect_garbage(
+        &store,
+        &layout,
+        &partition,
+        Duration::ZERO,
+        i64::MAX / 2,
+        false,
+    )
+    .await
+    .expect("gc");
+    assert_untouched("after GC").await;
+
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    assert_eq!(files.live.len(), 1, "{files:?}");
+    assert_eq!(files.quarantined.len(), bad.len());
+    assert_exactly_once(
+        &live_tags(&store, &layout, &partition).await,
+        &expected,
+        "the good rows",
+    );
+}
