@@ -132,7 +132,10 @@ async fn run_job(
     // Step 3: check.
     let checking = Instant::now();
     let (mut checked, mut quarantined) = check_inputs(staged, partition, options).await?;
-    tracing::debug!(elapsed_ms = checking.elapsed().as_millis() as u64, "inputs checked");
+    tracing::debug!(
+        elapsed_ms = checking.elapsed().as_millis() as u64,
+        "inputs checked"
+    );
 
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
