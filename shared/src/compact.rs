@@ -423,6 +423,7 @@ async fn sort_and_write(
             scratch,
             gauge,
             deadline: options.deadline,
+            large_service_rows: Some(large_service_rows(checked, rg_bytes)),
             progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
         };
         let sorted = with_sink_thread(&mut writer, |sink| sort_inputs(&job, sink));
@@ -475,6 +476,14 @@ async fn sort_and_write(
             Err(e)
         }
     }
+}
+
+/// Rows of a service that fill half a row group: such a service gets row groups of its own.
+fn large_service_rows(checked: &[CheckedInput], rg_bytes: u64) -> u64 {
+    let rows: u64 = checked.iter().map(|c| c.rows).sum();
+    let bytes: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
+    let row_bytes = (bytes / rows.max(1)).max(1);
+    (rg_bytes / 2 / row_bytes).max(1)
 }
 
 fn progress_printer(partition: &PartitionId, total_rows: u64) -> impl Fn(u64) + Sync {

@@ -7,10 +7,11 @@
 
 use std::time::Instant;
 
+use crate::alignment::{AligningSink, ServiceCounts};
 use crate::budget::MemoryGauge;
 use crate::config::OUTPUT_CHUNK_ROWS;
 use crate::error::{Error, Result};
-use crate::input::{CheckedInput, SizedBatches};
+use crate::input::{CheckedInput, SizedBatches, count_services};
 use crate::key::SortKey;
 use crate::merge::{MergeSettings, RunSource, merge_runs};
 use crate::runs::RunFormation;
@@ -38,6 +39,9 @@ pub struct SortJob<'a> {
     pub gauge: &'a MemoryGauge,
     /// Stop when this instant passes.
     pub deadline: Option<Instant>,
+    /// A service with at least this many rows gets row groups of its own (`None`: no
+    /// alignment, e.g. a time-only key).
+    pub large_service_rows: Option<u64>,
     /// Called with (rows read so far) after each batch.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
 }
@@ -91,8 +95,13 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     );
     let mut rows_read = 0u64;
     let mut presorted_sources = Vec::new();
+    let mut counts = ServiceCounts::default();
+    let service_index = job.unified.service_index;
     for (position, input) in job.inputs.iter().enumerate() {
         if job.presorted.get(position).copied().unwrap_or(false) {
+            if let Some(i) = service_index {
+                counts.merge(count_services(input, schema.field(i).name())?);
+            }
             let reader = SizedBatches::open(input, share)?;
             let target = schema.clone();
             let batches = reader.map(move |b| conform(&b?, &target));
@@ -115,7 +124,11 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
             })?;
             row += batch.num_rows() as u64;
             rows_read += batch.num_rows() as u64;
-            formation.push(conform(&batch, schema)?)?;
+            let batch = conform(&batch, schema)?;
+            if let Some(i) = service_index {
+                counts.add(batch.column(i).as_ref());
+            }
+            formation.push(batch)?;
             check_deadline(job.deadline)?;
             if let Some(progress) = job.progress {
                 progress(rows_read);
@@ -123,6 +136,14 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         }
     }
     let compression = formation.compression();
+    let mut aligned;
+    let sink: &mut dyn ChunkSink = match (service_index, job.large_service_rows) {
+        (Some(i), Some(large_rows)) if counts.is_complete() => {
+            aligned = AligningSink::new(sink, counts, i, large_rows);
+            &mut aligned
+        }
+        _ => sink,
+    };
     let formed = formation.finish(OUTPUT_CHUNK_ROWS, !presorted_sources.is_empty(), sink)?;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,

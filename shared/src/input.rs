@@ -268,3 +268,31 @@ impl Iterator for SizedBatches {
         Some(Ok(batch))
     }
 }
+
+/// Rows per service of one input, reading only its service column.
+pub fn count_services(
+    input: &CheckedInput,
+    service_column: &str,
+) -> Result<crate::alignment::ServiceCounts> {
+    let mut counts = crate::alignment::ServiceCounts::default();
+    let file =
+        File::open(&input.staged.local).map_err(|e| Error::scratch(&input.staged.local, e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| Error::parquet(input.staged.key.to_string(), e))?;
+    let Some(index) = builder.schema().index_of(service_column).ok() else {
+        return Ok(counts);
+    };
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(64 * 1024)
+        .build()
+        .map_err(|e| Error::parquet(input.staged.key.to_string(), e))?;
+    for batch in reader {
+        let batch = batch.map_err(|e| Error::arrow(format!("reading {}", input.staged.key), e))?;
+        let services = cast(batch.column(0), &DataType::Utf8)
+            .map_err(|e| Error::arrow("reading the service column", e))?;
+        counts.add(&services);
+    }
+    Ok(counts)
+}

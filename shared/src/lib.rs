@@ -73,14 +73,19 @@
 //! | `generate` | synthetic realistic ingest files (feature `generate`) |
 //! | [`inspect`] | footer summaries |
 //! | [`prune`] | row-group pruning from footer statistics |
+//! | [`query`] | the window query with pruning statistics |
+//! | [`counting`] | a store wrapper counting read requests |
+//! | [`alignment`] | row-group boundaries at large services' edges |
 //!
 //! The sort runs on a blocking section of a multi-threaded Tokio runtime
 //! (`block_in_place`); callers use `#[tokio::main]` or `Builder::new_multi_thread`.
 
+pub mod alignment;
 pub mod baseline;
 pub mod budget;
 pub mod compact;
 pub mod config;
+pub mod counting;
 pub mod engine;
 pub mod error;
 pub mod gc;
@@ -94,6 +99,7 @@ pub mod memory;
 pub mod merge;
 pub mod partition;
 pub mod prune;
+pub mod query;
 pub mod report;
 pub mod runs;
 pub mod schema;

@@ -51,7 +51,7 @@ pub fn count_row_groups(
 }
 
 /// True unless the row group's statistics prove that no row matches.
-fn may_match(
+pub(crate) fn may_match(
     row_group: &RowGroupMetaData,
     time: Option<usize>,
     service: Option<usize>,

@@ -9,6 +9,12 @@ use crate::runs::RunWriter;
 pub trait ChunkSink {
     /// Appends a chunk that follows the previous ones in key order.
     fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()>;
+
+    /// Asks for the rows written so far to close their row group (a service boundary);
+    /// sinks without row groups ignore it.
+    fn end_row_group(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl ChunkSink for RunWriter {
@@ -39,10 +45,13 @@ where
     S: ChunkSink + Send,
 {
     std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<RecordBatch>(2);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<SinkMessage>(2);
         let writer = scope.spawn(move || -> Result<()> {
-            for chunk in rx {
-                sink.write_chunk(&chunk)?;
+            for message in rx {
+                match message {
+                    SinkMessage::Chunk(chunk) => sink.write_chunk(&chunk)?,
+                    SinkMessage::EndRowGroup => sink.end_row_group()?,
+                }
             }
             Ok(())
         });
@@ -56,17 +65,31 @@ where
     })
 }
 
-struct ChannelSink {
-    tx: Option<std::sync::mpsc::SyncSender<RecordBatch>>,
+enum SinkMessage {
+    Chunk(RecordBatch),
+    EndRowGroup,
 }
 
-impl ChunkSink for ChannelSink {
-    fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
-        let sent = self.tx.as_ref().map(|tx| tx.send(chunk.clone()));
-        match sent {
+struct ChannelSink {
+    tx: Option<std::sync::mpsc::SyncSender<SinkMessage>>,
+}
+
+impl ChannelSink {
+    fn send(&mut self, message: SinkMessage) -> Result<()> {
+        match self.tx.as_ref().map(|tx| tx.send(message)) {
             Some(Ok(())) => Ok(()),
             // The writer stopped on an error; `with_sink_thread` returns that error.
             _ => Err(crate::error::Error::invariant("the writer thread stopped")),
         }
+    }
+}
+
+impl ChunkSink for ChannelSink {
+    fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
+        self.send(SinkMessage::Chunk(chunk.clone()))
+    }
+
+    fn end_row_group(&mut self) -> Result<()> {
+        self.send(SinkMessage::EndRowGroup)
     }
 }

@@ -131,4 +131,13 @@ impl<W: Write + Send> ChunkSink for OutputWriter<W> {
             .write(chunk)
             .map_err(|e| Error::parquet("compacted output", e))
     }
+
+    fn end_row_group(&mut self) -> Result<()> {
+        if self.writer.in_progress_rows() > 0 {
+            self.writer
+                .flush()
+                .map_err(|e| Error::parquet("compacted output", e))?;
+        }
+        Ok(())
+    }
 }

@@ -128,6 +128,29 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Read one tenant's rows for a service and a time window, pruning with footer statistics.
+    Query {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Tenant name (required: a query never crosses tenants).
+        #[arg(long)]
+        tenant: String,
+        /// Service name (default: every service).
+        #[arg(long)]
+        service: Option<String>,
+        /// Window start, RFC 3339 (inclusive), e.g. 2026-11-29T10:20:00Z.
+        #[arg(long)]
+        from: String,
+        /// Window end, RFC 3339 (exclusive).
+        #[arg(long)]
+        to: String,
+        /// Most rows returned, in (service, time) order; 0 only counts.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Print {"rows": [...], "stats": {...}}.
+        #[arg(long)]
+        json: bool,
+    },
     /// The main job end to end on a local directory: generate, compact, compare.
     Demo {
         /// Directory of the demo store (created; reused runs start fresh).

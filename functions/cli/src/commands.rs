@@ -12,6 +12,7 @@ use ourios_compaction::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::inspect::inspect_object;
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::query::{WindowQuery, query_window};
 use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
@@ -142,6 +143,45 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Query {
+            store,
+            tenant,
+            service,
+            from,
+            to,
+            limit,
+            json,
+        } => {
+            let layout = Layout::new(&store.ingest_prefix)?;
+            let store = Store::open(&store.store)?;
+            let query = WindowQuery {
+                tenant,
+                service,
+                from_nanos: parse_instant(&from)?,
+                to_nanos: parse_instant(&to)?,
+                limit,
+            };
+            let result = query_window(&store, &layout, &Default::default(), &query).await?;
+            if json {
+                let rows = rows_json(&result.rows)?;
+                println!(
+                    "{}",
+                    serde_json::json!({"rows": rows, "stats": result.stats})
+                );
+            } else {
+                if !result.rows.is_empty() {
+                    let table =
+                        arrow::util::pretty::pretty_format_batches(&result.rows).map_err(|e| {
+                            Error::Config {
+                                message: format!("cannot print rows: {e}"),
+                            }
+                        })?;
+                    println!("{table}");
+                }
+                println!("{}", to_json(&result.stats));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo { store } => crate::demo::run_demo(&store).await,
         Command::Bench {
             store,
@@ -228,6 +268,35 @@ fn print_gc(reports: &[GcReport], dry_run: bool) {
     if reports.is_empty() {
         println!("no partitions found");
     }
+}
+
+/// Nanoseconds since the epoch of an RFC 3339 instant.
+fn parse_instant(raw: &str) -> Result<i64> {
+    chrono::DateTime::parse_from_rfc3339(raw)
+        .ok()
+        .and_then(|t| t.timestamp_nanos_opt())
+        .ok_or_else(|| Error::Config {
+            message: format!("{raw:?} is not an RFC 3339 instant such as 2026-11-29T10:20:00Z"),
+        })
+}
+
+/// Rows as JSON objects, one per row.
+fn rows_json(batches: &[arrow::array::RecordBatch]) -> Result<serde_json::Value> {
+    let mut writer = arrow::json::ArrayWriter::new(Vec::new());
+    let refs: Vec<&arrow::array::RecordBatch> = batches.iter().collect();
+    writer
+        .write_batches(&refs)
+        .and_then(|()| writer.finish())
+        .map_err(|e| Error::Config {
+            message: format!("cannot render rows as JSON: {e}"),
+        })?;
+    let bytes = writer.into_inner();
+    if bytes.is_empty() {
+        return Ok(serde_json::Value::Array(Vec::new()));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| Error::Config {
+        message: format!("cannot render rows as JSON: {e}"),
+    })
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> String {

@@ -1,0 +1,518 @@
+//! The window query: one tenant, one service (or all), a half-open time window, over the live
+//! files of the partitions the window touches, reading as little as the layout allows.
+//!
+//! Files are pruned by row group with footer min/max statistics, then with the bloom filter
+//! of the service column, then by page with the page indexes of the key columns; only the
+//! surviving pages are fetched and decoded, and their rows are filtered exactly, so the
+//! answer equals a full scan's whatever the layout (old unsorted files just prune less).
+//! Every read goes through a [`CountingStore`], so the statistics report real requests.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::compute::{cast, concat_batches, filter_record_batch, take_record_batch};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
+};
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use serde::Serialize;
+
+use crate::config::KeyColumns;
+use crate::counting::CountingStore;
+use crate::error::{Error, Result};
+use crate::inspect::parquet_store_error;
+use crate::manifest::partition_files;
+use crate::partition::{HOUR_NANOS, Layout, PartitionId};
+use crate::prune::{WindowPredicate, leaf_column_index, may_match};
+use crate::store::Store;
+
+/// A window query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowQuery {
+    /// The tenant (required: a query never crosses tenants).
+    pub tenant: String,
+    /// The service, or `None` for every service.
+    pub service: Option<String>,
+    /// Window start, Unix nanoseconds, inclusive.
+    pub from_nanos: i64,
+    /// Window end, Unix nanoseconds, exclusive.
+    pub to_nanos: i64,
+    /// Most rows returned (in key order); `rows_matched` still counts them all.
+    pub limit: usize,
+}
+
+/// What a query read (RFC 0007's result statistics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct QueryStats {
+    /// Live files considered.
+    pub files: u64,
+    /// Row groups in those files.
+    pub row_groups_total: u64,
+    /// Row groups read.
+    pub row_groups_scanned: u64,
+    /// Row groups skipped by statistics or bloom filters.
+    pub row_groups_pruned: u64,
+    /// Bytes fetched from the store (footers, indexes, blooms, pages).
+    pub bytes_read: u64,
+    /// GET requests made to the store.
+    pub requests: u64,
+    /// Rows matching the query.
+    pub rows_matched: u64,
+}
+
+/// Rows (up to the limit, in key order) and statistics.
+#[derive(Debug, Clone)]
+pub struct QueryResult {
+    /// Matching rows, at most `limit`, sorted by (service, time), in one batch per file.
+    pub rows: Vec<RecordBatch>,
+    /// What the query read.
+    pub stats: QueryStats,
+}
+
+/// Runs a window query over the live files of every partition the window touches.
+pub async fn query_window(
+    store: &Store,
+    layout: &Layout,
+    keys: &KeyColumns,
+    query: &WindowQuery,
+) -> Result<QueryResult> {
+    crate::partition::validate_tenant(&query.tenant)?;
+    if query.from_nanos >= query.to_nanos {
+        return Err(Error::Config {
+            message: "the window is empty: --from must be before --to".into(),
+        });
+    }
+    let (counting, counters) = CountingStore::new(Arc::clone(store.object_store()));
+    let counting: Arc<dyn ObjectStore> = Arc::new(counting);
+    let predicate = WindowPredicate {
+        service: query.service.clone(),
+        from_nanos: query.from_nanos,
+        to_nanos: query.to_nanos,
+    };
+    let mut stats = QueryStats::default();
+    let mut found = Vec::new();
+    for partition in partitions_in_window(&query.tenant, query.from_nanos, query.to_nanos)? {
+        for key in partition_files(store, layout, &partition).await?.live {
+            stats.files += 1;
+            let file = FileQuery {
+                store: &counting,
+                key: Path::from(key.as_str()),
+                keys,
+                predicate: &predicate,
+            };
+            if let Some(rows) = file.run(&mut stats).await? {
+                found.push(rows);
+            }
+        }
+    }
+    stats.bytes_read = counters.bytes();
+    stats.requests = counters.requests();
+    let rows = top_rows(found, keys, query.limit)?;
+    Ok(QueryResult { rows, stats })
+}
+
+/// The partitions of a tenant whose hours overlap `[from, to)`.
+fn partitions_in_window(tenant: &str, from: i64, to: i64) -> Result<Vec<PartitionId>> {
+    let first = from.div_euclid(HOUR_NANOS);
+    let last = (to - 1).div_euclid(HOUR_NANOS);
+    if last - first > 24 * 366 {
+        return Err(Error::Config {
+            message: "the window spans more than a year of hours; narrow it".into(),
+        });
+    }
+    (first..=last)
+        .map(|h| {
+            let secs = h * 3600;
+            let instant =
+                chrono::DateTime::from_timestamp(secs, 0).ok_or_else(|| Error::Config {
+                    message: format!("hour {h} is out of range"),
+                })?;
+            PartitionId::new(tenant, instant)
+        })
+        .collect()
+}
+
+struct FileQuery<'a> {
+    store: &'a Arc<dyn ObjectStore>,
+    key: Path,
+    keys: &'a KeyColumns,
+    predicate: &'a WindowPredicate,
+}
+
+impl FileQuery<'_> {
+    /// Prunes, reads and filters one file; returns its matching rows.
+    async fn run(&self, stats: &mut QueryStats) -> Result<Option<RecordBatch>> {
+        let mut reader = StoreFileReader {
+            store: Arc::clone(self.store),
+            key: self.key.clone(),
+            size: None,
+        };
+        let metadata = reader.load_metadata().await?;
+        let schema_descr = metadata.file_metadata().schema_descr();
+        let time_leaf = leaf_column_index(schema_descr, &self.keys.time);
+        let service_leaf = leaf_column_index(schema_descr, &self.keys.service);
+        let num_row_groups = metadata.num_row_groups();
+        stats.row_groups_total += num_row_groups as u64;
+
+        let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
+            .map_err(|e| Error::parquet(self.key.to_string(), e))?;
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, arrow);
+        let mut surviving = Vec::new();
+        for (i, rg) in metadata.row_groups().iter().enumerate() {
+            if !may_match(rg, time_leaf, service_leaf, self.predicate) {
+                continue;
+            }
+            if let (Some(service), Some(leaf)) = (&self.predicate.service, service_leaf) {
+                let bloom = builder
+                    .get_row_group_column_bloom_filter(i, leaf)
+                    .await
+                    .map_err(|e| parquet_store_error("get", &self.key, e))?;
+                if bloom.is_some_and(|b| !b.check(service.as_str())) {
+                    continue;
+                }
+            }
+            surviving.push(i);
+        }
+        // Page indexes can rule out a row group its statistics could not (a boundary group
+        // whose time range spans the hour because of a neighbouring service).
+        let mut selectors = Vec::new();
+        let mut scanned = Vec::new();
+        for rg in surviving {
+            match row_group_pages(&metadata, rg, time_leaf, service_leaf, self.predicate) {
+                Some(ranges) if ranges.is_empty() => continue,
+                Some(ranges) => push_selectors(&mut selectors, &ranges, row_count(&metadata, rg)),
+                None => push_selectors(
+                    &mut selectors,
+                    std::slice::from_ref(&(0..row_count(&metadata, rg))),
+                    row_count(&metadata, rg),
+                ),
+            }
+            scanned.push(rg);
+        }
+        stats.row_groups_scanned += scanned.len() as u64;
+        stats.row_groups_pruned += (num_row_groups - scanned.len()) as u64;
+        if scanned.is_empty() {
+            return Ok(None);
+        }
+        builder = builder
+            .with_row_groups(scanned)
+            .with_batch_size(8192)
+            .with_row_selection(RowSelection::from(selectors));
+        let schema = builder.schema().clone();
+        let mut stream = builder
+            .build()
+            .map_err(|e| Error::parquet(self.key.to_string(), e))?;
+        let mut matched = Vec::new();
+        while let Some(batch) = stream.next().await {
+            let batch = batch.map_err(|e| parquet_store_error("get", &self.key, e))?;
+            let mask = row_mask(&batch, self.keys, self.predicate)?;
+            let kept = filter_record_batch(&batch, &mask)
+                .map_err(|e| Error::arrow("filtering query rows", e))?;
+            stats.rows_matched += kept.num_rows() as u64;
+            if kept.num_rows() > 0 {
+                matched.push(kept);
+            }
+        }
+        concat(&schema, &matched).map(Some)
+    }
+}
+
+fn concat(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch> {
+    concat_batches(schema, batches).map_err(|e| Error::arrow("collecting query rows", e))
+}
+
+/// Exact filter of a decoded batch by the predicate.
+fn row_mask(
+    batch: &RecordBatch,
+    keys: &KeyColumns,
+    predicate: &WindowPredicate,
+) -> Result<BooleanArray> {
+    let rows = batch.num_rows();
+    let times = match batch.column_by_name(&keys.time) {
+        Some(t) => Some(cast(t, &DataType::Int64).map_err(|e| Error::arrow("reading time", e))?),
+        None => None,
+    };
+    let services = match batch.column_by_name(&keys.service) {
+        Some(s) => Some(cast(s, &DataType::Utf8).map_err(|e| Error::arrow("reading service", e))?),
+        None => None,
+    };
+    let mask: BooleanArray = (0..rows)
+        .map(|i| {
+            let in_window = times.as_ref().is_some_and(|t| {
+                let t = t.as_primitive::<Int64Type>();
+                t.is_valid(i) && (predicate.from_nanos..predicate.to_nanos).contains(&t.value(i))
+            });
+            let service_ok = match &predicate.service {
+                None => true,
+                Some(wanted) => services.as_ref().is_some_and(|s| {
+                    let s = s.as_string::<i32>();
+                    s.is_valid(i) && s.value(i) == wanted
+                }),
+            };
+            Some(in_window && service_ok)
+        })
+        .collect();
+    Ok(mask)
+}
+
+/// Keeps the first `limit` matching rows in (service, time) order.
+fn top_rows(found: Vec<RecordBatch>, keys: &KeyColumns, limit: usize) -> Result<Vec<RecordBatch>> {
+    if limit == 0 || found.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    // Per file: sort, then cut to the limit; files stay separate batches (schemas may differ).
+    for batch in found {
+        let services = batch
+            .column_by_name(&keys.service)
+            .map(|s| cast(s, &DataType::Utf8))
+            .transpose()
+            .map_err(|e| Error::arrow("reading service", e))?;
+        let times = batch
+            .column_by_name(&keys.time)
+            .map(|t| cast(t, &DataType::Int64))
+            .transpose()
+            .map_err(|e| Error::arrow("reading time", e))?;
+        let key_of = |i: usize| {
+            let service = services.as_ref().and_then(|s| {
+                let s = s.as_string::<i32>();
+                s.is_valid(i).then(|| s.value(i).to_string())
+            });
+            let time = times
+                .as_ref()
+                .map_or(0, |t| t.as_primitive::<Int64Type>().value(i));
+            (service, time)
+        };
+        let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
+        order.sort_by_key(|&i| key_of(i as usize));
+        order.truncate(limit);
+        let indices = arrow::array::UInt32Array::from(order);
+        out.push(
+            take_record_batch(&batch, &indices).map_err(|e| Error::arrow("ordering rows", e))?,
+        );
+    }
+    // Across files: keep the globally first `limit` rows by key.
+    let mut all: Vec<(Option<String>, i64, usize, usize)> = Vec::new();
+    for (b, batch) in out.iter().enumerate() {
+        let services = batch
+            .column_by_name(&keys.service)
+            .map(|s| cast(s, &DataType::Utf8))
+            .transpose()
+            .map_err(|e| Error::arrow("reading service", e))?;
+        let times = batch
+            .column_by_name(&keys.time)
+            .map(|t| cast(t, &DataType::Int64))
+            .transpose()
+            .map_err(|e| Error::arrow("reading time", e))?;
+        for i in 0..batch.num_rows() {
+            let service = services.as_ref().and_then(|s| {
+                let s = s.as_string::<i32>();
+                s.is_valid(i).then(|| s.value(i).to_string())
+            });
+            let time = times
+                .as_ref()
+                .map_or(0, |t| t.as_primitive::<Int64Type>().value(i));
+            all.push((service, time, b, i));
+        }
+    }
+    all.sort();
+    all.truncate(limit);
+    let mut keep: Vec<Vec<u32>> = vec![Vec::new(); out.len()];
+    for (_, _, b, i) in &all {
+        keep[*b].push(*i as u32);
+    }
+    out.iter()
+        .zip(keep)
+        .filter(|(_, k)| !k.is_empty())
+        .map(|(batch, k)| {
+            take_record_batch(batch, &arrow::array::UInt32Array::from(k))
+                .map_err(|e| Error::arrow("ordering rows", e))
+        })
+        .collect()
+}
+
+fn row_count(metadata: &ParquetMetaData, rg: usize) -> usize {
+    metadata.row_group(rg).num_rows().max(0) as usize
+}
+
+/// Appends the selectors of one row group: its `keep` ranges selected, the rest skipped.
+fn push_selectors(selectors: &mut Vec<RowSelector>, keep: &[Range<usize>], rows: usize) {
+    let mut at = 0;
+    for r in keep {
+        if r.start > at {
+            selectors.push(RowSelector::skip(r.start - at));
+        }
+        if r.end > r.start {
+            selectors.push(RowSelector::select(r.end - r.start));
+        }
+        at = at.max(r.end);
+    }
+    if rows > at {
+        selectors.push(RowSelector::skip(rows - at));
+    }
+}
+
+/// Row ranges of one row group whose pages may match, from the page indexes of the time and
+/// service columns; `None` when the indexes are missing (read the whole group).
+fn row_group_pages(
+    metadata: &ParquetMetaData,
+    rg: usize,
+    time_leaf: Option<usize>,
+    service_leaf: Option<usize>,
+    predicate: &WindowPredicate,
+) -> Option<Vec<Range<usize>>> {
+    metadata.page_index()?;
+    let page_index = metadata.page_index_for_row_group(rg);
+    let rows = row_count(metadata, rg);
+    let mut keep = Vec::from([Range {
+        start: 0,
+        end: rows,
+    }]);
+    let mut used_index = false;
+    let time_plain = time_leaf.filter(|&leaf| {
+        let descr = metadata.row_group(rg).column(leaf).column_descr();
+        // Page pruning only for signed nanoseconds; other encodings read whole groups.
+        !matches!(descr.logical_type_ref(), Some(parquet::basic::LogicalType::Integer(i)) if !i.is_signed)
+            && !matches!(descr.logical_type_ref(), Some(parquet::basic::LogicalType::Timestamp(t)) if t.unit != parquet::basic::TimeUnit::NANOS)
+    });
+    if let Some(leaf) = time_plain
+        && let (Some(ColumnIndexMetaData::INT64(index)), Some(offsets)) =
+            (page_index.column_index(leaf), page_index.offset_index(leaf))
+    {
+        let wanted: Vec<Range<usize>> = page_ranges(offsets.page_locations(), rows)
+            .into_iter()
+            .enumerate()
+            .filter(|(p, _)| match (index.min_value(*p), index.max_value(*p)) {
+                (Some(min), Some(max)) => *max >= predicate.from_nanos && *min < predicate.to_nanos,
+                _ => !index.is_null_page(*p),
+            })
+            .map(|(_, r)| r)
+            .collect();
+        keep = intersect(&keep, &wanted);
+        used_index = true;
+    }
+    if let (Some(service), Some(leaf)) = (&predicate.service, service_leaf)
+        && let (Some(ColumnIndexMetaData::BYTE_ARRAY(index)), Some(offsets)) =
+            (page_index.column_index(leaf), page_index.offset_index(leaf))
+    {
+        let wanted: Vec<Range<usize>> = page_ranges(offsets.page_locations(), rows)
+            .into_iter()
+            .enumerate()
+            .filter(|(p, _)| match (index.min_value(*p), index.max_value(*p)) {
+                (Some(min), Some(max)) => min <= service.as_bytes() && service.as_bytes() <= max,
+                _ => !index.is_null_page(*p),
+            })
+            .map(|(_, r)| r)
+            .collect();
+        keep = intersect(&keep, &wanted);
+        used_index = true;
+    }
+    used_index.then_some(keep)
+}
+
+fn page_ranges(
+    pages: &[parquet::file::page_index::offset_index::PageLocation],
+    rows: usize,
+) -> Vec<Range<usize>> {
+    pages
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let start = p.first_row_index.max(0) as usize;
+            let end = pages
+                .get(i + 1)
+                .map_or(rows, |next| next.first_row_index.max(0) as usize);
+            start..end.max(start)
+        })
+        .collect()
+}
+
+fn intersect(a: &[Range<usize>], b: &[Range<usize>]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    for x in a {
+        for y in b {
+            let start = x.start.max(y.start);
+            let end = x.end.min(y.end);
+            if start < end {
+                out.push(start..end);
+            }
+        }
+    }
+    out.sort_by_key(|r| r.start);
+    out
+}
+
+/// Reads one object for the async Parquet reader, through the counting store.
+struct StoreFileReader {
+    store: Arc<dyn ObjectStore>,
+    key: Path,
+    size: Option<u64>,
+}
+
+impl StoreFileReader {
+    async fn load_metadata(&mut self) -> Result<Arc<ParquetMetaData>> {
+        let size = self
+            .store
+            .head(&self.key)
+            .await
+            .map_err(|e| Error::store("head", &self.key, e))?
+            .size;
+        self.size = Some(size);
+        let metadata = ParquetMetaDataReader::new()
+            .with_page_index_policy(PageIndexPolicy::Optional)
+            .load_and_finish(&mut *self, size)
+            .await
+            .map_err(|e| parquet_store_error("get", &self.key, e))?;
+        Ok(Arc::new(metadata))
+    }
+}
+
+impl AsyncFileReader for StoreFileReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        let (store, key) = (Arc::clone(&self.store), self.key.clone());
+        async move {
+            store
+                .get_range(&key, range)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        let (store, key) = (Arc::clone(&self.store), self.key.clone());
+        async move {
+            store
+                .get_ranges(&key, &ranges)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            self.load_metadata()
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,277 @@
+//! The window query: it returns exactly a full scan's rows (property test, on uncompacted and
+//! compacted partitions), and on a compacted hour a one-service window scans at most
+//! `ceil(B_sw / T) + 2` row groups (RFC 0036's RFC0036.2), a bound an unsorted file breaks.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Int64Type};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use ourios_compaction::baseline::rewrite_plain;
+use ourios_compaction::compact::compact_partition;
+use ourios_compaction::config::{CompactOptions, KeyColumns};
+use ourios_compaction::generate::{GenerateSpec, generate_partition, service_names};
+use ourios_compaction::manifest::partition_files;
+use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::prune::{WindowPredicate, count_row_groups};
+use ourios_compaction::query::{WindowQuery, query_window};
+use ourios_compaction::store::Store;
+use ourios_compaction::testing::{get_bytes, read_parquet};
+use parquet::file::reader::{FileReader, SerializedFileReader};
+
+const MINUTE: i64 = 60_000_000_000;
+
+/// (service, time, body) of every row, sorted: a layout-independent identity of a row set.
+fn identities(batches: &[RecordBatch]) -> Vec<(Option<String>, i64, String)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let s = cast(
+            b.column_by_name("service.name").expect("service"),
+            &DataType::Utf8,
+        )
+        .expect("utf8");
+        let s = s.as_string::<i32>();
+        let t = cast(
+            b.column_by_name("time_unix_nano").expect("time"),
+            &DataType::Int64,
+        )
+        .expect("i64");
+        let t = t.as_primitive::<Int64Type>();
+        let body = b.column_by_name("body").expect("body").as_string::<i32>();
+        for i in 0..b.num_rows() {
+            out.push((
+                s.is_valid(i).then(|| s.value(i).to_string()),
+                t.value(i),
+                body.value(i).to_string(),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn brute_force(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    q: &WindowQuery,
+) -> Vec<(Option<String>, i64, String)> {
+    let mut all = Vec::new();
+    for key in partition_files(store, layout, partition)
+        .await
+        .expect("files")
+        .live
+    {
+        all.extend(read_parquet(store, &key).await);
+    }
+    identities(&all)
+        .into_iter()
+        .filter(|(s, t, _)| {
+            (q.from_nanos..q.to_nanos).contains(t)
+                && q.service.as_ref().is_none_or(|w| s.as_ref() == Some(w))
+        })
+        .collect()
+}
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_equals_a_full_scan_before_and_after_compaction() {
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let layout = Layout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let spec = GenerateSpec {
+        files: 8,
+        rows_per_file: 3000,
+        services: 12,
+        seed: 5,
+        wide: false,
+    };
+    generate_partition(&store, &layout, &partition, &spec)
+        .await
+        .expect("generate");
+    let services = service_names(12);
+    let (start, _) = partition.time_range_nanos();
+    let mut rng = Lcg(42);
+    for round in 0..2 {
+        for _ in 0..12 {
+            let from = start + rng.next(70) as i64 * MINUTE - 5 * MINUTE;
+            let to = from + (1 + rng.next(40) as i64) * MINUTE;
+            let service = match rng.next(4) {
+                0 => None,
+                1 => Some("no-such-service".to_string()),
+                _ => Some(services[rng.next(services.len() as u64) as usize].clone()),
+            };
+            let q = WindowQuery {
+                tenant: "acme".into(),
+                service,
+                from_nanos: from,
+                to_nanos: to,
+                limit: usize::MAX,
+            };
+            let result = query_window(&store, &layout, &KeyColumns::default(), &q)
+                .await
+                .expect("query");
+            let expected = brute_force(&store, &layout, &partition, &q).await;
+            assert_eq!(result.stats.rows_matched as usize, expected.len(), "{q:?}");
+            assert_eq!(identities(&result.rows), expected, "round {round}: {q:?}");
+            assert_eq!(
+                result.stats.row_groups_scanned + result.stats.row_groups_pruned,
+                result.stats.row_groups_total
+            );
+            let limited = query_window(
+                &store,
+                &layout,
+                &KeyColumns::default(),
+                &WindowQuery {
+                    limit: 7,
+                    ..q.clone()
+                },
+            )
+            .await
+            .expect("query");
+            let rows: usize = limited.rows.iter().map(RecordBatch::num_rows).sum();
+            assert_eq!(rows, expected.len().min(7));
+            assert_eq!(limited.stats.rows_matched as usize, expected.len());
+        }
+        if round == 0 {
+            let scratch = tempfile::tempdir().expect("scratch");
+            let report = compact_partition(
+                &store,
+                &layout,
+                &partition,
+                &CompactOptions::new(scratch.path()),
+            )
+            .await
+            .expect("compact");
+            assert!(report.output.is_some());
+        }
+    }
+}
+
+/// Uncompressed bytes of the rows matching `predicate` in a file, apportioned per row group.
+fn service_window_bytes(
+    bytes: &bytes::Bytes,
+    batches_per_rg: &[Vec<RecordBatch>],
+    predicate: &WindowPredicate,
+) -> f64 {
+    let reader = SerializedFileReader::new(bytes.clone()).expect("footer");
+    let mut total = 0.0;
+    for (i, rg) in reader.metadata().row_groups().iter().enumerate() {
+        let matched = identities(&batches_per_rg[i])
+            .iter()
+            .filter(|(s, t, _)| {
+                (predicate.from_nanos..predicate.to_nanos).contains(t)
+                    && s.as_deref() == predicate.service.as_deref()
+            })
+            .count();
+        total += rg.total_byte_size() as f64 * matched as f64 / rg.num_rows() as f64;
+    }
+    total
+}
+
+fn row_group_batches(bytes: &bytes::Bytes) -> Vec<Vec<RecordBatch>> {
+    let reader = SerializedFileReader::new(bytes.clone()).expect("footer");
+    (0..reader.metadata().num_row_groups())
+        .map(|rg| {
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
+                .expect("open")
+                .with_row_groups(vec![rg])
+                .build()
+                .expect("reader")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("decode")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc0036_2_one_service_window_scans_at_most_the_bound() {
+    let dir = tempfile::tempdir().expect("store dir");
+    let store = Store::open(&dir.path().to_string_lossy()).expect("local store");
+    let layout = Layout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let spec = GenerateSpec {
+        files: 20,
+        rows_per_file: 20_000,
+        services: 40,
+        seed: 9,
+        wide: false,
+    };
+    generate_partition(&store, &layout, &partition, &spec)
+        .await
+        .expect("generate");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut options = CompactOptions::new(scratch.path());
+    // An unsorted rewrite of the same rows with the same writer, for the negative control.
+    options.rg_bytes = Some(1 << 20);
+    let unsorted = Path::from("control/unsorted.parquet");
+    rewrite_plain(&store, &layout, &partition, &options, &unsorted)
+        .await
+        .expect("rewrite");
+    let report = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("compact");
+    let out = report.output.expect("output");
+    let threshold = report.flush_threshold_bytes as f64;
+    assert!(
+        out.row_groups >= 8,
+        "enough row groups to prune: {}",
+        out.row_groups
+    );
+
+    let sorted_bytes = get_bytes(&store, &out.key).await;
+    let sorted_rgs = row_group_batches(&sorted_bytes);
+    let unsorted_bytes = get_bytes(&store, unsorted.as_ref()).await;
+    let unsorted_meta = SerializedFileReader::new(unsorted_bytes.clone()).expect("footer");
+    let (start, _) = partition.time_range_nanos();
+    let services = service_names(40);
+    let mut control_broke_the_bound = false;
+    // The biggest service, a middle one and the tiniest, over windows of 10, 30 and 60 minutes.
+    for service in [&services[0], &services[10], &services[39]] {
+        for (from_min, minutes) in [(20, 10), (5, 30), (0, 60)] {
+            let predicate = WindowPredicate {
+                service: Some(service.clone()),
+                from_nanos: start + from_min * MINUTE,
+                to_nanos: start + (from_min + minutes) * MINUTE,
+            };
+            let q = WindowQuery {
+                tenant: "acme".into(),
+                service: predicate.service.clone(),
+                from_nanos: predicate.from_nanos,
+                to_nanos: predicate.to_nanos,
+                limit: 0,
+            };
+            let result = query_window(&store, &layout, &KeyColumns::default(), &q)
+                .await
+                .expect("query");
+            let b_sw = service_window_bytes(&sorted_bytes, &sorted_rgs, &predicate);
+            let bound = (b_sw / threshold).ceil() as u64 + 2;
+            assert!(
+                result.stats.row_groups_scanned <= bound,
+                "{service} {minutes}min: scanned {} > bound {bound} (B_sw {b_sw:.0}, T {threshold})",
+                result.stats.row_groups_scanned
+            );
+            let control =
+                count_row_groups(unsorted_meta.metadata(), &KeyColumns::default(), &predicate);
+            if control.row_groups_scanned as u64 > bound {
+                control_broke_the_bound = true;
+            }
+        }
+    }
+    assert!(
+        control_broke_the_bound,
+        "the bound must catch an unsorted file"
+    );
+}
