@@ -73,6 +73,11 @@
 //! | `generate` | synthetic realistic ingest files (feature `generate`) |
 //! | [`inspect`] | footer summaries |
 //! | [`prune`] | row-group pruning from footer statistics |
+//! | [`events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
+//! | [`plan`] | readiness and dispatch decisions (pure) |
+//! | [`dispatch`] | job records, the planner's entry point, sweep, backfill, the compactor's job |
+//! | [`settings`] | the functions' settings from named variables |
+//! | [`metrics`] | CloudWatch embedded-metric-format lines |
 //! | [`query`] | the window query with pruning statistics |
 //! | [`counting`] | a store wrapper counting read requests |
 //! | [`alignment`] | row-group boundaries at large services' edges |
@@ -86,8 +91,10 @@ pub mod budget;
 pub mod compact;
 pub mod config;
 pub mod counting;
+pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod gc;
 #[cfg(feature = "generate")]
 pub mod generate;
@@ -97,12 +104,15 @@ pub mod key;
 pub mod manifest;
 pub mod memory;
 pub mod merge;
+pub mod metrics;
 pub mod partition;
+pub mod plan;
 pub mod prune;
 pub mod query;
 pub mod report;
 pub mod runs;
 pub mod schema;
+pub mod settings;
 pub mod sink;
 pub mod store;
 #[cfg(feature = "testing")]

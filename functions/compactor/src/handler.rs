@@ -1,0 +1,138 @@
+//! The compactor's handler: parse the job (a job record's S3 event, or a direct
+//! `{"tenant", "hour"}`), one call to the library's job runner per partition, answer with the
+//! compaction report and log it with an embedded-metric-format line.
+
+use std::time::Instant;
+
+use ourios_compaction::config::CompactOptions;
+use ourios_compaction::dispatch::worker::{current_job_id, run_compaction_job};
+use ourios_compaction::events::{
+    Classified, Invocation, KeyScope, Record, Watch, classify, parse_invocation,
+};
+use ourios_compaction::metrics::compaction_metrics;
+use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::settings::CompactorSettings;
+use ourios_compaction::store::Store;
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+/// The error an invocation fails with: Lambda retries it, then the dead-letter destination.
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Everything the compactor needs, built once by `main`.
+#[derive(Debug, Clone)]
+pub struct Compactor {
+    /// The store root.
+    pub store: Store,
+    /// The layout.
+    pub layout: Layout,
+    /// Bucket and prefix of the root, to read job-record keys.
+    pub scope: KeyScope,
+    /// Budget, scratch and deadline settings.
+    pub settings: CompactorSettings,
+}
+
+impl Compactor {
+    /// Compaction options for an invocation ending at `deadline`.
+    pub fn options(&self, deadline: Option<Instant>) -> CompactOptions {
+        let s = &self.settings;
+        let mut options = CompactOptions::new(&s.scratch_dir);
+        options.budget_bytes = s.budget_bytes;
+        options.scratch_limit_bytes = s.scratch_limit_bytes;
+        options.rg_bytes_env = s.rg_bytes_env;
+        options.gc_grace = s.gc_grace;
+        options.deadline = deadline.map(|d| {
+            d.checked_sub(s.deadline_margin)
+                .unwrap_or_else(Instant::now)
+        });
+        options
+    }
+}
+
+/// Handles one invocation: the report of the job (or `{"reports": [...]}` for several, or
+/// `{"ignored": [...]}` when the event held no job). A failed or timed-out job fails the
+/// invocation, with the report in the error.
+pub async fn handle(
+    compactor: &Compactor,
+    payload: Value,
+    deadline: Option<Instant>,
+    request_id: &str,
+) -> Result<Value, HandlerError> {
+    let (partitions, ignored) = jobs_of(&payload, compactor)?;
+    let options = compactor.options(deadline);
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    for partition in &partitions {
+        let job_id = current_job_id(&compactor.store, partition)
+            .await?
+            .unwrap_or_else(|| format!("direct-{request_id}"));
+        let span = tracing::info_span!("job", partition = %partition, job_id = %job_id);
+        let outcome = run_compaction_job(&compactor.store, &compactor.layout, partition, &options)
+            .instrument(span.clone())
+            .await?;
+        let report = serde_json::to_value(&outcome.report)?;
+        span.in_scope(
+            || tracing::info!(report = %report, record = ?outcome.record, "compaction report"),
+        );
+        println!(
+            "{}",
+            compaction_metrics(
+                &outcome.report,
+                &job_id,
+                chrono::Utc::now().timestamp_millis()
+            )
+        );
+        if !outcome.report.status.is_success()
+            && outcome.report.status != ourios_compaction::report::Status::Conflict
+        {
+            failures.push(report.clone());
+        }
+        reports.push(report);
+    }
+    if !failures.is_empty() {
+        return Err(format!("compaction did not complete: {}", Value::Array(failures)).into());
+    }
+    Ok(match reports.len() {
+        0 => json!({ "ignored": ignored }),
+        1 => reports.remove(0),
+        _ => json!({ "reports": reports }),
+    })
+}
+
+/// The partitions an invocation asks to compact, and what it held besides.
+fn jobs_of(
+    payload: &Value,
+    compactor: &Compactor,
+) -> Result<(Vec<PartitionId>, Vec<Value>), HandlerError> {
+    let records: Vec<Record> = match parse_invocation(payload)? {
+        Invocation::Compact { tenant, hour } => {
+            return Ok((vec![PartitionId::parse(&tenant, &hour)?], Vec::new()));
+        }
+        Invocation::Notifications { records, .. } => records,
+        Invocation::SqsBatch(messages) => messages.into_iter().flat_map(|m| m.records).collect(),
+        Invocation::Backfill(_) | Invocation::Sweep => {
+            return Err("backfills and sweeps go to the planner, not the compactor".into());
+        }
+    };
+    let mut partitions = Vec::new();
+    let mut ignored = Vec::new();
+    let mut rejected = Vec::new();
+    for record in &records {
+        match classify(record, &compactor.scope, &compactor.layout, Watch::Jobs) {
+            Classified::Accepted { partition, .. } => {
+                if !partitions.contains(&partition) {
+                    partitions.push(partition);
+                }
+            }
+            Classified::Ignored { item, reason } => {
+                tracing::debug!(item, reason = %reason, "ignored");
+                ignored.push(json!({ "item": item, "reason": reason.to_string() }));
+            }
+            Classified::Rejected { item, reason } => rejected.push(format!("{item}: {reason}")),
+        }
+    }
+    if !rejected.is_empty() {
+        return Err(format!("rejected job event record(s): {}", rejected.join("; ")).into());
+    }
+    Ok((partitions, ignored))
+}

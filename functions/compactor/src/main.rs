@@ -1,0 +1,59 @@
+//! `ourios-compactor`: the Lambda function that compacts one partition per job within the
+//! function's memory, spilling to `/tmp` and stopping before the invocation deadline (DESIGN §7).
+
+mod handler;
+#[cfg(test)]
+mod tests;
+
+use std::time::{Duration, Instant};
+
+use lambda_runtime::{LambdaEvent, service_fn};
+use ourios_compaction::settings::{CompactorSettings, FunctionSettings};
+use ourios_compaction::store::Store;
+use serde_json::Value;
+
+use crate::handler::Compactor;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    init_tracing();
+    let lookup = |name: &str| std::env::var(name).ok();
+    let settings = FunctionSettings::from_lookup(&lookup)?;
+    let compactor = Compactor {
+        store: Store::open(&settings.store_url)?,
+        layout: settings.layout,
+        scope: settings.scope,
+        settings: CompactorSettings::from_lookup(&lookup)?,
+    };
+    let compactor = &compactor;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let deadline = instant_of(event.context.deadline);
+        handler::handle(
+            compactor,
+            event.payload,
+            deadline,
+            &event.context.request_id,
+        )
+        .await
+    }))
+    .await
+}
+
+/// The invocation deadline (Unix milliseconds) as an `Instant`.
+fn instant_of(deadline_ms: u64) -> Option<Instant> {
+    let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).ok()?;
+    Some(Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms)))
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OURIOS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .json()
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+}

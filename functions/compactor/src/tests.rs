@@ -1,0 +1,247 @@
+//! Every payload in `events/` through the real compactor handler, and the deadline path.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use object_store::memory::InMemory;
+use ourios_compaction::dispatch::job::read_job;
+use ourios_compaction::dispatch::{DispatchMode, dispatch_partition};
+use ourios_compaction::events::KeyScope;
+use ourios_compaction::manifest::list_versions;
+use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::plan::ReadinessConfig;
+use ourios_compaction::settings::CompactorSettings;
+use ourios_compaction::store::{Store, StoreUrl};
+use ourios_compaction::testing::{parquet_bytes, put_bytes, rows_batch};
+use serde_json::Value;
+
+use crate::handler::{Compactor, handle};
+
+fn events_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../events")
+}
+
+fn partition() -> PartitionId {
+    PartitionId::parse("acme", "2026-11-29T10").expect("valid partition")
+}
+
+/// A store with two ingest files of 300 rows in acme's hour 10 and a job record for it.
+async fn setup(scratch: &Path) -> Compactor {
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let p = partition();
+    let (start, _) = p.time_range_nanos();
+    for (i, name) in ["f1.parquet", "f2.parquet"].iter().enumerate() {
+        let rows: Vec<_> = (0..300i64)
+            .map(|r| {
+                let tag = i as i64 * 1000 + r;
+                (
+                    Some(format!("svc{}", tag % 4)),
+                    start + (tag * 7_919_000) % 3_600_000_000_000,
+                    tag,
+                )
+            })
+            .collect();
+        let key = format!("{}/{name}", Layout::default().ingest_dir(&p));
+        put_bytes(&store, &key, parquet_bytes(&[rows_batch(&rows)], 64)).await;
+    }
+    let closed = chrono::DateTime::parse_from_rfc3339("2026-11-29T12:00:00Z")
+        .expect("valid time")
+        .with_timezone(&chrono::Utc);
+    let dispatched = dispatch_partition(
+        &store,
+        &Layout::default(),
+        &p,
+        closed,
+        &ReadinessConfig::default(),
+        DispatchMode::default(),
+    )
+    .await
+    .expect("dispatch");
+    assert_eq!(dispatched.decision, "dispatched");
+    Compactor {
+        store,
+        layout: Layout::default(),
+        scope: KeyScope::for_store(&StoreUrl::Memory),
+        settings: CompactorSettings {
+            budget_bytes: 1 << 20,
+            scratch_dir: scratch.to_string_lossy().into_owned(),
+            scratch_limit_bytes: None,
+            rg_bytes_env: None,
+            gc_grace: Duration::from_secs(900),
+            deadline_margin: Duration::ZERO,
+        },
+    }
+}
+
+fn load(name: &str) -> Value {
+    let text = std::fs::read_to_string(events_dir().join(name)).expect("event file reads");
+    serde_json::from_str(&text).expect("event file is JSON")
+}
+
+enum Expect {
+    /// The partition is compacted: 600 rows in, the job record deleted.
+    Compacted,
+    /// Acknowledged with this many ignored records; nothing compacted.
+    Ignored(usize),
+    /// Fails naming this.
+    Err(&'static str),
+}
+
+fn expectation(file: &str) -> Expect {
+    match file {
+        "compactor-direct.json" | "compactor-job-created.json" => Expect::Compacted,
+        // The job record's own creation event is the dispatch: it starts the job.
+        "s3-compactor-outputs.json" => Expect::Compacted,
+        // Ingest events are the planner's: the compactor watches job records only.
+        "s3-put-encoded-keys.json" => Expect::Ignored(3),
+        "s3-test-event.json"
+        | "s3-object-removed.json"
+        | "sns-wrapped.json"
+        | "eventbridge-object-created.json" => Expect::Ignored(1),
+        "sqs-batch-one-bad-message.json" => Expect::Ignored(4),
+        "s3-hostile-keys.json" => Expect::Err("part-0009.parquet%ZZ"),
+        "eventbridge-scheduled-sweep.json" | "backfill.json" => Expect::Err("go to the planner"),
+        "not-an-event.json" => Expect::Err("not an event"),
+        other => panic!("events/{other} has no expected compactor outcome: add one here"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_file_through_the_handler() {
+    let mut files: Vec<String> = std::fs::read_dir(events_dir())
+        .expect("events/ exists")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    files.sort();
+    for file in &files {
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let compactor = setup(scratch.path()).await;
+        let result = handle(&compactor, load(file), None, "test-request").await;
+        let job_left = read_job(&compactor.store, &partition())
+            .await
+            .expect("read")
+            .is_some();
+        let versions = list_versions(&compactor.store, &compactor.layout, &partition())
+            .await
+            .expect("versions");
+        match (expectation(file), result) {
+            (Expect::Compacted, Ok(report)) => {
+                assert_eq!(report["status"], "compacted", "{file}: {report}");
+                assert_eq!(report["inputs"]["rows"], 600, "{file}");
+                assert_eq!(report["output"]["rows"], 600, "{file}");
+                assert_eq!(
+                    report["partition"],
+                    "tenant=acme/year=2026/month=11/day=29/hour=10"
+                );
+                assert!(
+                    !job_left,
+                    "{file}: the job record is deleted when the job ends"
+                );
+                assert_eq!(versions, [1]);
+            }
+            (Expect::Ignored(n), Ok(body)) => {
+                let ignored = body["ignored"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{file}: {body}"));
+                assert_eq!(ignored.len(), n, "{file}: {body}");
+                assert!(job_left && versions.is_empty(), "{file}: nothing compacted");
+            }
+            (Expect::Err(needle), Err(e)) => {
+                assert!(
+                    e.to_string().contains(needle),
+                    "{file}: {needle:?} not in {e}"
+                );
+                assert!(job_left && versions.is_empty(), "{file}: nothing compacted");
+            }
+            (_, Ok(v)) => panic!("{file}: unexpected success {v}"),
+            (_, Err(e)) => panic!("{file}: unexpected error {e}"),
+        }
+    }
+}
+
+/// Every file (not directory) under `dir`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read scratch") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_deadline_times_out_with_nothing_committed_and_scratch_empty() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let mut compactor = setup(scratch.path()).await;
+    compactor.settings.deadline_margin = Duration::from_secs(60);
+    // The invocation ends in one second; the margin leaves no time at all.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let err = handle(
+        &compactor,
+        load("compactor-job-created.json"),
+        Some(deadline),
+        "r1",
+    )
+    .await
+    .expect_err("a timed-out job fails the invocation (Lambda retries it)");
+    let message = err.to_string();
+    assert!(message.contains("\"status\":\"timeout\""), "{message}");
+    assert!(message.contains("nothing was committed"), "{message}");
+    let versions = list_versions(&compactor.store, &compactor.layout, &partition())
+        .await
+        .expect("versions");
+    assert!(versions.is_empty(), "nothing committed");
+    assert!(
+        read_job(&compactor.store, &partition())
+            .await
+            .expect("read")
+            .is_some(),
+        "job record left for the retry"
+    );
+    assert_eq!(
+        files_under(scratch.path()),
+        Vec::<PathBuf>::new(),
+        "scratch is empty"
+    );
+    // With time, the same job completes.
+    let report = handle(&compactor, load("compactor-job-created.json"), None, "r2")
+        .await
+        .expect("compacts");
+    assert_eq!(report["status"], "compacted");
+}
+
+#[test]
+fn options_follow_the_settings_and_the_deadline() {
+    let compactor = Compactor {
+        store: Store::from_object_store(Arc::new(InMemory::new()), "memory://"),
+        layout: Layout::default(),
+        scope: KeyScope::for_store(&StoreUrl::Memory),
+        settings: CompactorSettings {
+            budget_bytes: 32 << 20,
+            scratch_dir: "/tmp/x".into(),
+            scratch_limit_bytes: Some(1 << 30),
+            rg_bytes_env: Some(4 << 20),
+            gc_grace: Duration::from_secs(60),
+            deadline_margin: Duration::from_secs(20),
+        },
+    };
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let options = compactor.options(Some(deadline));
+    assert_eq!(options.budget_bytes, 32 << 20);
+    assert_eq!(options.scratch_dir, PathBuf::from("/tmp/x"));
+    assert_eq!(options.scratch_limit_bytes, Some(1 << 30));
+    assert_eq!(options.rg_bytes_env, Some(4 << 20));
+    assert_eq!(options.deadline, Some(deadline - Duration::from_secs(20)));
+    assert_eq!(compactor.options(None).deadline, None);
+}

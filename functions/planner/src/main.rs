@@ -1,0 +1,43 @@
+//! `ourios-planner`: the Lambda function that turns seal events, sweeps and backfills into
+//! at most one compaction job per partition (DESIGN §6).
+
+mod handler;
+#[cfg(test)]
+mod tests;
+
+use lambda_runtime::{LambdaEvent, service_fn};
+use ourios_compaction::dispatch::invocation::Planner;
+use ourios_compaction::settings::FunctionSettings;
+use ourios_compaction::store::Store;
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    init_tracing();
+    let settings = FunctionSettings::from_lookup(&|name| std::env::var(name).ok())?;
+    let planner = Planner {
+        store: Store::open(&settings.store_url)?,
+        layout: settings.layout,
+        scope: settings.scope,
+        readiness: settings.readiness,
+        backfill_interval: settings.backfill_interval,
+    };
+    let planner = &planner;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        handler::handle(planner, event.payload, chrono::Utc::now()).await
+    }))
+    .await
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OURIOS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .json()
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+}

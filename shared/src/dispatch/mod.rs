@@ -1,0 +1,314 @@
+//! Dispatch: turning accepted events, sweeps and backfills into at most one job per partition.
+//!
+//! Per partition, bounded work: one listing of the ingest directory (plus the manifest when
+//! it has files), one read of the job record when the partition is ready, and at most two
+//! writes. The decision itself is [`crate::plan::plan_partition`], pure; this module reads
+//! its inputs and carries it out.
+
+pub mod invocation;
+pub mod job;
+pub mod worker;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use object_store::path::Path;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::events::BackfillRequest;
+use crate::manifest::{LiveSet, live_set, load_latest};
+use crate::partition::{Layout, PartitionId, is_ingest_file_name, parse_hour, validate_tenant};
+use crate::plan::{
+    Decision, JobState, NotReady, PartitionFacts, ReadinessConfig, plan_partition, readiness,
+    sweep_window,
+};
+use crate::store::Store;
+
+pub use job::{JobRecord, WriteOutcome};
+
+/// Most partitions one backfill request may cover (tenants × hours).
+pub const MAX_BACKFILL_PARTITIONS: usize = 100_000;
+
+/// What happened to one partition, as the planner reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionOutcome {
+    /// Tenant.
+    pub tenant: String,
+    /// Hour, `YYYY-MM-DDTHH`.
+    pub hour: String,
+    /// `dispatched`, `would_dispatch` (dry run), `job_active`, `not_ready` or
+    /// `nothing_to_compact`.
+    pub decision: String,
+    /// Why, in words.
+    pub reason: String,
+    /// The job id when a job record was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
+impl PartitionOutcome {
+    fn new(partition: &PartitionId, decision: &str, reason: String) -> Self {
+        Self {
+            tenant: partition.tenant().to_string(),
+            hour: partition.hour_label(),
+            decision: decision.to_string(),
+            reason,
+            job_id: None,
+        }
+    }
+
+    /// True when a job record was written (or would be, in a dry run).
+    pub fn is_dispatched(&self) -> bool {
+        self.decision == "dispatched" || self.decision == "would_dispatch"
+    }
+}
+
+/// How a partition is considered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DispatchMode {
+    /// Skip the readiness check (backfill); single-flight still holds.
+    pub requested: bool,
+    /// Decide but write nothing.
+    pub dry_run: bool,
+}
+
+/// Reads what the plan needs about a partition: its live files and manifest version.
+pub async fn partition_facts(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+) -> Result<(PartitionFacts, LiveSet)> {
+    let dir = layout.ingest_dir(partition);
+    let listing = store.list_sorted(&dir).await?;
+    let has_candidates = listing
+        .iter()
+        .any(|m| m.location.filename().is_some_and(is_ingest_file_name));
+    if !has_candidates {
+        // Nothing could be uncompacted: skip reading the manifest.
+        let live = LiveSet::default();
+        let facts = PartitionFacts {
+            partition: partition.clone(),
+            num_uncompacted_files: 0,
+            uncompacted_bytes: 0,
+            num_compacted_files: 0,
+            manifest_version: 0,
+        };
+        return Ok((facts, live));
+    }
+    let manifest = load_latest(store, layout, partition).await?;
+    let live = live_set(&dir, &listing, &manifest);
+    Ok((PartitionFacts::new(partition, &live, &manifest), live))
+}
+
+/// Plans one partition and carries the decision out: creates (or replaces a stale) job record.
+pub async fn dispatch_partition(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    mode: DispatchMode,
+) -> Result<PartitionOutcome> {
+    let (facts, _) = partition_facts(store, layout, partition).await?;
+    let ready = readiness(&facts, now, config);
+    let needs_job_state =
+        ready.is_ok() || (mode.requested && matches!(ready, Err(NotReady::HourOpen { .. })));
+    let stored = if needs_job_state {
+        job::read_job(store, partition).await?
+    } else {
+        None
+    };
+    let state = match &stored {
+        Some(s) => JobState::Present {
+            written_at: s.written_at,
+        },
+        None => JobState::Absent,
+    };
+    let decision = plan_partition(&facts, state, now, config, mode.requested);
+    let reason = decision.to_string();
+    let record = JobRecord::new(partition, &reason, now);
+    let written = match (&decision, mode.dry_run) {
+        (Decision::Skip(_), _) => {
+            return Ok(PartitionOutcome::new(partition, decision.label(), reason));
+        }
+        (_, true) => return Ok(PartitionOutcome::new(partition, "would_dispatch", reason)),
+        (Decision::Dispatch(_), false) => job::create_job(store, &record, partition).await?,
+        (Decision::ReplaceStale { .. }, false) => {
+            let Some(stored) = &stored else {
+                return Err(Error::invariant(
+                    "a stale job was planned without a job record",
+                ));
+            };
+            job::replace_job(store, &record, partition, &stored.version).await?
+        }
+    };
+    Ok(match written {
+        WriteOutcome::Written => {
+            tracing::info!(partition = %partition, job_id = %record.job_id, reason = %reason, "dispatched a compaction");
+            PartitionOutcome {
+                job_id: Some(record.job_id),
+                ..PartitionOutcome::new(partition, "dispatched", reason)
+            }
+        }
+        WriteOutcome::Lost => PartitionOutcome::new(
+            partition,
+            "job_active",
+            "another planner dispatched this partition first".to_string(),
+        ),
+    })
+}
+
+/// Tenants under the ingest prefix (one delimited listing), or the given ones, validated.
+pub async fn find_tenants(
+    store: &Store,
+    layout: &Layout,
+    given: Option<&[String]>,
+) -> Result<Vec<String>> {
+    if let Some(given) = given {
+        for tenant in given {
+            validate_tenant(tenant)?;
+        }
+        let unique: BTreeSet<String> = given.iter().cloned().collect();
+        return Ok(unique.into_iter().collect());
+    }
+    let root = Path::from(layout.ingest_prefix());
+    let listing = store
+        .object_store()
+        .list_with_delimiter(Some(&root))
+        .await
+        .map_err(|e| Error::store("list", &root, e))?;
+    let mut tenants: Vec<String> = listing
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename()?.strip_prefix("tenant=").map(str::to_string))
+        .filter(|t| {
+            let ok = validate_tenant(t).is_ok();
+            if !ok {
+                tracing::warn!(tenant = %t, "ignoring a directory that is not a tenant");
+            }
+            ok
+        })
+        .collect();
+    tenants.sort();
+    Ok(tenants)
+}
+
+/// The sweep: every tenant's partitions in the window of recent hours, planned as if an event
+/// had arrived. Lists tenants once, then only the window's hour directories.
+pub async fn sweep(
+    store: &Store,
+    layout: &Layout,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+) -> Result<Vec<PartitionOutcome>> {
+    let tenants = find_tenants(store, layout, None).await?;
+    let mut outcomes = Vec::new();
+    for tenant in &tenants {
+        for hour in sweep_window(now, config.sweep_hours) {
+            let partition = PartitionId::new(tenant, hour)?;
+            outcomes.push(
+                dispatch_partition(
+                    store,
+                    layout,
+                    &partition,
+                    now,
+                    config,
+                    DispatchMode::default(),
+                )
+                .await?,
+            );
+        }
+    }
+    Ok(outcomes)
+}
+
+/// The partitions a backfill covers, validated and bounded.
+pub async fn backfill_partitions(
+    store: &Store,
+    layout: &Layout,
+    request: &BackfillRequest,
+) -> Result<Vec<PartitionId>> {
+    let from = parse_hour(&request.from)?;
+    let to = parse_hour(&request.to)?;
+    if to < from {
+        return Err(Error::Config {
+            message: format!(
+                "backfill range {} .. {} ends before it starts",
+                request.from, request.to
+            ),
+        });
+    }
+    let num_hours = ((to - from).num_hours() + 1) as usize;
+    let tenants = find_tenants(store, layout, request.tenants.as_deref()).await?;
+    let total = num_hours.saturating_mul(tenants.len());
+    if total > MAX_BACKFILL_PARTITIONS {
+        return Err(Error::Config {
+            message: format!(
+                "backfill covers {total} partitions, more than {MAX_BACKFILL_PARTITIONS}; split the range"
+            ),
+        });
+    }
+    let mut partitions = Vec::with_capacity(total);
+    for tenant in &tenants {
+        for h in 0..num_hours {
+            partitions.push(PartitionId::new(
+                tenant,
+                from + chrono::Duration::hours(h as i64),
+            )?);
+        }
+    }
+    Ok(partitions)
+}
+
+/// What a backfill scheduled.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BackfillReport {
+    /// Every partition with uncompacted files, and what was done with it.
+    pub partitions: Vec<PartitionOutcome>,
+    /// Partitions scheduled (or that would be, in a dry run).
+    pub scheduled: usize,
+    /// Partitions looked at.
+    pub considered: usize,
+    /// Nothing was written.
+    pub dry_run: bool,
+}
+
+/// Schedules every partition of the range that has uncompacted files, at most one job
+/// record write per `min_interval` (rate limit). `progress(done, total)` is called after each.
+pub async fn backfill(
+    store: &Store,
+    layout: &Layout,
+    request: &BackfillRequest,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    min_interval: Duration,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<BackfillReport> {
+    let partitions = backfill_partitions(store, layout, request).await?;
+    let mode = DispatchMode {
+        requested: true,
+        dry_run: request.dry_run,
+    };
+    let mut report = BackfillReport {
+        dry_run: request.dry_run,
+        considered: partitions.len(),
+        ..Default::default()
+    };
+    for (i, partition) in partitions.iter().enumerate() {
+        let outcome = dispatch_partition(store, layout, partition, now, config, mode).await?;
+        if outcome.decision != "nothing_to_compact" {
+            if outcome.decision == "dispatched" && !min_interval.is_zero() {
+                tokio::time::sleep(min_interval).await;
+            }
+            report.scheduled += usize::from(outcome.is_dispatched());
+            report.partitions.push(outcome);
+        }
+        progress(i + 1, partitions.len());
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,98 @@
+//! The compactor's side of a job: compact the partition, then end the job record — delete
+//! it, or re-arm it when files arrived during the job so they are compacted next.
+
+use chrono::Utc;
+use serde::Serialize;
+
+use super::job::{self, JobRecord, WriteOutcome};
+use super::partition_facts;
+use crate::compact::compact_partition;
+use crate::config::CompactOptions;
+use crate::error::Result;
+use crate::partition::{Layout, PartitionId};
+use crate::report::{CompactionReport, Status};
+use crate::store::Store;
+
+/// What became of the job record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordAction {
+    /// Deleted: the partition has no uncompacted files left.
+    Deleted,
+    /// Overwritten: files arrived during the job; the new record dispatches the next job.
+    ReArmed,
+    /// Left in place: the job failed or timed out; Lambda retries it, and once stale the
+    /// planner or the sweep replaces it.
+    Left,
+    /// Another job's record replaced ours meanwhile; it is that job's to end.
+    Superseded,
+}
+
+/// A finished job.
+#[derive(Debug, Clone)]
+pub struct JobOutcome {
+    /// The compaction report.
+    pub report: CompactionReport,
+    /// The dispatch job id, when a job record was found.
+    pub dispatch_job_id: Option<String>,
+    /// What became of the job record.
+    pub record: RecordAction,
+}
+
+/// The dispatch job id of a partition's job record, if one exists and is readable.
+pub async fn current_job_id(store: &Store, partition: &PartitionId) -> Result<Option<String>> {
+    Ok(job::read_job(store, partition)
+        .await?
+        .and_then(|s| s.record.map(|r| r.job_id)))
+}
+
+/// Runs one compaction job and ends its job record.
+pub async fn run_compaction_job(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> Result<JobOutcome> {
+    let stored = job::read_job(store, partition).await?;
+    let dispatch_job_id = stored
+        .as_ref()
+        .and_then(|s| s.record.as_ref())
+        .map(|r| r.job_id.clone());
+    let report = compact_partition(store, layout, partition, options).await?;
+    let finished = report.status.is_success() || report.status == Status::Conflict;
+    let record = if !finished {
+        RecordAction::Left
+    } else {
+        let (facts, _) = partition_facts(store, layout, partition).await?;
+        if facts.num_uncompacted_files > 0 {
+            let next = JobRecord::new(
+                partition,
+                "files arrived during the previous job",
+                Utc::now(),
+            );
+            let written = match &stored {
+                Some(s) => job::replace_job(store, &next, partition, &s.version).await?,
+                None => job::create_job(store, &next, partition).await?,
+            };
+            match written {
+                WriteOutcome::Written => RecordAction::ReArmed,
+                WriteOutcome::Lost => RecordAction::Superseded,
+            }
+        } else {
+            job::delete_job(store, partition).await?;
+            RecordAction::Deleted
+        }
+    };
+    tracing::info!(
+        partition = %partition,
+        job_id = dispatch_job_id.as_deref().unwrap_or(""),
+        status = ?report.status,
+        record = ?record,
+        "job ended"
+    );
+    Ok(JobOutcome {
+        report,
+        dispatch_job_id,
+        record,
+    })
+}

@@ -1,0 +1,416 @@
+//! Readiness and dispatch decisions for one partition: pure functions of the listing facts,
+//! the manifest, the job record, the clock reading and the settings (DESIGN §6).
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::manifest::{LiveSet, Manifest};
+use crate::partition::PartitionId;
+
+/// The readiness thresholds (`OURIOS_LATENESS_GRACE`, `OURIOS_PRESSURE_FILES`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadinessConfig {
+    /// How long after an hour closes before it is compacted (late files still land).
+    pub lateness_grace: Duration,
+    /// Uncompacted files that make an open hour ready (small-file pressure).
+    pub pressure_files: usize,
+    /// Uncompacted bytes that make an open hour ready.
+    pub pressure_bytes: u64,
+    /// Hours back from now that the sweep looks at.
+    pub sweep_hours: u32,
+    /// Age after which a job record is stale and may be replaced; longer than the
+    /// compactor's timeout times its attempts.
+    pub job_lease: Duration,
+}
+
+impl Default for ReadinessConfig {
+    fn default() -> Self {
+        Self {
+            lateness_grace: Duration::from_secs(10 * 60),
+            pressure_files: 500,
+            pressure_bytes: 256 << 20,
+            sweep_hours: 48,
+            job_lease: Duration::from_secs(60 * 60),
+        }
+    }
+}
+
+/// What the listing and the manifest say about a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionFacts {
+    /// The partition.
+    pub partition: PartitionId,
+    /// Live ingest files (not yet compacted, not quarantined).
+    pub num_uncompacted_files: usize,
+    /// Their bytes.
+    pub uncompacted_bytes: u64,
+    /// Live compacted files.
+    pub num_compacted_files: usize,
+    /// Latest manifest version (0: never compacted).
+    pub manifest_version: u64,
+}
+
+impl PartitionFacts {
+    /// Facts from the reader rule's live set and the latest manifest.
+    pub fn new(partition: &PartitionId, live: &LiveSet, manifest: &Manifest) -> Self {
+        Self {
+            partition: partition.clone(),
+            num_uncompacted_files: live.ingest.len(),
+            uncompacted_bytes: live.ingest.iter().map(|m| m.size).sum(),
+            num_compacted_files: live.compacted.len(),
+            manifest_version: manifest.version,
+        }
+    }
+
+    /// True when a compaction would change the live set.
+    pub fn has_work(&self) -> bool {
+        self.num_uncompacted_files > 0 || self.num_compacted_files > 1
+    }
+}
+
+/// The partition's job record, as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// No job is scheduled or running.
+    Absent,
+    /// A job record exists, written at this instant (store clock).
+    Present {
+        /// When the record was last written.
+        written_at: DateTime<Utc>,
+    },
+}
+
+/// Why a partition is ready.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Ready {
+    /// The hour closed and the lateness grace passed.
+    HourClosed,
+    /// Files landed in an hour that was already compacted.
+    LateFiles {
+        /// Uncompacted files.
+        files: usize,
+    },
+    /// The open hour has too many small files.
+    SmallFilePressure {
+        /// Uncompacted files.
+        files: usize,
+        /// Their bytes.
+        bytes: u64,
+    },
+    /// An operator asked (backfill): readiness is not checked.
+    Requested,
+}
+
+/// Why a partition is left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum NotReady {
+    /// Nothing uncompacted.
+    NothingToCompact,
+    /// The hour is open (or in its grace) and below the pressure thresholds.
+    HourOpen {
+        /// When it becomes ready without more files.
+        ready_at: DateTime<Utc>,
+    },
+    /// A job for the partition is already scheduled or running.
+    JobActive {
+        /// When its record was written.
+        since: DateTime<Utc>,
+    },
+}
+
+/// What to do with a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Create the job record (create-only).
+    Dispatch(Ready),
+    /// Replace a stale job record (conditional overwrite on its ETag).
+    ReplaceStale {
+        /// Why the partition is ready.
+        ready: Ready,
+        /// When the stale record was written.
+        stale_since: DateTime<Utc>,
+    },
+    /// Leave it.
+    Skip(NotReady),
+}
+
+impl Decision {
+    /// The decision's short name for responses and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Decision::Dispatch(_) | Decision::ReplaceStale { .. } => "dispatch",
+            Decision::Skip(NotReady::NothingToCompact) => "nothing_to_compact",
+            Decision::Skip(NotReady::HourOpen { .. }) => "not_ready",
+            Decision::Skip(NotReady::JobActive { .. }) => "job_active",
+        }
+    }
+}
+
+impl fmt::Display for Ready {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ready::HourClosed => f.write_str("hour closed and lateness grace passed"),
+            Ready::LateFiles { files } => {
+                write!(f, "{files} late file(s) in an already-compacted hour")
+            }
+            Ready::SmallFilePressure { files, bytes } => {
+                write!(
+                    f,
+                    "small-file pressure: {files} files, {bytes} bytes uncompacted"
+                )
+            }
+            Ready::Requested => f.write_str("requested by backfill"),
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Dispatch(ready) => write!(f, "{ready}"),
+            Decision::ReplaceStale { ready, stale_since } => write!(
+                f,
+                "{ready}; replacing the stale job record written at {}",
+                stale_since.format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            Decision::Skip(NotReady::NothingToCompact) => f.write_str("no uncompacted files"),
+            Decision::Skip(NotReady::HourOpen { ready_at }) => write!(
+                f,
+                "hour still open or in its lateness grace until {} and below the pressure thresholds",
+                ready_at.format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            Decision::Skip(NotReady::JobActive { since }) => write!(
+                f,
+                "a job is already scheduled or running (record written at {})",
+                since.format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+        }
+    }
+}
+
+/// Whether the partition is ready by the clock and its files, ignoring any job.
+pub fn readiness(
+    facts: &PartitionFacts,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+) -> Result<Ready, NotReady> {
+    if !facts.has_work() {
+        return Err(NotReady::NothingToCompact);
+    }
+    let grace = chrono::Duration::from_std(config.lateness_grace).unwrap_or(chrono::Duration::MAX);
+    let ready_at = facts.partition.next_hour().hour_start() + grace;
+    if now >= ready_at {
+        return Ok(if facts.manifest_version > 0 {
+            Ready::LateFiles {
+                files: facts.num_uncompacted_files,
+            }
+        } else {
+            Ready::HourClosed
+        });
+    }
+    if facts.num_uncompacted_files >= config.pressure_files
+        || facts.uncompacted_bytes >= config.pressure_bytes
+    {
+        return Ok(Ready::SmallFilePressure {
+            files: facts.num_uncompacted_files,
+            bytes: facts.uncompacted_bytes,
+        });
+    }
+    Err(NotReady::HourOpen { ready_at })
+}
+
+/// Decides what to do with a partition. `requested` skips the readiness check (backfill)
+/// but never the single-flight rule.
+pub fn plan_partition(
+    facts: &PartitionFacts,
+    job: JobState,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    requested: bool,
+) -> Decision {
+    let ready = match readiness(facts, now, config) {
+        Ok(ready) => ready,
+        Err(NotReady::HourOpen { .. }) if requested => Ready::Requested,
+        Err(not_ready) => return Decision::Skip(not_ready),
+    };
+    match job {
+        JobState::Absent => Decision::Dispatch(ready),
+        JobState::Present { written_at } => {
+            let lease =
+                chrono::Duration::from_std(config.job_lease).unwrap_or(chrono::Duration::MAX);
+            if now - written_at > lease {
+                Decision::ReplaceStale {
+                    ready,
+                    stale_since: written_at,
+                }
+            } else {
+                Decision::Skip(NotReady::JobActive { since: written_at })
+            }
+        }
+    }
+}
+
+/// The hours the sweep covers: the `hours` whole hours before `now`'s hour, and `now`'s.
+pub fn sweep_window(now: DateTime<Utc>, hours: u32) -> Vec<DateTime<Utc>> {
+    let Ok(current) = PartitionId::new("sweep", now) else {
+        return Vec::new();
+    };
+    let start = current.hour_start();
+    (0..=i64::from(hours))
+        .rev()
+        .map(|back| start - chrono::Duration::hours(back))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(files: usize, bytes: u64, version: u64) -> PartitionFacts {
+        PartitionFacts {
+            partition: PartitionId::parse("acme", "2026-11-29T10").unwrap(),
+            num_uncompacted_files: files,
+            uncompacted_bytes: bytes,
+            num_compacted_files: usize::from(version > 0),
+            manifest_version: version,
+        }
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn readiness_table() {
+        let config = ReadinessConfig::default();
+        let cases: &[(PartitionFacts, &str, Decision)] = &[
+            (
+                facts(0, 0, 0),
+                "2026-11-30T00:00:00Z",
+                Decision::Skip(NotReady::NothingToCompact),
+            ),
+            (
+                facts(3, 300, 0),
+                "2026-11-29T10:30:00Z",
+                Decision::Skip(NotReady::HourOpen {
+                    ready_at: at("2026-11-29T11:10:00Z"),
+                }),
+            ),
+            // Inside the lateness grace: still waiting.
+            (
+                facts(3, 300, 0),
+                "2026-11-29T11:09:59Z",
+                Decision::Skip(NotReady::HourOpen {
+                    ready_at: at("2026-11-29T11:10:00Z"),
+                }),
+            ),
+            (
+                facts(3, 300, 0),
+                "2026-11-29T11:10:00Z",
+                Decision::Dispatch(Ready::HourClosed),
+            ),
+            (
+                facts(2, 300, 4),
+                "2026-11-29T12:00:00Z",
+                Decision::Dispatch(Ready::LateFiles { files: 2 }),
+            ),
+            (
+                facts(500, 10, 0),
+                "2026-11-29T10:30:00Z",
+                Decision::Dispatch(Ready::SmallFilePressure {
+                    files: 500,
+                    bytes: 10,
+                }),
+            ),
+            (
+                facts(1, 256 << 20, 0),
+                "2026-11-29T10:30:00Z",
+                Decision::Dispatch(Ready::SmallFilePressure {
+                    files: 1,
+                    bytes: 256 << 20,
+                }),
+            ),
+            // Compacted and nothing new: nothing to do, however late.
+            (
+                facts(0, 0, 3),
+                "2026-12-29T10:30:00Z",
+                Decision::Skip(NotReady::NothingToCompact),
+            ),
+        ];
+        for (facts, now, want) in cases {
+            let got = plan_partition(facts, JobState::Absent, at(now), &config, false);
+            assert_eq!(&got, want, "{facts:?} at {now}: {got}");
+        }
+    }
+
+    #[test]
+    fn an_active_job_blocks_and_a_stale_one_is_replaced() {
+        let config = ReadinessConfig::default();
+        let f = facts(3, 300, 0);
+        let now = at("2026-11-29T12:00:00Z");
+        let fresh = JobState::Present {
+            written_at: at("2026-11-29T11:30:00Z"),
+        };
+        assert_eq!(
+            plan_partition(&f, fresh, now, &config, false),
+            Decision::Skip(NotReady::JobActive {
+                since: at("2026-11-29T11:30:00Z")
+            })
+        );
+        let stale = JobState::Present {
+            written_at: at("2026-11-29T10:59:59Z"),
+        };
+        assert_eq!(
+            plan_partition(&f, stale, now, &config, false),
+            Decision::ReplaceStale {
+                ready: Ready::HourClosed,
+                stale_since: at("2026-11-29T10:59:59Z")
+            }
+        );
+        // Exactly at the lease: still active.
+        let edge = JobState::Present {
+            written_at: at("2026-11-29T11:00:00Z"),
+        };
+        assert_eq!(
+            plan_partition(&f, edge, now, &config, false).label(),
+            "job_active"
+        );
+    }
+
+    #[test]
+    fn a_request_skips_readiness_but_not_single_flight() {
+        let config = ReadinessConfig::default();
+        let open = at("2026-11-29T10:05:00Z");
+        assert_eq!(
+            plan_partition(&facts(1, 1, 0), JobState::Absent, open, &config, true),
+            Decision::Dispatch(Ready::Requested)
+        );
+        assert_eq!(
+            plan_partition(&facts(0, 0, 0), JobState::Absent, open, &config, true),
+            Decision::Skip(NotReady::NothingToCompact)
+        );
+        let active = JobState::Present { written_at: open };
+        assert_eq!(
+            plan_partition(&facts(1, 1, 0), active, open, &config, true).label(),
+            "job_active"
+        );
+    }
+
+    #[test]
+    fn sweep_window_is_bounded_and_ends_now() {
+        let window = sweep_window(at("2026-11-29T10:42:00Z"), 2);
+        assert_eq!(
+            window,
+            vec![
+                at("2026-11-29T08:00:00Z"),
+                at("2026-11-29T09:00:00Z"),
+                at("2026-11-29T10:00:00Z")
+            ]
+        );
+    }
+}
