@@ -43,7 +43,7 @@ use crate::upload::start_upload;
 use crate::writer::{OutputWriter, output_properties, sort_key_label};
 
 /// Version of the output layout; part of the output name so a format change never reuses one.
-const LAYOUT_VERSION: &str = "ourios-compaction/1";
+const LAYOUT_VERSION: &str = "ourios-compaction/2";
 /// Inputs downloaded at once from a remote store.
 const PARALLEL_DOWNLOADS: usize = 4;
 

@@ -11,10 +11,9 @@ use ourios_compaction::generate::{GenerateSpec, generate_partition, service_name
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::memory::process_cpu_time;
 use ourios_compaction::partition::{Layout, PartitionId};
-use ourios_compaction::prune::{WindowPredicate, count_row_groups};
+use ourios_compaction::query::{WindowQuery, query_window};
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
-use parquet::file::reader::{FileReader, SerializedFileReader};
 
 const MARKER: &str = ".ourios-demo-store";
 
@@ -48,43 +47,41 @@ fn fresh_store(dir: &FsPath) -> Result<Store> {
     Store::open(&dir.to_string_lossy())
 }
 
-/// Footer facts of a partition's live files for one service window.
+/// What a one-service window query reads on a partition right now.
 struct Shape {
     files: usize,
-    row_groups: usize,
-    scanned: usize,
+    row_groups: u64,
+    scanned: u64,
+    bytes_read: u64,
+    requests: u64,
 }
 
 async fn shape(
     store: &Store,
     layout: &Layout,
     partition: &PartitionId,
-    window: &WindowPredicate,
+    window: &WindowQuery,
 ) -> Result<Shape> {
     let files = partition_files(store, layout, partition).await?;
-    let keys = KeyColumns::default();
-    let mut shape = Shape {
+    let result = query_window(store, layout, &KeyColumns::default(), window).await?;
+    Ok(Shape {
         files: files.live.len(),
-        row_groups: 0,
-        scanned: 0,
-    };
-    for key in &files.live {
-        let path = store
-            .local_path(&object_store::path::Path::from(key.as_str()))
-            .ok_or_else(|| Error::Invariant {
-                message: "demo store is local".into(),
-            })?;
-        let file = std::fs::File::open(&path).map_err(|e| Error::Config {
-            message: format!("{}: {e}", path.display()),
-        })?;
-        let reader = SerializedFileReader::new(file).map_err(|e| Error::Config {
-            message: format!("{key}: {e}"),
-        })?;
-        let count = count_row_groups(reader.metadata(), &keys, window);
-        shape.row_groups += count.row_groups_total;
-        shape.scanned += count.row_groups_scanned;
+        row_groups: result.stats.row_groups_total,
+        scanned: result.stats.row_groups_scanned,
+        bytes_read: result.stats.bytes_read,
+        requests: result.stats.requests,
+    })
+}
+
+fn window_for(partition: &PartitionId, service: &str) -> WindowQuery {
+    let (start, _) = partition.time_range_nanos();
+    WindowQuery {
+        tenant: partition.tenant().to_string(),
+        service: Some(service.to_string()),
+        from_nanos: start + 20 * 60 * 1_000_000_000,
+        to_nanos: start + 30 * 60 * 1_000_000_000,
+        limit: 0,
     }
-    Ok(shape)
 }
 
 /// Generates three partitions, compacts them and shows what changed.
@@ -102,8 +99,8 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
     println!("generating 3 partitions of 24 unsorted ingest files x 5,000 rows, 16 services ...");
     println!();
     println!(
-        "{:<40} {:>12} {:>12} {:>24} {:>10}",
-        "partition", "files", "row groups", "window reads (groups)", "status"
+        "{:<46} {:>11} {:>13} {:>14} {:>20} {:>13}  status",
+        "partition", "files", "row groups", "groups read", "bytes read", "requests"
     );
     for (tenant, hour, seed) in partitions {
         let partition = PartitionId::parse(tenant, hour)?;
@@ -115,12 +112,7 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
             wide: false,
         };
         generate_partition(&store, &layout, &partition, &spec).await?;
-        let (start, _) = partition.time_range_nanos();
-        let window = WindowPredicate {
-            service: Some(service.clone()),
-            from_nanos: start + 20 * 60 * 1_000_000_000,
-            to_nanos: start + 30 * 60 * 1_000_000_000,
-        };
+        let window = window_for(&partition, &service);
         let before = shape(&store, &layout, &partition, &window).await?;
         let scratch = dir.join(".scratch");
         let options = CompactOptions::new(&scratch);
@@ -128,7 +120,7 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
         let after = shape(&store, &layout, &partition, &window).await?;
         let status = serde_json::to_value(report.status).unwrap_or_default();
         println!(
-            "{:<40} {:>5} -> {:<4} {:>5} -> {:<4} {:>13} -> {:<8} {:>10}",
+            "{:<46} {:>4} -> {:<3} {:>5} -> {:<4} {:>6} -> {:<5} {:>9} -> {:<8} {:>4} -> {:<5}  {}",
             partition.relative_dir(),
             before.files,
             after.files,
@@ -136,16 +128,33 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
             after.row_groups,
             before.scanned,
             after.scanned,
+            before.bytes_read,
+            after.bytes_read,
+            before.requests,
+            after.requests,
             status.as_str().unwrap_or("?")
         );
     }
     println!();
     println!(
-        "\"window reads\": row groups a query for service {service:?} over minutes 20-30 of the hour must read,"
+        "Columns 4-6: what the query for service {service:?} over minutes 20-30 of the hour reads,"
     );
-    println!("after pruning on footer statistics. Inspect a compacted file with:");
     println!(
-        "  ourios-compact inspect {}/compacted/tenant=acme/year=2026/month=11/day=29/hour=10/<file>",
+        "before -> after: row groups left after pruning, bytes and GET requests sent to the store."
+    );
+    let example = PartitionId::parse("acme", "2026-11-29T10")?;
+    if let Some(key) = partition_files(&store, &layout, &example)
+        .await?
+        .live
+        .first()
+    {
+        println!(
+            "Inspect a compacted file:  ourios-compact inspect {}/{key}",
+            dir.display()
+        );
+    }
+    println!(
+        "Query it:                  ourios-compact query --store {} --tenant acme --service {service} \\\n                             --from 2026-11-29T10:20:00Z --to 2026-11-29T10:30:00Z",
         dir.display()
     );
     Ok(ExitCode::SUCCESS)
@@ -179,6 +188,12 @@ pub async fn run_bench(
     let generated = generate_partition(&store, &layout, &partition, &spec).await?;
     let mut options = CompactOptions::new(dir.join(".scratch"));
     options.budget_bytes = parse_size(memory_budget)?;
+    let service = service_names(24).get(6).cloned().unwrap_or_default();
+    let window = window_for(&partition, &service);
+    let query_before = query_window(&store, &layout, &KeyColumns::default(), &window)
+        .await?
+        .stats;
+    let mut query_after = None;
     let mut plain_ms = Vec::new();
     let mut sorted_ms = Vec::new();
     let mut plain_cpu_ms = Vec::new();
@@ -202,6 +217,13 @@ pub async fn run_bench(
             return Err(Error::Invariant {
                 message: format!("bench compaction wrote nothing: {:?}", report.error),
             });
+        }
+        if i + 1 == repeat.max(1) {
+            query_after = Some(
+                query_window(&store, &layout, &KeyColumns::default(), &window)
+                    .await?
+                    .stats,
+            );
         }
         // Undo the commit so the next repetition compacts the same inputs again.
         for sub in ["compacted", "_compaction"] {
@@ -241,6 +263,12 @@ pub async fn run_bench(
         "spill_bytes": report.spill_bytes,
         "peak_decoded_bytes": report.peak_decoded_bytes,
         "rows_per_second": generated.rows as f64 * 1000.0 / sorted_med.max(1) as f64,
+        "query": {
+            "service": service,
+            "window": "minutes 20-30",
+            "uncompacted": query_before,
+            "compacted": query_after,
+        },
     });
     if json {
         println!("{result}");
