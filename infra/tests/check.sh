@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The infra checks, run by tests/run.sh ("== infra"): cfn-lint and checkov on the template, the
+# template test, and the deployable zips built with cargo-lambda and checked against the template.
+#
+# Tools: cfn-lint and checkov (pip; .ci/run installs pinned versions, checkov in its own
+# virtualenv because it pins old boto3; set CHECKOV to its path), cargo-lambda (pip, with zig)
+# and the Rust target of the template's default architecture (rustup target add
+# aarch64-unknown-linux-gnu). Without cargo-lambda the artifact build is skipped, loudly.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+# pip's console scripts (cfn-lint, cargo-lambda) may not be on the PATH yet (a user install, or
+# pyenv before a rehash): look in the interpreter's scripts directory too, last.
+PATH="$PATH:$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+cfn_lint="${CFN_LINT:-cfn-lint}"
+checkov="${CHECKOV:-checkov}"
+for tool in "$cfn_lint" "$checkov"; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "infra: $tool is not installed; pip install 'cfn-lint==1.58.0' 'checkov==3.3.30' (see .ci/run)" >&2
+        exit 1
+    fi
+done
+
+echo "-- cfn-lint $("$cfn_lint" --version | awk '{print $2}')"
+"$cfn_lint" infra/template.yaml
+
+echo "-- checkov"
+# --skip-download: no calls to the Prisma Cloud API (CI has no internet); suppressions with their
+# reasons are in the template's Metadata. A finding makes checkov exit non-zero.
+"$checkov" --file infra/template.yaml --framework cloudformation --skip-download --quiet --compact
+
+artifacts=""
+if cargo lambda --help >/dev/null 2>&1; then
+    # The template's default Architecture is arm64: build what a default deployment ships.
+    echo "-- cargo lambda build --release --arm64 --output-format zip (planner, compactor)"
+    cargo lambda build --release --arm64 --output-format zip -p ourios-planner -p ourios-compactor
+    target_dir="${CARGO_TARGET_DIR:-target}"
+    artifacts="$(cd "$target_dir" && pwd)/lambda"
+    ls -l "$artifacts"/ourios-planner/bootstrap.zip "$artifacts"/ourios-compactor/bootstrap.zip
+else
+    echo "-- SKIPPED: cargo-lambda is not installed (pip install cargo-lambda); the zips are not built" >&2
+fi
+
+echo "-- template test"
+OURIOS_LAMBDA_ARTIFACTS="$artifacts" python3 -m unittest discover -s infra/tests -p 'test_*.py' -v 2>&1

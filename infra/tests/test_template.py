@@ -1,0 +1,504 @@
+"""Reads infra/template.yaml and checks what the deployment promises (DESIGN §9).
+
+The template is loaded with cfn-lint's decoder (it understands !Ref, !Sub, !If, !GetAtt) and
+its intrinsic functions are evaluated for concrete parameter values, so the checks are about
+behaviour: which keys each rule matches, which keys each role may read, write or delete.
+
+Run: python3 -m unittest discover -s infra/tests -v   (needs `pip install cfn-lint`)
+Set OURIOS_LAMBDA_ARTIFACTS to cargo-lambda's output directory (target/lambda) to also check
+the built zips; tests/run.sh does after `cargo lambda build --release --output-format zip`.
+"""
+
+import copy
+import fnmatch
+import json
+import os
+import re
+import tomllib
+import unittest
+import zipfile
+from pathlib import Path
+
+from cfnlint.decode import decode
+
+INFRA = Path(__file__).resolve().parent.parent
+REPO = INFRA.parent
+TEMPLATE = INFRA / "template.yaml"
+EVENTS = REPO / "events"
+
+# Keys of one partition, relative to the store root (DESIGN §2).
+PARTITION = "tenant=acme/year=2026/month=11/day=29/hour=10"
+INGEST_KEY = f"data/{PARTITION}/batch 0014.parquet"
+COMPACTED_KEY = f"compacted/{PARTITION}/part-1e7d7f84df1fb6384bf08354.parquet"
+MANIFEST_KEY = f"_compaction/manifests/{PARTITION}/v00000000000000000001.json"
+JOB_KEY = f"_compaction/jobs/{PARTITION}.json"
+ALL_KEYS = [INGEST_KEY, COMPACTED_KEY, MANIFEST_KEY, JOB_KEY]
+
+# ELF e_machine of each Lambda architecture.
+ELF_MACHINE = {"arm64": 183, "x86_64": 62}
+
+
+def load_template():
+    template, matches = decode(str(TEMPLATE))
+    if matches:
+        raise AssertionError(f"template does not parse: {matches}")
+    return template
+
+
+class Evaluator:
+    """Evaluates the intrinsic functions the template uses, for given parameter values."""
+
+    def __init__(self, template, overrides):
+        self.params = {
+            name: str(spec.get("Default", ""))
+            for name, spec in template.get("Parameters", {}).items()
+        }
+        self.params.update(
+            {
+                "AWS::Partition": "aws",
+                "AWS::Region": "eu-west-1",
+                "AWS::AccountId": "123456789012",
+                "AWS::StackName": "ourios",
+            }
+        )
+        self.params.update(overrides)
+        self.conditions = template.get("Conditions", {})
+
+    def condition(self, name):
+        return self.value(self.conditions[name])
+
+    def value(self, node):
+        if isinstance(node, list):
+            values = [self.value(v) for v in node]
+            return [v for v in values if v is not NO_VALUE]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            (key, arg), = node.items()
+            if key == "Ref":
+                if arg == "AWS::NoValue":
+                    return NO_VALUE
+                if arg in self.params:
+                    return self.params[arg]
+                return f"<{arg}>"
+            if key == "Fn::GetAtt":
+                resource, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
+                return f"<{resource}.{attribute}>"
+            if key == "Fn::Sub":
+                text, extra = (arg, {}) if isinstance(arg, str) else arg
+                scope = dict(self.params)
+                scope.update({k: self.value(v) for k, v in extra.items()})
+                return re.sub(r"\$\{([^}]+)\}", lambda m: str(scope.get(m[1], f"<{m[1]}>")), text)
+            if key == "Fn::If":
+                name, yes, no = arg
+                return self.value(yes if self.condition(name) else no)
+            if key == "Fn::Equals":
+                a, b = (self.value(v) for v in arg)
+                return str(a) == str(b)
+            if key == "Fn::Not":
+                return not self.value(arg[0])
+            if key == "Condition":
+                return self.condition(arg)
+        return {k: self.value(v) for k, v in node.items() if self.value(v) is not NO_VALUE}
+
+
+NO_VALUE = object()
+
+
+def functions(template):
+    """Each SAM function with the Globals merged in (maps merge, scalars are replaced)."""
+    defaults = template.get("Globals", {}).get("Function", {})
+    out = {}
+    for name, resource in template["Resources"].items():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        props = copy.deepcopy(defaults)
+        for key, value in resource["Properties"].items():
+            if isinstance(value, dict) and isinstance(props.get(key), dict):
+                merged = copy.deepcopy(props[key])
+                for k, v in value.items():
+                    if isinstance(v, dict) and isinstance(merged.get(k), dict):
+                        merged[k] = {**merged[k], **v}
+                    else:
+                        merged[k] = v
+                props[key] = merged
+            else:
+                props[key] = value
+        out[name] = (resource, props)
+    return out
+
+
+def statements(template):
+    """(role, statement) for every statement of every inline policy."""
+    for name, resource in template["Resources"].items():
+        if resource["Type"] not in ("AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            continue
+        props = resource["Properties"]
+        documents = [p["PolicyDocument"] for p in props.get("Policies", [])]
+        if "PolicyDocument" in props:
+            documents.append(props["PolicyDocument"])
+        for document in documents:
+            for statement in document["Statement"]:
+                if isinstance(statement, dict) and list(statement) == ["Fn::If"]:
+                    # A conditional statement: check both branches.
+                    for branch in statement["Fn::If"][1:]:
+                        if branch != {"Ref": "AWS::NoValue"}:
+                            yield name, branch
+                else:
+                    yield name, statement
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def iam_match(pattern, value):
+    """IAM wildcard matching: `*` any run of characters (slashes included), `?` one."""
+    return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
+
+
+class Access:
+    """What a role may do on which object keys and listing prefixes, for given parameters."""
+
+    def __init__(self, template, role, evaluator):
+        self.allowed = []  # (action, resource pattern, prefix patterns or None)
+        for name, statement in statements(template):
+            if name != role or statement.get("Effect") != "Allow":
+                continue
+            statement = evaluator.value(statement)
+            prefixes = statement.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
+            for action in as_list(statement["Action"]):
+                for resource in as_list(statement["Resource"]):
+                    self.allowed.append((action, resource, as_list(prefixes) if prefixes else None))
+        self.bucket = evaluator.params["BucketName"]
+        root = evaluator.params["RootPrefix"]
+        self.root = f"{root}/" if root else ""
+
+    def may(self, action, key):
+        arn = f"arn:aws:s3:::{self.bucket}/{self.root}{key}"
+        return any(a == action and iam_match(r, arn) for a, r, _ in self.allowed)
+
+    def may_list(self, prefix):
+        arn = f"arn:aws:s3:::{self.bucket}"
+        full = f"{self.root}{prefix}"
+        return any(
+            a == "s3:ListBucket" and r == arn and p is not None and any(iam_match(x, full) for x in p)
+            for a, r, p in self.allowed
+        )
+
+
+def event_matches(pattern, event):
+    """EventBridge matching for the pattern forms the template uses: literal lists and prefix."""
+    for field, expected in pattern.items():
+        actual = event.get(field)
+        if isinstance(expected, dict):
+            if not isinstance(actual, dict) or not event_matches(expected, actual):
+                return False
+            continue
+        ok = False
+        for option in expected:
+            if isinstance(option, dict):
+                (kind, arg), = option.items()
+                if kind != "prefix":
+                    raise AssertionError(f"matcher {kind} is not modelled by this test")
+                ok |= isinstance(actual, str) and actual.startswith(arg)
+            else:
+                ok |= actual == option
+        if not ok:
+            return False
+    return True
+
+
+def object_created(bucket, key):
+    event = json.loads((EVENTS / "eventbridge-object-created.json").read_text())
+    event["detail"]["bucket"]["name"] = bucket
+    event["detail"]["object"]["key"] = key
+    return event
+
+
+def workspace_binaries():
+    """Binary name -> package directory, for every member of the Cargo workspace."""
+    root = tomllib.loads((REPO / "Cargo.toml").read_text())
+    out = {}
+    for member in root["workspace"]["members"]:
+        manifest = tomllib.loads((REPO / member / "Cargo.toml").read_text())
+        for binary in manifest.get("bin", []):
+            out[binary["name"]] = REPO / member
+    return out
+
+
+class TemplateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.template = load_template()
+        cls.resources = cls.template["Resources"]
+        cls.functions = functions(cls.template)
+
+    def evaluator(self, **overrides):
+        params = {"BucketName": "logs-bucket"}
+        params.update(overrides)
+        return Evaluator(self.template, params)
+
+    def function(self, binary):
+        for name, (resource, props) in self.functions.items():
+            if resource["Metadata"]["BuildProperties"]["Binary"] == binary:
+                return name, resource, props
+        self.fail(f"no function builds {binary}")
+
+    def test_both_functions_are_built_by_cargo_lambda_from_workspace_binaries(self):
+        binaries = workspace_binaries()
+        self.assertEqual(len(self.functions), 2)
+        for name, (resource, props) in self.functions.items():
+            metadata = resource["Metadata"]
+            self.assertEqual(metadata["BuildMethod"], "rust-cargolambda", name)
+            binary = metadata["BuildProperties"]["Binary"]
+            self.assertIn(binary, binaries, f"{name}: {binary} is not a workspace binary")
+            # SAM runs `cargo lambda build --bin <Binary>` in CodeUri and copies
+            # CodeUri/target/lambda/<Binary>/bootstrap: CodeUri must be the workspace root.
+            self.assertEqual((TEMPLATE.parent / props["CodeUri"]).resolve(), REPO, name)
+            self.assertEqual(props["Handler"], "bootstrap", name)
+            self.assertEqual(props["Runtime"], "provided.al2023", name)
+            self.assertEqual(props["Architectures"], [{"Ref": "Architecture"}], name)
+        self.assertEqual(
+            {self.function(b)[0] for b in ("ourios-planner", "ourios-compactor")},
+            set(self.functions),
+        )
+        self.assertEqual(self.template["Parameters"]["Architecture"]["Default"], "arm64")
+
+    def test_memory_storage_and_timeout_parameters_reach_the_functions(self):
+        _, _, compactor = self.function("ourios-compactor")
+        self.assertEqual(compactor["MemorySize"], {"Ref": "CompactorMemorySize"})
+        self.assertEqual(compactor["EphemeralStorage"], {"Size": {"Ref": "CompactorEphemeralStorageSize"}})
+        self.assertEqual(compactor["Timeout"], {"Ref": "CompactorTimeout"})
+        _, _, planner = self.function("ourios-planner")
+        self.assertEqual(planner["MemorySize"], {"Ref": "PlannerMemorySize"})
+        self.assertEqual(planner["Timeout"], {"Ref": "PlannerTimeout"})
+        params = self.template["Parameters"]
+        # Lambda's limits: memory 128-10240 MiB, /tmp 512-10240 MiB, timeout at most 900 s.
+        for name, low, high in [
+            ("CompactorMemorySize", 128, 10240),
+            ("PlannerMemorySize", 128, 10240),
+            ("CompactorEphemeralStorageSize", 512, 10240),
+            ("CompactorTimeout", 1, 900),
+            ("PlannerTimeout", 1, 900),
+        ]:
+            spec = params[name]
+            self.assertEqual(spec["Type"], "Number", name)
+            self.assertTrue(low <= spec["MinValue"] <= spec["Default"] <= spec["MaxValue"] <= high, name)
+
+    def test_environment_is_what_the_functions_read(self):
+        # The settings module and the functions' mains (OURIOS_LOG) are where they are read.
+        sources = [REPO / "shared/src/settings.rs"] + sorted(REPO.glob("functions/*/src/main.rs"))
+        known = {v for s in sources for v in re.findall(r'"(OURIOS_[A-Z_]+)"', s.read_text())}
+        for name, (_, props) in self.functions.items():
+            variables = props["Environment"]["Variables"]
+            self.assertIn("OURIOS_STORE", variables, name)
+            for variable in variables:
+                self.assertIn(variable, known, f"{name} sets {variable}, which the functions never read")
+        _, _, compactor = self.function("ourios-compactor")
+        self.assertEqual(compactor["Environment"]["Variables"]["OURIOS_GC_GRACE"], {"Ref": "GcGrace"})
+        for root, store in [("", "s3://logs-bucket"), ("lake/raw", "s3://logs-bucket/lake/raw")]:
+            env = self.evaluator(RootPrefix=root).value(compactor["Environment"]["Variables"])
+            self.assertEqual(env["OURIOS_STORE"], store)
+            self.assertEqual(env["OURIOS_JOB_LEASE"], "3600s")
+
+    def test_every_iam_statement_names_its_resources(self):
+        found = 0
+        for role, statement in statements(self.template):
+            found += 1
+            sid = f"{role}/{statement.get('Sid')}"
+            self.assertNotIn("NotResource", statement, sid)
+            self.assertNotIn("NotAction", statement, sid)
+            for action in as_list(statement["Action"]):
+                self.assertFalse(action == "*" or action.endswith(":*"), f"{sid}: action {action}")
+            for root in ("", "lake/raw"):
+                for resource in as_list(self.evaluator(RootPrefix=root).value(statement["Resource"])):
+                    self.assertNotEqual(resource, "*", sid)
+                    self.assertFalse(re.search(r":::\*|:\*$", resource) and "log-group" not in resource,
+                                     f"{sid}: {resource}")
+                    if resource.startswith("arn:aws:s3"):
+                        self.assertTrue(resource.startswith("arn:aws:s3:::logs-bucket"), f"{sid}: {resource}")
+            if "s3:ListBucket" in as_list(statement["Action"]):
+                self.assertIn("s3:prefix", statement["Condition"]["StringLike"], sid)
+        self.assertGreater(found, 8)
+
+    def test_roles_read_write_and_delete_only_what_their_function_does(self):
+        for root in ("", "lake/raw"):
+            ev = self.evaluator(RootPrefix=root)
+            planner = Access(self.template, "PlannerRole", ev)
+            compactor = Access(self.template, "CompactorRole", ev)
+
+            # Planner: lists the ingest partition and the manifests, reads manifests and job
+            # records, creates job records; nothing else.
+            self.assertTrue(planner.may_list(f"data/{PARTITION}/"))
+            self.assertTrue(planner.may_list("data/"))  # the sweep's tenant listing
+            self.assertTrue(planner.may_list(f"_compaction/manifests/{PARTITION}/"))
+            self.assertTrue(planner.may("s3:GetObject", MANIFEST_KEY))
+            self.assertTrue(planner.may("s3:PutObject", JOB_KEY))
+            self.assertFalse(planner.may("s3:GetObject", INGEST_KEY))
+            for key in ALL_KEYS:
+                self.assertFalse(planner.may("s3:DeleteObject", key), key)
+            for key in (INGEST_KEY, COMPACTED_KEY, MANIFEST_KEY):
+                self.assertFalse(planner.may("s3:PutObject", key), key)
+
+            # Compactor: reads everything of the partition, writes outputs and metadata, never
+            # writes ingest files; GC deletes retired inputs, orphans, old manifests, job records.
+            for prefix in (f"data/{PARTITION}/", f"compacted/{PARTITION}/", f"_compaction/manifests/{PARTITION}/"):
+                self.assertTrue(compactor.may_list(prefix), prefix)
+            for key in ALL_KEYS:
+                self.assertTrue(compactor.may("s3:GetObject", key), key)
+                self.assertTrue(compactor.may("s3:DeleteObject", key), key)
+            for key in (COMPACTED_KEY, MANIFEST_KEY, JOB_KEY):
+                self.assertTrue(compactor.may("s3:PutObject", key), key)
+            self.assertTrue(compactor.may("s3:AbortMultipartUpload", COMPACTED_KEY))
+            self.assertFalse(compactor.may("s3:PutObject", INGEST_KEY))
+            self.assertFalse(compactor.may("s3:DeleteObject", f"data/{PARTITION}/_SUCCESS"))
+
+            # Nothing outside the store root, the bucket or the layout's prefixes.
+            for access in (planner, compactor):
+                self.assertFalse(access.may_list(""))
+                self.assertFalse(access.may_list("other/"))
+                for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+                    self.assertFalse(access.may(action, "other/file.parquet"), action)
+                    self.assertFalse(access.may(action, "data.parquet"), action)
+            if root:
+                # The same layout beside the root (at the bucket's top) is not ours.
+                for access in (planner, compactor):
+                    access.root = ""
+                    self.assertFalse(access.may("s3:GetObject", MANIFEST_KEY))
+                    self.assertFalse(access.may("s3:PutObject", JOB_KEY))
+                    self.assertFalse(access.may_list("data/"))
+
+    def test_event_filters_follow_the_layout_and_exclude_the_compactors_writes(self):
+        ingest = self.resources["IngestEventsRule"]["Properties"]
+        jobs = self.resources["JobEventsRule"]["Properties"]
+        self.assertEqual(ingest["Targets"][0]["Arn"], {"Fn::GetAtt": ["PlannerFunction", "Arn"]})
+        self.assertEqual(jobs["Targets"][0]["Arn"], {"Fn::GetAtt": ["CompactorFunction", "Arn"]})
+        for root in ("", "lake/raw"):
+            ev = self.evaluator(RootPrefix=root)
+            base = f"{root}/" if root else ""
+            ingest_pattern = ev.value(ingest["EventPattern"])
+            jobs_pattern = ev.value(jobs["EventPattern"])
+            for key in ALL_KEYS:
+                event = object_created("logs-bucket", base + key)
+                self.assertEqual(event_matches(ingest_pattern, event), key == INGEST_KEY, key)
+                self.assertEqual(event_matches(jobs_pattern, event), key == JOB_KEY, key)
+                other_bucket = object_created("other-bucket", base + key)
+                self.assertFalse(event_matches(ingest_pattern, other_bucket))
+                self.assertFalse(event_matches(jobs_pattern, other_bucket))
+                deleted = object_created("logs-bucket", base + key)
+                deleted["detail-type"] = "Object Deleted"
+                self.assertFalse(event_matches(ingest_pattern, deleted))
+                self.assertFalse(event_matches(jobs_pattern, deleted))
+            if root:
+                self.assertFalse(event_matches(ingest_pattern, object_created("logs-bucket", INGEST_KEY)))
+        # The sample event the planner's tests use is one the rule delivers.
+        sample = json.loads((EVENTS / "eventbridge-object-created.json").read_text())
+        self.assertTrue(event_matches(self.evaluator().value(ingest["EventPattern"]), sample))
+
+    def test_sweep_schedule_delivers_the_scheduled_event_the_planner_accepts(self):
+        sweep = self.resources["SweepRule"]["Properties"]
+        self.assertEqual(sweep["ScheduleExpression"], {"Ref": "SweepSchedule"})
+        self.assertRegex(self.template["Parameters"]["SweepSchedule"]["Default"], r"^(rate|cron)\(")
+        (target,) = sweep["Targets"]
+        self.assertEqual(target["Arn"], {"Fn::GetAtt": ["PlannerFunction", "Arn"]})
+        # No Input: EventBridge delivers its "Scheduled Event", as in this sample.
+        for key in ("Input", "InputPath", "InputTransformer"):
+            self.assertNotIn(key, target)
+        sample = json.loads((EVENTS / "eventbridge-scheduled-sweep.json").read_text())
+        self.assertEqual(sample["detail-type"], "Scheduled Event")
+
+    def test_each_rule_may_invoke_its_target(self):
+        permissions = {
+            (p["Properties"]["FunctionName"]["Fn::GetAtt"][0], p["Properties"]["SourceArn"]["Fn::GetAtt"][0])
+            for p in self.resources.values()
+            if p["Type"] == "AWS::Lambda::Permission"
+        }
+        self.assertEqual(
+            permissions,
+            {
+                ("PlannerFunction", "IngestEventsRule"),
+                ("PlannerFunction", "SweepRule"),
+                ("CompactorFunction", "JobEventsRule"),
+            },
+        )
+        for p in self.resources.values():
+            if p["Type"] == "AWS::Lambda::Permission":
+                self.assertEqual(p["Properties"]["Principal"], "events.amazonaws.com")
+
+    def test_retries_dead_letters_and_concurrency(self):
+        configs = {
+            r["Properties"]["FunctionName"]["Ref"]: r["Properties"]
+            for r in self.resources.values()
+            if r["Type"] == "AWS::Lambda::EventInvokeConfig"
+        }
+        self.assertEqual(set(configs), set(self.functions))
+        for name, config in configs.items():
+            self.assertEqual(config["MaximumRetryAttempts"], {"Ref": "MaximumRetryAttempts"}, name)
+            self.assertEqual(config["DestinationConfig"]["OnFailure"]["Destination"],
+                             {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}, name)
+        for rule in ("IngestEventsRule", "JobEventsRule", "SweepRule"):
+            target = self.resources[rule]["Properties"]["Targets"][0]
+            self.assertEqual(target["DeadLetterConfig"]["Arn"], {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}, rule)
+        queue = self.resources["DeadLetterQueue"]["Properties"]
+        self.assertTrue(queue.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in queue)
+        _, _, compactor = self.function("ourios-compactor")
+        bounded = self.evaluator().value(compactor["ReservedConcurrentExecutions"])
+        self.assertEqual(bounded, "10")
+        unbounded = self.evaluator(CompactorReservedConcurrency="0").value(compactor)
+        self.assertNotIn("ReservedConcurrentExecutions", unbounded)
+
+    def test_alarms_on_dead_letters_and_function_errors(self):
+        alarms = [r["Properties"] for r in self.resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+        dead_letter = [
+            a for a in alarms
+            if a["Namespace"] == "AWS/SQS"
+            and a["MetricName"] == "ApproximateNumberOfMessagesVisible"
+            and a["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]}}]
+        ]
+        self.assertEqual(len(dead_letter), 1)
+        self.assertEqual((dead_letter[0]["Threshold"], dead_letter[0]["ComparisonOperator"]),
+                         (0, "GreaterThanThreshold"))
+        errors = {
+            a["Dimensions"][0]["Value"]["Ref"]
+            for a in alarms
+            if a["Namespace"] == "AWS/Lambda" and a["MetricName"] == "Errors"
+        }
+        self.assertEqual(errors, set(self.functions))
+
+    def test_logs_have_retention_and_each_function_writes_its_own_group(self):
+        groups = {n for n, r in self.resources.items() if r["Type"] == "AWS::Logs::LogGroup"}
+        used = set()
+        for name, (_, props) in self.functions.items():
+            group = props["LoggingConfig"]["LogGroup"]["Ref"]
+            self.assertIn(group, groups, name)
+            used.add(group)
+        self.assertEqual(used, groups)
+        for group in groups:
+            self.assertEqual(self.resources[group]["Properties"]["RetentionInDays"], {"Ref": "LogRetentionDays"})
+
+    def test_every_checkov_suppression_says_why(self):
+        for name, resource in self.resources.items():
+            for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
+                self.assertRegex(skip["id"], r"^CKV_AWS_\d+$", name)
+                self.assertGreater(len(skip.get("comment", "").split()), 8, f"{name}: {skip['id']}")
+
+    @unittest.skipUnless(os.environ.get("OURIOS_LAMBDA_ARTIFACTS"), "OURIOS_LAMBDA_ARTIFACTS not set")
+    def test_built_zips_are_what_the_template_deploys(self):
+        artifacts = Path(os.environ["OURIOS_LAMBDA_ARTIFACTS"])
+        arch = self.template["Parameters"]["Architecture"]["Default"]
+        for name, (resource, _) in self.functions.items():
+            binary = resource["Metadata"]["BuildProperties"]["Binary"]
+            archive = artifacts / binary / "bootstrap.zip"
+            self.assertTrue(archive.is_file(), f"{name}: {archive} was not built")
+            with zipfile.ZipFile(archive) as z:
+                self.assertIn("bootstrap", z.namelist(), archive)
+                head = z.open("bootstrap").read(20)
+                info = z.getinfo("bootstrap")
+            self.assertEqual(head[:4], b"\x7fELF", archive)
+            self.assertEqual(int.from_bytes(head[18:20], "little"), ELF_MACHINE[arch], f"{archive} is not {arch}")
+            self.assertTrue((info.external_attr >> 16) & 0o111, f"{archive}: bootstrap is not executable")
+
+
+if __name__ == "__main__":
+    unittest.main()
