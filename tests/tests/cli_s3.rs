@@ -1,6 +1,7 @@
-//! The release CLI against the S3 test server: every subcommand that takes a store works with
-//! an `s3://bucket/prefix` URL, and `gc` without --tenant/--hour covers every partition with
-//! a manifest or compacted outputs while leaving uncompacted partitions alone.
+//! The release CLI against the S3 test server: every subcommand that takes a store URL
+//! (generate, files, compact, inspect, query, gc) works with an `s3://bucket/prefix` URL, and
+//! `gc` without --tenant/--hour covers every partition with a manifest or compacted outputs
+//! while leaving uncompacted partitions alone.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -74,6 +75,25 @@ async fn every_subcommand_works_on_s3() {
     let file_url = format!("{url}/{output_key}");
     let summary = cli_json(&["inspect", &file_url, "--json"]);
     assert_eq!(summary["rows"], 6000, "{summary}");
+
+    // The whole hour through the query path: every row once, from the one compacted file.
+    let queried = cli_json(&[
+        "query",
+        "--store",
+        &url,
+        "--tenant",
+        tenant,
+        "--from",
+        "2026-11-29T10:00:00Z",
+        "--to",
+        "2026-11-29T11:00:00Z",
+        "--limit",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(queried["stats"]["rows_matched"], 6000, "{queried}");
+    assert_eq!(queried["stats"]["files"], 1, "{queried}");
+    assert_eq!(queried["rows"].as_array().map(Vec::len), Some(5));
 
     // A second compaction is a no-op.
     let mut args = vec!["compact"];
