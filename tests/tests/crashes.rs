@@ -24,12 +24,21 @@ use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{Fault, FaultyStore, get_bytes, put_bytes};
 use ourios_integration_tests::{
-    all_keys, assert_exactly_once, land_file, live_tags, open_memory, open_s3, test_partition,
+    all_keys, assert_exactly_once, file_tags, land_file, open_memory, open_s3, test_partition,
 };
 
 const BAD_BYTES: &[u8] = b"PAR1 this is not a parquet file PAR1";
 
-/// A partition compacted once (with one bad input quarantined), then three late files.
+/// Which compaction of the partition the fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// The first: no manifest yet, three ingest files and a bad one.
+    First,
+    /// The second: a compacted file (the bad input quarantined) and three late files.
+    Second,
+}
+
+/// A partition ready for the compaction under test.
 struct Scenario {
     store: Store,
     layout: Layout,
@@ -48,7 +57,7 @@ fn options(scratch: &std::path::Path) -> CompactOptions {
     options
 }
 
-async fn prepare(store: Store) -> Scenario {
+async fn prepare(store: Store, round: Round) -> Scenario {
     let layout = Layout::default();
     let partition = test_partition();
     let mut expected = BTreeSet::new();
@@ -58,6 +67,16 @@ async fn prepare(store: Store) -> Scenario {
     let bad_key = format!("{}/bad.parquet", layout.ingest_dir(&partition));
     put_bytes(&store, &bad_key, Bytes::from_static(BAD_BYTES)).await;
     let scratch = tempfile::tempdir().expect("scratch");
+    if round == Round::First {
+        return Scenario {
+            store,
+            layout,
+            partition,
+            expected,
+            bad_key,
+            scratch,
+        };
+    }
     let report = compact_partition(&store, &layout, &partition, &options(scratch.path()))
         .await
         .expect("the first compaction runs");
@@ -90,7 +109,14 @@ impl Scenario {
     }
 
     async fn assert_consistent(&self, context: &str) {
-        let tags = live_tags(&self.store, &self.layout, &self.partition).await;
+        // Until a commit quarantines it, the bad file is live too (it holds no readable rows).
+        let files = partition_files(&self.store, &self.layout, &self.partition)
+            .await
+            .expect("files");
+        let mut tags = Vec::new();
+        for key in files.live.iter().filter(|k| **k != self.bad_key) {
+            tags.extend(file_tags(&self.store, key).await);
+        }
         assert_exactly_once(&tags, &self.expected, context);
         assert_eq!(
             get_bytes(&self.store, &self.bad_key).await.as_ref(),
@@ -169,28 +195,32 @@ fn chrono_now_ms() -> i64 {
 }
 
 /// Counts the store operations of the faulted compaction on a fresh scenario.
-async fn count_ops(fresh: &impl Fn() -> Store) -> u64 {
-    let scenario = prepare(fresh()).await;
+async fn count_ops(fresh: &impl Fn() -> Store, round: Round) -> u64 {
+    let scenario = prepare(fresh(), round).await;
     let counting = Arc::new(FaultyStore::new(
         Arc::clone(scenario.store.object_store()),
         None,
     ));
     let wrapped = Store::from_object_store(counting.clone(), "counting");
     let status = scenario.compact(&wrapped).await;
-    assert_eq!(status, Some(Status::Compacted));
+    let expected = match round {
+        Round::First => Status::Partial,
+        Round::Second => Status::Compacted,
+    };
+    assert_eq!(status, Some(expected));
     scenario.assert_converges("without faults").await;
     counting.num_ops()
 }
 
-async fn run_with_fault(fresh: &impl Fn() -> Store, fault: Fault) -> bool {
-    let scenario = prepare(fresh()).await;
+async fn run_with_fault(fresh: &impl Fn() -> Store, round: Round, fault: Fault) -> bool {
+    let scenario = prepare(fresh(), round).await;
     let faulty = Arc::new(FaultyStore::new(
         Arc::clone(scenario.store.object_store()),
         Some(fault),
     ));
     let wrapped = Store::from_object_store(faulty.clone(), "faulty");
     let status = scenario.compact(&wrapped).await;
-    let context = format!("{fault:?} (status {status:?})");
+    let context = format!("{round:?} compaction, {fault:?} (status {status:?})");
     scenario.assert_consistent(&context).await;
     scenario.assert_converges(&context).await;
     faulty.has_fired()
@@ -209,44 +239,56 @@ fn all_faults(n: u64) -> [Fault; 5] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_crash_point_in_memory_converges() {
     let fresh = open_memory;
-    let total = count_ops(&fresh).await;
-    assert!(total > 10, "a compaction makes more than 10 store calls");
-    let mut fired = [0usize; 5];
-    for n in 1..=total + 1 {
-        for (i, fault) in all_faults(n).into_iter().enumerate() {
-            if run_with_fault(&fresh, fault).await {
-                fired[i] += 1;
+    for round in [Round::First, Round::Second] {
+        let total = count_ops(&fresh, round).await;
+        assert!(total > 10, "a compaction makes more than 10 store calls");
+        let mut fired = [0usize; 5];
+        for n in 1..=total + 1 {
+            for (i, fault) in all_faults(n).into_iter().enumerate() {
+                if run_with_fault(&fresh, round, fault).await {
+                    fired[i] += 1;
+                }
             }
         }
+        // Crashes and lost responses fire at every operation; the conditional-write faults
+        // and the abandoned upload fire at every N up to their operation.
+        assert_eq!(fired[0] as u64, total, "crash fired at every operation");
+        assert_eq!(
+            fired[1] as u64, total,
+            "lost response fired at every operation"
+        );
+        assert!(fired[2] > 0 && fired[3] > 0 && fired[4] > 0, "{fired:?}");
+        eprintln!("{round:?}: {total} store operations; faults fired per variant: {fired:?}");
     }
-    // Crashes and lost responses fire at every operation; the conditional-write faults and
-    // the abandoned upload fire at every N up to their operation.
-    assert_eq!(fired[0] as u64, total, "crash fired at every operation");
-    assert_eq!(
-        fired[1] as u64, total,
-        "lost response fired at every operation"
-    );
-    assert!(fired[2] > 0 && fired[3] > 0 && fired[4] > 0, "{fired:?}");
-    eprintln!("{total} store operations; faults fired per variant: {fired:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampled_crash_points_on_s3_converge() {
     let fresh = || open_s3("crashes");
-    let total = count_ops(&fresh).await;
+    let total = count_ops(&fresh, Round::Second).await;
     assert!(total > 10, "a compaction makes more than 10 store calls");
     let mut fired = 0;
     // Every third operation for crashes and lost responses (offset so both together cover
     // every N), the conditional-write faults and the abandoned upload at a few points.
     for n in (1..=total).step_by(3) {
-        fired += usize::from(run_with_fault(&fresh, Fault::Crash(n)).await);
-        fired += usize::from(run_with_fault(&fresh, Fault::LostResponse(n + 1)).await);
+        fired += usize::from(run_with_fault(&fresh, Round::Second, Fault::Crash(n)).await);
+        let lost = Fault::LostResponse(n + 1);
+        fired += usize::from(run_with_fault(&fresh, Round::Second, lost).await);
     }
     for n in [1, total / 2, total] {
-        fired += usize::from(run_with_fault(&fresh, Fault::Precondition(n)).await);
-        fired += usize::from(run_with_fault(&fresh, Fault::Conflict(n)).await);
-        fired += usize::from(run_with_fault(&fresh, Fault::PartialMultipart(n)).await);
+        for fault in [
+            Fault::Precondition(n),
+            Fault::Conflict(n),
+            Fault::PartialMultipart(n),
+        ] {
+            fired += usize::from(run_with_fault(&fresh, Round::Second, fault).await);
+        }
     }
     assert!(fired as u64 >= total / 3 * 2, "faults fired: {fired}");
+    // The first compaction of a partition (no manifest yet), crashing every third operation.
+    let first_total = count_ops(&fresh, Round::First).await;
+    for n in (2..=first_total).step_by(3) {
+        run_with_fault(&fresh, Round::First, Fault::Crash(n)).await;
+    }
     eprintln!("{total} store operations; {fired} faults fired");
 }
