@@ -5,7 +5,8 @@
 # Tools: cfn-lint and checkov (pip; .ci/run installs pinned versions, checkov in its own
 # virtualenv because it pins old boto3; set CHECKOV to its path), cargo-lambda (pip, with zig)
 # and the Rust target of the template's default architecture (rustup target add
-# aarch64-unknown-linux-gnu). Without cargo-lambda the artifact build is skipped, loudly.
+# aarch64-unknown-linux-gnu). Without cargo-lambda the artifact build is skipped, loudly; with
+# the SAM CLI on the PATH, `sam build` runs too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -39,6 +40,17 @@ if cargo lambda --help >/dev/null 2>&1; then
     ls -l "$artifacts"/ourios-planner/bootstrap.zip "$artifacts"/ourios-compactor/bootstrap.zip
 else
     echo "-- SKIPPED: cargo-lambda is not installed (pip install cargo-lambda); the zips are not built" >&2
+fi
+
+if command -v sam >/dev/null 2>&1; then
+    # Not installed by CI (a large install for a beta build method); run where it is installed.
+    echo "-- sam build ($(sam --version))"
+    sam_dir="$(mktemp -d)"
+    SAM_CLI_TELEMETRY=0 sam build --template-file infra/template.yaml --build-dir "$sam_dir" --beta-features
+    ls -l "$sam_dir"/PlannerFunction/bootstrap "$sam_dir"/CompactorFunction/bootstrap
+    rm -rf "$sam_dir"
+else
+    echo "-- sam build: skipped (the SAM CLI is not installed; CI does not install it)"
 fi
 
 echo "-- template test"

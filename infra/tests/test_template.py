@@ -302,6 +302,16 @@ class TemplateTest(unittest.TestCase):
             self.assertEqual(env["OURIOS_STORE"], store)
             self.assertEqual(env["OURIOS_JOB_LEASE"], "3600s")
 
+    def test_prefixes_cannot_widen_the_policies(self):
+        # Both prefixes are spelled into IAM ARNs and event filters.
+        params = self.template["Parameters"]
+        for name, good in [("RootPrefix", ["", "logs", "logs/prod", "tenant_a=1"]), ("IngestPrefix", ["data", "in/raw"])]:
+            pattern = params[name]["AllowedPattern"]
+            for value in good:
+                self.assertRegex(value, pattern, name)
+            for value in ["*", "logs*", "lo?s", "a/../b", "/logs", "logs/", "a//b", ".."]:
+                self.assertIsNone(re.fullmatch(pattern, value), f"{name} accepts {value!r}")
+
     def test_every_iam_statement_names_its_resources(self):
         found = 0
         for role, statement in statements(self.template):
