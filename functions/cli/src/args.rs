@@ -128,6 +128,40 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Schedule (write job records for) or run locally the compaction of every partition in an
+    /// hour range that has uncompacted files. JSON: {"partitions": [{"tenant", "hour",
+    /// "decision", "reason"}], "scheduled", "considered", "dry_run", "run_local"}.
+    Backfill {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Tenant name; repeat for several (default: every tenant under the ingest prefix).
+        #[arg(long = "tenant")]
+        tenants: Vec<String>,
+        /// First hour, UTC, as YYYY-MM-DDTHH (inclusive).
+        #[arg(long)]
+        from: String,
+        /// Last hour, UTC, as YYYY-MM-DDTHH (inclusive).
+        #[arg(long)]
+        to: String,
+        /// Only print what would be scheduled or compacted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Compact here, one partition after another, instead of writing job records.
+        #[arg(long)]
+        run_local: bool,
+        /// Least time between two job records written (rate limit), e.g. 100ms.
+        #[arg(long, env = "OURIOS_BACKFILL_INTERVAL", default_value = "100ms")]
+        interval: String,
+        /// Decoded-row memory budget for --run-local, e.g. 64MiB.
+        #[arg(long, env = "OURIOS_MEMORY_BUDGET")]
+        memory_budget: Option<String>,
+        /// Scratch directory for --run-local.
+        #[arg(long, env = "OURIOS_SCRATCH")]
+        scratch: Option<PathBuf>,
+        /// Print one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Read one tenant's rows for a service and a time window, pruning with footer statistics.
     Query {
         #[command(flatten)]

@@ -182,6 +182,38 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Backfill {
+            store,
+            tenants,
+            from,
+            to,
+            dry_run,
+            run_local,
+            interval,
+            memory_budget,
+            scratch,
+            json,
+        } => {
+            let request = ourios_compaction::events::BackfillRequest {
+                tenants: (!tenants.is_empty()).then_some(tenants),
+                from,
+                to,
+                dry_run,
+            };
+            let run = crate::backfill::BackfillRun {
+                interval: parse_duration(&interval)?,
+                run_local: run_local
+                    .then(|| -> Result<_> {
+                        let mut options =
+                            CompactOptions::new(scratch.unwrap_or_else(std::env::temp_dir));
+                        options.budget_bytes = budget_from(memory_budget.as_deref())?;
+                        Ok(options)
+                    })
+                    .transpose()?,
+                json,
+            };
+            crate::backfill::run_backfill(&store, &request, &run).await
+        }
         Command::Demo { store } => crate::demo::run_demo(&store).await,
         Command::Bench {
             store,

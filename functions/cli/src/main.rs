@@ -1,6 +1,7 @@
 //! `ourios-compact`: the compaction engine from the command line, on any store.
 
 mod args;
+mod backfill;
 mod commands;
 mod demo;
 

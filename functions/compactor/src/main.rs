@@ -5,7 +5,7 @@ mod handler;
 #[cfg(test)]
 mod tests;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use ourios_compaction::settings::{CompactorSettings, FunctionSettings};
@@ -27,7 +27,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     };
     let compactor = &compactor;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let deadline = instant_of(event.context.deadline);
+        let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+        let deadline = handler::deadline_instant(event.context.deadline, now_ms, Instant::now());
+        tracing::info!(
+            request_id = %event.context.request_id,
+            deadline_ms = event.context.deadline,
+            remaining_ms = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64),
+            "invocation"
+        );
         handler::handle(
             compactor,
             event.payload,
@@ -37,12 +44,6 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         .await
     }))
     .await
-}
-
-/// The invocation deadline (Unix milliseconds) as an `Instant`.
-fn instant_of(deadline_ms: u64) -> Option<Instant> {
-    let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).ok()?;
-    Some(Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms)))
 }
 
 fn init_tracing() {

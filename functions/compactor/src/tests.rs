@@ -90,7 +90,9 @@ enum Expect {
 
 fn expectation(file: &str) -> Expect {
     match file {
-        "compactor-direct.json" | "compactor-job-created.json" => Expect::Compacted,
+        "compactor-direct.json"
+        | "compactor-job-created.json"
+        | "compactor-job-eventbridge.json" => Expect::Compacted,
         // The job record's own creation event is the dispatch: it starts the job.
         "s3-compactor-outputs.json" => Expect::Compacted,
         // Ingest events are the planner's: the compactor watches job records only.
@@ -244,4 +246,25 @@ fn options_follow_the_settings_and_the_deadline() {
     assert_eq!(options.rg_bytes_env, Some(4 << 20));
     assert_eq!(options.deadline, Some(deadline - Duration::from_secs(20)));
     assert_eq!(compactor.options(None).deadline, None);
+}
+
+#[test]
+fn deadline_from_the_runtime_header() {
+    let now = Instant::now();
+    let now_ms = 1_796_023_210_524;
+    // Real Lambda: Unix milliseconds.
+    assert_eq!(
+        crate::handler::deadline_instant(now_ms + 900_000, now_ms, now),
+        Some(now + Duration::from_secs(900))
+    );
+    // Already past: no time left.
+    assert_eq!(
+        crate::handler::deadline_instant(now_ms - 5, now_ms, now),
+        Some(now)
+    );
+    // cargo-lambda's emulator: the timeout itself.
+    assert_eq!(
+        crate::handler::deadline_instant(600_000, now_ms, now),
+        Some(now + Duration::from_secs(600))
+    );
 }

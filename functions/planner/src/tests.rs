@@ -119,9 +119,9 @@ fn expectation(file: &str) -> Expect {
                 "reason": "event creates no object"}]}),
             false,
         ),
-        "s3-compactor-outputs.json" | "compactor-job-created.json" => {
-            Expect::Ok(json!({"partitions": []}), false)
-        }
+        "s3-compactor-outputs.json"
+        | "compactor-job-created.json"
+        | "compactor-job-eventbridge.json" => Expect::Ok(json!({"partitions": []}), false),
         "s3-hostile-keys.json" => Expect::Err(
             &[
                 "6 record(s)",
@@ -227,6 +227,7 @@ fn event_files_parse_as_the_aws_event_types() {
         ("sns-wrapped.json", "sns"),
         ("eventbridge-object-created.json", "eventbridge"),
         ("eventbridge-scheduled-sweep.json", "eventbridge"),
+        ("compactor-job-eventbridge.json", "eventbridge"),
     ] {
         let value = load(file);
         let ok = match kind {

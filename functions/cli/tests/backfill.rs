@@ -1,0 +1,114 @@
+//! `ourios-compact backfill` as a child process: dry run, scheduling (job records), and
+//! `--run-local`, on a local directory store.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ourios-compact");
+const JOB: &str = "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json";
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("OURIOS_STORE")
+        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+        .output()
+        .expect("the CLI starts")
+}
+
+fn json(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is one JSON object ({e}): {stdout}"))
+}
+
+fn backfill(store: &Path, extra: &[&str]) -> Value {
+    let store = store.to_string_lossy();
+    let mut args = vec![
+        "backfill",
+        "--store",
+        &store,
+        "--from",
+        "2026-11-29T09",
+        "--to",
+        "2026-11-29T11",
+        "--interval",
+        "0s",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    json(&run(&args))
+}
+
+#[test]
+fn backfill_dry_run_schedule_and_run_local() {
+    let dir = tempfile::tempdir().expect("dir");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let store = dir.path();
+    let s = store.to_string_lossy();
+    for (tenant, hour) in [("acme", "2026-11-29T10"), ("acme", "2026-11-29T12")] {
+        let out = run(&[
+            "generate", "--store", &s, "--tenant", tenant, "--hour", hour, "--files", "3",
+            "--rows", "200",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let dry = backfill(store, &["--dry-run"]);
+    assert_eq!(dry["considered"], 3, "{dry}");
+    assert_eq!(dry["scheduled"], 1, "{dry}");
+    assert_eq!(dry["partitions"][0]["hour"], "2026-11-29T10");
+    assert_eq!(dry["partitions"][0]["decision"], "would_dispatch");
+    assert!(!store.join(JOB).exists(), "a dry run writes nothing");
+
+    let scheduled = backfill(store, &["--tenant", "acme"]);
+    assert_eq!(scheduled["scheduled"], 1, "{scheduled}");
+    assert_eq!(scheduled["partitions"][0]["decision"], "dispatched");
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(store.join(JOB)).expect("the job record exists"))
+            .expect("the job record is JSON");
+    assert_eq!(record["job_id"], scheduled["partitions"][0]["job_id"]);
+    // Again: the job is active, nothing new is scheduled.
+    let again = backfill(store, &[]);
+    assert_eq!(again["scheduled"], 0, "{again}");
+    assert_eq!(again["partitions"][0]["decision"], "job_active");
+
+    let scratch_arg = scratch.path().to_string_lossy();
+    let local = backfill(store, &["--run-local", "--scratch", &scratch_arg]);
+    assert_eq!(local["run_local"], true);
+    assert_eq!(local["scheduled"], 1, "{local}");
+    assert_eq!(local["partitions"][0]["decision"], "compacted", "{local}");
+    assert_eq!(local["compactions"][0]["inputs"]["rows"], 600);
+    assert!(
+        !store.join(JOB).exists(),
+        "the local run ended the scheduled job"
+    );
+
+    // Compacted: a second local run finds nothing to do.
+    let done = backfill(store, &["--run-local", "--scratch", &scratch_arg]);
+    assert_eq!(done["scheduled"], 0, "{done}");
+
+    let bad = run(&[
+        "backfill",
+        "--store",
+        &s,
+        "--from",
+        "2026-11-29T11",
+        "--to",
+        "2026-11-29T09",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("ends before it starts"));
+}
