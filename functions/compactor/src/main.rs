@@ -52,7 +52,7 @@ fn init_tracing() {
     tracing_subscriber::fmt()
         .json()
         .with_current_span(true)
-        .with_span_list(false)
+        .with_span_list(true)
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .without_time()
