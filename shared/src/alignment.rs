@@ -7,7 +7,7 @@
 //! only on the row sequence and the per-service row counts of the whole partition, so it is
 //! the same whether the rows come from memory or from a merge of spilled runs.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 

@@ -50,11 +50,11 @@ impl Buffer {
             .batches
             .iter()
             .flat_map(|b| (0..b.keys.len()).filter_map(move |i| b.keys.service(i)))
-            .collect::<std::collections::HashSet<&str>>()
+            .collect::<hashbrown::HashSet<&str>>()
             .into_iter()
             .collect();
         distinct.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        let rank: std::collections::HashMap<&str, u32> = distinct
+        let rank: hashbrown::HashMap<&str, u32> = distinct
             .iter()
             .enumerate()
             .map(|(i, s)| (*s, i as u32 + 1))
