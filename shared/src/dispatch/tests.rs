@@ -522,3 +522,35 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_per_invocation_is_bounded_whatever_the_burst() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
+    let p = partition();
+    for i in 0..40 {
+        land(&plain, &p, &format!("f{i:02}.parquet"), i * 10, 1).await;
+    }
+    let keys: Vec<String> = (0..40)
+        .map(|i| format!("data/{}/f{i:02}.parquet", p.relative_dir()))
+        .collect();
+    // Store operations of one invocation holding `n` seal events of the partition.
+    let ops_for = |n: usize, store_inner: Arc<dyn ObjectStore>| {
+        let keys = keys[..n].to_vec();
+        async move {
+            let counting = Arc::new(FaultyStore::new(store_inner, None));
+            let store = Store::from_object_store(counting.clone(), "memory://");
+            let invocation = parse_invocation(&s3_event(&keys)).unwrap();
+            planner(&store).handle(invocation, closed()).await.unwrap();
+            counting.num_ops()
+        }
+    };
+    // First invocation: a listing, the manifest listing, the job read and its create.
+    let first = ops_for(40, Arc::clone(&inner)).await;
+    assert!(first <= 4, "{first} store operations for one partition");
+    // Later ones, one event or forty: the same constant work, and no write.
+    let one = ops_for(1, Arc::clone(&inner)).await;
+    let forty = ops_for(40, Arc::clone(&inner)).await;
+    assert_eq!(one, forty);
+    assert!(one <= 3, "{one} store operations");
+}
