@@ -18,11 +18,11 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
 };
 use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
@@ -110,6 +110,7 @@ pub async fn query_window(
                 key: Path::from(key.as_str()),
                 keys,
                 predicate: &predicate,
+                keys_only: query.limit == 0,
             };
             if let Some(rows) = file.run(&mut stats).await? {
                 found.push(rows);
@@ -148,6 +149,8 @@ struct FileQuery<'a> {
     key: Path,
     keys: &'a KeyColumns,
     predicate: &'a WindowPredicate,
+    /// Only count: decode the key columns alone.
+    keys_only: bool,
 }
 
 impl FileQuery<'_> {
@@ -209,7 +212,16 @@ impl FileQuery<'_> {
             .with_row_groups(scanned)
             .with_batch_size(8192)
             .with_row_selection(RowSelection::from(selectors));
-        let schema = builder.schema().clone();
+        if self.keys_only {
+            // Counting needs only the key columns: fetch no other column chunk.
+            let arrow_schema = builder.schema().clone();
+            let roots: Vec<usize> = [&self.keys.time, &self.keys.service]
+                .into_iter()
+                .filter_map(|name| arrow_schema.index_of(name).ok())
+                .collect();
+            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+            builder = builder.with_projection(mask);
+        }
         let mut stream = builder
             .build()
             .map_err(|e| Error::parquet(self.key.to_string(), e))?;
@@ -224,7 +236,10 @@ impl FileQuery<'_> {
                 matched.push(kept);
             }
         }
-        concat(&schema, &matched).map(Some)
+        match matched.first() {
+            None => Ok(None),
+            Some(first) => concat(&first.schema(), &matched).map(Some),
+        }
     }
 }
 
