@@ -16,6 +16,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+echo "== infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
+bash infra/tests/check.sh
+
 echo "== cargo build --release -p ourios-compact (the concurrency tests run it as processes)"
 cargo build --release -p ourios-compact --bin ourios-compact
 target_dir="${CARGO_TARGET_DIR:-target}"
