@@ -32,9 +32,17 @@ echo "-- checkov"
 
 artifacts=""
 if cargo lambda --help >/dev/null 2>&1; then
-    # The template's default Architecture is arm64: build what a default deployment ships.
-    echo "-- cargo lambda build --release --arm64 --output-format zip (planner, compactor)"
-    cargo lambda build --release --arm64 --output-format zip -p ourios-planner -p ourios-compactor
+    # The template's default Architecture is arm64: build what a default deployment ships. A
+    # machine that cannot install the aarch64 target (no rustup downloads) builds and checks the
+    # x86_64 zips instead, which `Architecture=x86_64` deploys.
+    arch=arm64
+    if ! rustup target list --installed 2>/dev/null | grep -q '^aarch64-unknown-linux-gnu$'; then
+        arch=x86_64
+        echo "-- the aarch64 Rust target is not installed: building and checking the x86_64 zips"
+    fi
+    export OURIOS_LAMBDA_ARCH="$arch"
+    echo "-- cargo lambda build --release --${arch/_/-} --output-format zip (planner, compactor)"
+    cargo lambda build --release "--${arch/_/-}" --output-format zip -p ourios-planner -p ourios-compactor
     target_dir="${CARGO_TARGET_DIR:-target}"
     artifacts="$(cd "$target_dir" && pwd)/lambda"
     ls -l "$artifacts"/ourios-planner/bootstrap.zip "$artifacts"/ourios-compactor/bootstrap.zip
