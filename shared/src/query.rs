@@ -281,25 +281,20 @@ fn row_mask(
     Ok(mask)
 }
 
-/// Keeps the first `limit` matching rows in (service, time) order.
-fn top_rows(found: Vec<RecordBatch>, keys: &KeyColumns, limit: usize) -> Result<Vec<RecordBatch>> {
-    if limit == 0 || found.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    // Per file: sort, then cut to the limit; files stay separate batches (schemas may differ).
-    for batch in found {
-        let services = batch
-            .column_by_name(&keys.service)
-            .map(|s| cast(s, &DataType::Utf8))
-            .transpose()
-            .map_err(|e| Error::arrow("reading service", e))?;
-        let times = batch
-            .column_by_name(&keys.time)
-            .map(|t| cast(t, &DataType::Int64))
-            .transpose()
-            .map_err(|e| Error::arrow("reading time", e))?;
-        let key_of = |i: usize| {
+/// The (service, time) key of every row of a matched batch.
+fn row_keys(batch: &RecordBatch, keys: &KeyColumns) -> Result<Vec<(Option<String>, i64)>> {
+    let services = batch
+        .column_by_name(&keys.service)
+        .map(|s| cast(s, &DataType::Utf8))
+        .transpose()
+        .map_err(|e| Error::arrow("reading service", e))?;
+    let times = batch
+        .column_by_name(&keys.time)
+        .map(|t| cast(t, &DataType::Int64))
+        .transpose()
+        .map_err(|e| Error::arrow("reading time", e))?;
+    Ok((0..batch.num_rows())
+        .map(|i| {
             let service = services.as_ref().and_then(|s| {
                 let s = s.as_string::<i32>();
                 s.is_valid(i).then(|| s.value(i).to_string())
@@ -308,46 +303,30 @@ fn top_rows(found: Vec<RecordBatch>, keys: &KeyColumns, limit: usize) -> Result<
                 .as_ref()
                 .map_or(0, |t| t.as_primitive::<Int64Type>().value(i));
             (service, time)
-        };
-        let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
-        order.sort_by_key(|&i| key_of(i as usize));
-        order.truncate(limit);
-        let indices = arrow::array::UInt32Array::from(order);
-        out.push(
-            take_record_batch(&batch, &indices).map_err(|e| Error::arrow("ordering rows", e))?,
-        );
+        })
+        .collect())
+}
+
+/// Keeps the first `limit` matching rows in (service, time) order, then file order; rows stay
+/// in one batch per file, since files may differ in schema.
+fn top_rows(found: Vec<RecordBatch>, keys: &KeyColumns, limit: usize) -> Result<Vec<RecordBatch>> {
+    if limit == 0 || found.is_empty() {
+        return Ok(Vec::new());
     }
-    // Across files: keep the globally first `limit` rows by key.
     let mut all: Vec<(Option<String>, i64, usize, usize)> = Vec::new();
-    for (b, batch) in out.iter().enumerate() {
-        let services = batch
-            .column_by_name(&keys.service)
-            .map(|s| cast(s, &DataType::Utf8))
-            .transpose()
-            .map_err(|e| Error::arrow("reading service", e))?;
-        let times = batch
-            .column_by_name(&keys.time)
-            .map(|t| cast(t, &DataType::Int64))
-            .transpose()
-            .map_err(|e| Error::arrow("reading time", e))?;
-        for i in 0..batch.num_rows() {
-            let service = services.as_ref().and_then(|s| {
-                let s = s.as_string::<i32>();
-                s.is_valid(i).then(|| s.value(i).to_string())
-            });
-            let time = times
-                .as_ref()
-                .map_or(0, |t| t.as_primitive::<Int64Type>().value(i));
+    for (b, batch) in found.iter().enumerate() {
+        for (i, (service, time)) in row_keys(batch, keys)?.into_iter().enumerate() {
             all.push((service, time, b, i));
         }
     }
     all.sort();
     all.truncate(limit);
-    let mut keep: Vec<Vec<u32>> = vec![Vec::new(); out.len()];
+    let mut keep: Vec<Vec<u32>> = vec![Vec::new(); found.len()];
     for (_, _, b, i) in &all {
         keep[*b].push(*i as u32);
     }
-    out.iter()
+    found
+        .iter()
         .zip(keep)
         .filter(|(_, k)| !k.is_empty())
         .map(|(batch, k)| {
