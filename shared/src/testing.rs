@@ -29,6 +29,19 @@ pub fn rows_batch(rows: &[TestRow]) -> RecordBatch {
     RecordBatch::try_new(schema, columns).expect("test batch columns match their schema")
 }
 
+/// A batch of named columns, every field nullable.
+pub fn named_batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+        .collect();
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns.into_iter().map(|(_, a)| a).collect(),
+    )
+    .expect("test columns have equal lengths")
+}
+
 /// Encodes batches as one Parquet file (one row group per `rows_per_group` rows).
 pub fn parquet_bytes(batches: &[RecordBatch], rows_per_group: usize) -> Bytes {
     let Some(first) = batches.first() else {

@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch, StringArray, UInt64Array};
-use arrow::datatypes::{Field, Schema};
+use arrow::array::{Int64Array, StringArray, UInt64Array};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
@@ -14,19 +13,9 @@ use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{get_bytes, parquet_bytes, put_bytes, read_parquet, rows_batch};
-
-fn batch(columns: Vec<(&str, Arc<dyn arrow::array::Array>)>) -> RecordBatch {
-    let fields: Vec<Field> = columns
-        .iter()
-        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
-        .collect();
-    RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        columns.into_iter().map(|(_, a)| a).collect(),
-    )
-    .expect("batch")
-}
+use ourios_compaction::testing::{
+    get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet, rows_batch,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_kind_is_quarantined_untouched() {
@@ -45,14 +34,14 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
     let truncated = valid.slice(0..valid.len() / 2);
     let empty_rows = parquet_bytes(&[rows_batch(&[])], 100);
     let no_time = parquet_bytes(
-        &[batch(vec![(
+        &[named_batch(vec![(
             "service.name",
             Arc::new(StringArray::from(vec!["a"])),
         )])],
         10,
     );
     let conflicting = parquet_bytes(
-        &[batch(vec![
+        &[named_batch(vec![
             (
                 "time_unix_nano",
                 Arc::new(Int64Array::from(vec![start + 1])),
@@ -69,7 +58,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
         10,
     );
     let wrong_tenant = parquet_bytes(
-        &[batch(vec![
+        &[named_batch(vec![
             (
                 "time_unix_nano",
                 Arc::new(UInt64Array::from(vec![start as u64 + 1])),

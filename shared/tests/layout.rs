@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, DictionaryArray, Int32Array, Int64Array, LargeStringArray, ListArray,
-    RecordBatch, StringArray, StringViewArray, StructArray, TimestampNanosecondArray, UInt64Array,
+    StringArray, StringViewArray, StructArray, TimestampNanosecondArray, UInt64Array,
 };
-use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema};
+use arrow::datatypes::{DataType, Field, Int32Type, Int64Type};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
@@ -17,7 +17,9 @@ use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{get_bytes, parquet_bytes, put_bytes, read_parquet, rows_batch};
+use ourios_compaction::testing::{
+    get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet, rows_batch,
+};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 
 struct Fixture {
@@ -55,18 +57,6 @@ impl Fixture {
         assert!(report.status.is_success(), "{report:?}");
         report
     }
-}
-
-fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
-    let fields: Vec<Field> = columns
-        .iter()
-        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
-        .collect();
-    RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        columns.into_iter().map(|(_, a)| a).collect(),
-    )
-    .expect("batch")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,7 +135,7 @@ async fn row_groups_rotate_at_the_threshold_and_declare_the_sort() {
 async fn time_only_sort_when_no_input_has_a_service() {
     let f = Fixture::new();
     for (i, times) in [[5i64, 1, 9], [3, 3, 0]].iter().enumerate() {
-        let b = batch(vec![
+        let b = named_batch(vec![
             (
                 "time_unix_nano",
                 Arc::new(UInt64Array::from_iter_values(
@@ -202,7 +192,7 @@ async fn schemas_union_across_encodings_and_evolution() {
         Arc::new(Field::new("x", DataType::Int32, true)),
         Arc::new(Int32Array::from(vec![1, 2])) as ArrayRef,
     )]);
-    let a = batch(vec![
+    let a = named_batch(vec![
         (
             "time_unix_nano",
             Arc::new(Int64Array::from(vec![s + 2, s + 1])),
@@ -216,7 +206,7 @@ async fn schemas_union_across_encodings_and_evolution() {
     ]);
     let dict: DictionaryArray<Int32Type> = vec!["a", "b"].into_iter().collect();
     let list = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![Some(vec![Some(1)]), None]);
-    let b = batch(vec![
+    let b = named_batch(vec![
         ("service.name", Arc::new(dict)),
         (
             "time_unix_nano",
