@@ -32,8 +32,18 @@ pub const DEFAULT_BUDGET_BYTES: u64 = 64 << 20;
 pub const MIN_BUDGET_BYTES: u64 = 16 << 10;
 /// Fan-in cap of one merge pass (RFC 0036 §3.2).
 pub const DEFAULT_MERGE_FAN_IN: usize = 64;
-/// Rows per output chunk handed to the writer; fixed so output bytes never depend on runs.
+/// Most rows per output chunk handed to the writer.
 pub const OUTPUT_CHUNK_ROWS: usize = 1024;
+/// Target encoded bytes of one output chunk: wide rows get fewer rows per chunk, so the
+/// chunks queued for the writer stay small whatever the row width.
+pub const OUTPUT_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Rows per output chunk for rows of `row_bytes` (the widest input's encoded bytes per
+/// row). It depends on the inputs alone, never on the budget or the runs, so output bytes
+/// never depend on them either.
+pub fn output_chunk_rows(row_bytes: u64) -> usize {
+    (OUTPUT_CHUNK_BYTES / row_bytes.max(1)).clamp(16, OUTPUT_CHUNK_ROWS as u64) as usize
+}
 
 /// The decoded-row budget for a function of `memory_mib` MiB: a quarter of it, so the
 /// budget, one batch, the writer's open row group, the upload buffers and the runtime fit.

@@ -45,6 +45,9 @@ pub struct CheckedInput {
     pub uncompressed_bytes: u64,
     /// Largest uncompressed bytes per row over its row groups.
     pub row_bytes_estimate: u64,
+    /// What a reader of the file holds besides the rows it returns: one decompressed page
+    /// and one dictionary per column (see [`READER_BYTES_PER_COLUMN`]).
+    pub reader_bytes_estimate: u64,
     /// The sort order it declares in our metadata, if any.
     pub declared_sort_key: Option<String>,
 }
@@ -55,6 +58,26 @@ fn open(
     let file = File::open(&staged.local).map_err(|e| format!("cannot open local copy: {e}"))?;
     ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| format!("not a readable Parquet file: {e}"))
+}
+
+/// A reader holds at most this much per column chunk: a decompressed data page and a
+/// dictionary at the usual one-megabyte limits of Parquet writers.
+pub const READER_BYTES_PER_COLUMN: u64 = 2 << 20;
+
+/// The largest, over row groups, of what streaming one row group holds in pages and
+/// dictionaries: per column chunk its uncompressed size, at most [`READER_BYTES_PER_COLUMN`].
+fn reader_bytes(metadata: &ParquetMetaData) -> u64 {
+    metadata
+        .row_groups()
+        .iter()
+        .map(|rg| {
+            rg.columns()
+                .iter()
+                .map(|c| (c.uncompressed_size().max(0) as u64).min(READER_BYTES_PER_COLUMN))
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 fn size_facts(metadata: &ParquetMetaData) -> (u64, u64) {
@@ -123,6 +146,7 @@ pub fn check_input(
         rows,
         uncompressed_bytes,
         row_bytes_estimate,
+        reader_bytes_estimate: reader_bytes(&metadata),
         declared_sort_key,
     })
 }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::error::{Error, Result};
 
 /// Bytes per uploaded part (S3 needs at least 5 MiB for all parts but the last).
-pub const PART_BYTES: usize = 8 << 20;
+pub const PART_BYTES: usize = 5 << 20;
 /// Parts uploaded concurrently.
 const PARTS_IN_FLIGHT: usize = 2;
 

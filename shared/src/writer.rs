@@ -11,7 +11,7 @@ use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{KeyValue, ParquetMetaData, SortingColumn};
 use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
+use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 use crate::config::KeyColumns;
 use crate::error::{Error, Result};
@@ -22,6 +22,16 @@ pub const SORT_KEY_METADATA: &str = "ourios.sort_key";
 /// Distinct values a row group's service bloom filter is sized for (row groups are
 /// clustered by service, so few distinct services fall in one).
 const SERVICE_BLOOM_NDV: u64 = 1024;
+/// What the open data pages and dictionaries of all columns may hold together, so a wide
+/// schema gets smaller pages instead of one megabyte per column.
+const OPEN_PAGES_BYTES: usize = 16 << 20;
+/// Page and dictionary size limits stay within these bounds.
+const PAGE_BYTES_RANGE: (usize, usize) = (64 << 10, 1 << 20);
+
+/// The data page and dictionary page size limit for a schema of `leaves` leaf columns.
+fn page_bytes_limit(leaves: usize) -> usize {
+    (OPEN_PAGES_BYTES / leaves.max(1)).clamp(PAGE_BYTES_RANGE.0, PAGE_BYTES_RANGE.1)
+}
 
 /// The value of [`SORT_KEY_METADATA`] for a key.
 pub fn sort_key_label(keys: &KeyColumns, has_service: bool) -> String {
@@ -32,12 +42,16 @@ pub fn sort_key_label(keys: &KeyColumns, has_service: bool) -> String {
     }
 }
 
+/// The Parquet schema of `schema`.
+fn parquet_schema(schema: &Schema) -> Result<SchemaDescriptor> {
+    ArrowSchemaConverter::new()
+        .convert(schema)
+        .map_err(|e| Error::parquet("output schema", e))
+}
+
 /// Leaf column index of a top-level primitive column in the Parquet schema of `schema`.
 fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
-    let descriptor = ArrowSchemaConverter::new()
-        .convert(schema)
-        .map_err(|e| Error::parquet("output schema", e))?;
-    descriptor
+    parquet_schema(schema)?
         .columns()
         .iter()
         .position(|c| c.path().parts() == [name.to_string()])
@@ -52,12 +66,15 @@ pub fn output_properties(
     rg_bytes: u64,
 ) -> Result<WriterProperties> {
     let time_leaf = leaf_index(schema, &keys.time)?;
+    let page_bytes = page_bytes_limit(parquet_schema(schema)?.num_columns());
     let mut sorting = Vec::new();
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
             ZstdLevel::try_new(3).map_err(|e| Error::parquet("zstd level", e))?,
         ))
         .set_dictionary_enabled(true)
+        .set_data_page_size_limit(page_bytes)
+        .set_dictionary_page_size_limit(page_bytes)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(None)
         .set_max_row_group_bytes(Some(rg_bytes.max(1) as usize))

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    ourios_compaction::memory::tune_allocator();
     let cli = args::Cli::parse();
     init_tracing(cli.log_json);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

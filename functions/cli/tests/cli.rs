@@ -255,7 +255,14 @@ fn stress_shapes_stay_under_256_mib_with_a_64_mib_budget() {
         "wide",
         &["--files", "20", "--rows", "3000", "--wide"],
     );
-    for tenant in ["huge", "small", "wide"] {
+    // 200 MB of wide rows in one file: one reader holds a page and a dictionary for each of
+    // its ~50 columns, and the writer as many pages and compressors, besides the budget.
+    generate(
+        dir.path(),
+        "widefile",
+        &["--files", "1", "--rows", "175000", "--wide"],
+    );
+    for tenant in ["huge", "small", "wide", "widefile"] {
         let report = assert_peak_rss_under(dir.path(), tenant, 256 * MIB);
         assert!(
             report["runs_spilled"].as_u64().expect("runs") > 1,

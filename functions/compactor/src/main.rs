@@ -16,6 +16,7 @@ use crate::handler::Compactor;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
+    ourios_compaction::memory::tune_allocator();
     init_tracing();
     let lookup = |name: &str| std::env::var(name).ok();
     let settings = FunctionSettings::from_lookup(&lookup)?;
