@@ -2,14 +2,18 @@
 //!
 //! Phase 1 streams the inputs in ordinal order through [`RunFormation`]; phase 2 merges the
 //! spilled runs, together with inputs that are already sorted (earlier compacted files),
-//! in passes of at most the fan-in. Both paths hand the sink the same 1,024-row chunks of
-//! the same total order, so output bytes never depend on the budget or the spill pattern.
+//! in passes of at most the fan-in. Both paths hand the sink the same chunks (their row
+//! count set by the inputs' row width alone) of the same total order, so output bytes never
+//! depend on the budget or the spill pattern.
 
+use std::sync::mpsc::SyncSender;
 use std::time::Instant;
 
+use arrow::array::RecordBatch;
+
 use crate::alignment::{AligningSink, ServiceCounts};
-use crate::budget::MemoryGauge;
-use crate::config::OUTPUT_CHUNK_ROWS;
+use crate::budget::{Charge, MemoryGauge, batch_memory_bytes};
+use crate::config::output_chunk_rows;
 use crate::error::{Error, Result};
 use crate::input::{CheckedInput, SizedBatches, count_services};
 use crate::key::SortKey;
@@ -84,21 +88,29 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let schema = &job.unified.schema;
     let share = job.budget_bytes / (job.fan_in as u64 + 1);
     let read_target = (job.budget_bytes / 16).clamp(64 << 10, 8 << 20);
+    // The reader of an input holds pages and dictionaries beside the rows it returns (about
+    // 100 MB for a file of 50 wide columns): leave that room inside B, keeping at least a
+    // quarter of B for buffered rows.
+    let reader_bytes = job.inputs.iter().map(|i| i.reader_bytes_estimate).max();
+    // One decoded batch also waits for the sorter (see `decode_inputs`).
+    let rows_budget = job
+        .budget_bytes
+        .saturating_sub(reader_bytes.unwrap_or(0) + read_target)
+        .max(job.budget_bytes / 4);
     let mut formation = RunFormation::new(
         &key,
         schema.clone(),
-        job.budget_bytes,
+        rows_budget,
         share,
         job.spill_compression,
         job.gauge,
         job.scratch,
     );
-    let mut rows_read = 0u64;
     let mut presorted_sources = Vec::new();
     let mut counts = ServiceCounts::default();
     let service_index = job.unified.service_index;
     for (position, input) in job.inputs.iter().enumerate() {
-        if job.presorted.get(position).copied().unwrap_or(false) {
+        if is_presorted(job, position) {
             if let Some(i) = service_index {
                 counts.merge(count_services(input, schema.field(i).name())?);
             }
@@ -110,19 +122,18 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
                 batches: Box::new(batches),
                 row_bytes: input.row_bytes_estimate,
             });
-            continue;
         }
-        let reader = SizedBatches::open(input, read_target).map_err(|e| SortFailure::BadInput {
-            position,
-            reason: e.to_string(),
-        })?;
-        let mut row = 0u64;
-        for batch in reader {
-            let batch = batch.map_err(|e| SortFailure::BadInput {
-                position,
-                reason: format!("unreadable at row {row}: {e}"),
-            })?;
-            row += batch.num_rows() as u64;
+    }
+    // Decoding runs one batch ahead on a thread of its own, so it overlaps the conforming,
+    // sorting and spilling of the previous batch; the batches still arrive in (input, row)
+    // order, which is all the key's tie-break needs.
+    std::thread::scope(|scope| -> Result<(), SortFailure> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        scope.spawn(move || decode_inputs(job, read_target, tx));
+        let mut rows_read = 0u64;
+        for decoded in rx {
+            let (batch, queued) = decoded?;
+            drop(queued);
             rows_read += batch.num_rows() as u64;
             let batch = conform(&batch, schema)?;
             if let Some(i) = service_index {
@@ -134,8 +145,11 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
                 progress(rows_read);
             }
         }
-    }
+        Ok(())
+    })?;
     let compression = formation.compression();
+    let widest_row = job.inputs.iter().map(|i| i.row_bytes_estimate).max();
+    let chunk_rows = output_chunk_rows(widest_row.unwrap_or(1));
     let mut aligned;
     let sink: &mut dyn ChunkSink = match (service_index, job.large_service_rows) {
         (Some(i), Some(large_rows)) if counts.is_complete() => {
@@ -144,7 +158,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         }
         _ => sink,
     };
-    let formed = formation.finish(OUTPUT_CHUNK_ROWS, !presorted_sources.is_empty(), sink)?;
+    let formed = formation.finish(chunk_rows, !presorted_sources.is_empty(), sink)?;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         runs = formed.runs.len(),
@@ -162,7 +176,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     sources.extend(formed.runs.into_iter().map(RunSource::Spilled));
     let settings = MergeSettings {
         fan_in: job.fan_in,
-        chunk_rows: OUTPUT_CHUNK_ROWS,
+        chunk_rows,
         run_batch_target_bytes: share,
         compression,
     };
@@ -182,6 +196,51 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     stats.merge_passes = merged.passes;
     stats.spill_bytes += merged.intermediate_bytes;
     Ok(stats)
+}
+
+fn is_presorted(job: &SortJob<'_>, position: usize) -> bool {
+    job.presorted.get(position).copied().unwrap_or(false)
+}
+
+/// A decoded batch waiting in the channel, charged to the gauge until it is taken.
+type Decoded = Result<(RecordBatch, Charge), SortFailure>;
+
+/// Reads the inputs that are not presorted, in ordinal order, into `tx`; a read error ends
+/// the stream with [`SortFailure::BadInput`]. Stops early when the receiver is gone.
+fn decode_inputs(job: &SortJob<'_>, read_target: u64, tx: SyncSender<Decoded>) {
+    for (position, input) in job.inputs.iter().enumerate() {
+        if is_presorted(job, position) {
+            continue;
+        }
+        let reader = match SizedBatches::open(input, read_target) {
+            Ok(reader) => reader,
+            Err(e) => {
+                let _ = tx.send(Err(SortFailure::BadInput {
+                    position,
+                    reason: e.to_string(),
+                }));
+                return;
+            }
+        };
+        let mut row = 0u64;
+        for batch in reader {
+            let decoded = match batch {
+                Ok(batch) => {
+                    row += batch.num_rows() as u64;
+                    let charge = Charge::new(job.gauge, batch_memory_bytes(&batch));
+                    Ok((batch, charge))
+                }
+                Err(e) => Err(SortFailure::BadInput {
+                    position,
+                    reason: format!("unreadable at row {row}: {e}"),
+                }),
+            };
+            let failed = decoded.is_err();
+            if tx.send(decoded).is_err() || failed {
+                return;
+            }
+        }
+    }
 }
 
 fn check_deadline(deadline: Option<Instant>) -> Result<()> {

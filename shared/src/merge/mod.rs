@@ -46,6 +46,12 @@ pub struct MergeSettings {
 
 /// Merges spilled runs into `sink`, in passes of at most `fan_in` runs; earlier sources in
 /// `sources` win ties. Intermediate runs live in `scratch` and are removed once merged.
+///
+/// An intermediate pass merges only as many runs as it takes to bring the count down to
+/// the fan-in (70 runs at fan-in 64: one group of 7 from the tail, then one final merge of
+/// 64), so little data is written twice; beyond fan-in squared runs a pass merges groups of
+/// the fan-in throughout. Groups are runs next to each other and each merged run takes its
+/// group's place, so the order of ties is unchanged.
 pub fn merge_runs(
     sources: Vec<RunSource>,
     schema: &SchemaRef,
@@ -55,38 +61,40 @@ pub fn merge_runs(
     gauge: &MemoryGauge,
     sink: &mut dyn ChunkSink,
 ) -> Result<MergeStats> {
+    let fan_in = settings.fan_in.max(2);
     let mut stats = MergeStats::default();
     let mut sources = sources;
-    while sources.len() > settings.fan_in {
+    while sources.len() > fan_in {
         stats.passes += 1;
-        let mut next = Vec::new();
-        let mut rest = sources.into_iter();
-        loop {
-            let group: Vec<RunSource> = rest.by_ref().take(settings.fan_in).collect();
-            if group.is_empty() {
-                break;
+        let mut groups = Vec::new();
+        if sources.len() > fan_in * fan_in {
+            let mut rest = sources.into_iter();
+            loop {
+                let group: Vec<RunSource> = rest.by_ref().take(fan_in).collect();
+                if group.is_empty() {
+                    break;
+                }
+                groups.push(group);
             }
+        } else {
+            // Each merged group of g runs removes g - 1 of them; take groups from the tail.
+            let mut excess = sources.len() - fan_in;
+            let mut tail = Vec::new();
+            while excess > 0 {
+                let size = (excess + 1).min(fan_in);
+                tail.push(sources.split_off(sources.len() - size));
+                excess -= size - 1;
+            }
+            groups.extend(sources.into_iter().map(|s| vec![s]));
+            groups.extend(tail.into_iter().rev());
+        }
+        let mut next = Vec::with_capacity(groups.len());
+        for group in groups {
             if group.len() == 1 {
                 next.extend(group);
                 continue;
             }
-            let mut writer = RunWriter::create(
-                scratch.file("merged", "arrow"),
-                schema,
-                settings.compression,
-            )?;
-            let removable: Vec<_> = group.iter().filter_map(|s| s.spilled_path()).collect();
-            let row_bytes = group
-                .iter()
-                .map(RunSource::max_row_bytes)
-                .max()
-                .unwrap_or(1);
-            let rows = (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, 1024);
-            merge_pass(group, key, rows as usize, gauge, &mut writer)?;
-            let run: SortedRun = writer.finish()?;
-            for path in removable {
-                std::fs::remove_file(&path).map_err(|e| Error::scratch(&path, e))?;
-            }
+            let run = merge_to_run(group, schema, key, &settings, scratch, gauge)?;
             stats.intermediate_runs += 1;
             stats.intermediate_bytes += run.file_bytes;
             next.push(RunSource::Spilled(run));
@@ -96,6 +104,35 @@ pub fn merge_runs(
     stats.passes += 1;
     merge_pass(sources, key, settings.chunk_rows, gauge, sink)?;
     Ok(stats)
+}
+
+/// Merges a group of runs into one intermediate run and removes the group's spilled files.
+fn merge_to_run(
+    group: Vec<RunSource>,
+    schema: &SchemaRef,
+    key: &SortKey,
+    settings: &MergeSettings,
+    scratch: &ScratchDir,
+    gauge: &MemoryGauge,
+) -> Result<SortedRun> {
+    let mut writer = RunWriter::create(
+        scratch.file("merged", "arrow"),
+        schema,
+        settings.compression,
+    )?;
+    let removable: Vec<_> = group.iter().filter_map(|s| s.spilled_path()).collect();
+    let row_bytes = group
+        .iter()
+        .map(RunSource::max_row_bytes)
+        .max()
+        .unwrap_or(1);
+    let rows = (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, 1024);
+    merge_pass(group, key, rows as usize, gauge, &mut writer)?;
+    let run = writer.finish()?;
+    for path in removable {
+        std::fs::remove_file(&path).map_err(|e| Error::scratch(&path, e))?;
+    }
+    Ok(run)
 }
 
 /// Opens a spilled run for merging.
@@ -203,5 +240,112 @@ fn sift_down(heap: &mut [usize], mut i: usize, less: impl Fn(usize, usize) -> bo
         }
         heap.swap(i, smallest);
         i = smallest;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{AsArray, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    use super::*;
+    use crate::runs::{RunWriter, ScratchDir};
+    use crate::schema::UnifiedSchema;
+    use crate::sink::VecSink;
+
+    /// `count` runs of three rows each; every run holds the same keys, so only the tie-break
+    /// (run order) orders rows of equal keys. Column `run` says which run a row came from.
+    fn runs(scratch: &ScratchDir, schema: &SchemaRef, count: usize) -> Vec<RunSource> {
+        (0..count)
+            .map(|r| {
+                let batch = RecordBatch::try_new(
+                    Arc::clone(schema),
+                    vec![
+                        Arc::new(StringArray::from(vec!["a", "a", "b"])),
+                        Arc::new(Int64Array::from(vec![1, 2, 1])),
+                        Arc::new(Int64Array::from(vec![r as i64; 3])),
+                    ],
+                )
+                .unwrap();
+                let mut writer =
+                    RunWriter::create(scratch.file("run", "arrow"), schema, SpillCompression::None)
+                        .unwrap();
+                writer.write(&batch).unwrap();
+                RunSource::Spilled(writer.finish().unwrap())
+            })
+            .collect()
+    }
+
+    /// Merges `count` runs at `fan_in`: the stats, the rows, and the run files left in
+    /// scratch (the final pass's inputs; merged groups are removed as they are merged).
+    fn merge(count: usize, fan_in: usize) -> (MergeStats, Vec<(String, i64, i64)>, usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = ScratchDir::create(dir.path()).unwrap();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("service.name", DataType::Utf8, true),
+            Field::new("time_unix_nano", DataType::Int64, false),
+            Field::new("run", DataType::Int64, false),
+        ]));
+        let key = SortKey::new(&UnifiedSchema {
+            schema: Arc::clone(&schema),
+            service_index: Some(0),
+            time_index: 1,
+        });
+        let settings = MergeSettings {
+            fan_in,
+            chunk_rows: 5,
+            run_batch_target_bytes: 1 << 10,
+            compression: SpillCompression::None,
+        };
+        let mut sink = VecSink::default();
+        let sources = runs(&scratch, &schema, count);
+        let gauge = MemoryGauge::new();
+        let stats = merge_runs(
+            sources, &schema, &key, settings, &scratch, &gauge, &mut sink,
+        )
+        .unwrap();
+        let mut rows = Vec::new();
+        for chunk in &sink.chunks {
+            let services = chunk.column(0).as_string::<i32>();
+            let times = chunk.column(1).as_primitive::<Int64Type>();
+            let run = chunk.column(2).as_primitive::<Int64Type>();
+            for i in 0..chunk.num_rows() {
+                rows.push((services.value(i).to_string(), times.value(i), run.value(i)));
+            }
+        }
+        (stats, rows, scratch.num_files())
+    }
+
+    fn expected(count: usize) -> Vec<(String, i64, i64)> {
+        let mut rows = Vec::new();
+        for (service, time) in [("a", 1), ("a", 2), ("b", 1)] {
+            rows.extend((0..count as i64).map(|r| (service.to_string(), time, r)));
+        }
+        rows
+    }
+
+    #[test]
+    fn an_extra_pass_merges_only_the_excess_runs() {
+        // 7 runs at fan-in 4: one group of the last 4, then a final merge of 4.
+        let (stats, rows, files) = merge(7, 4);
+        assert_eq!((stats.passes, stats.intermediate_runs, files), (2, 1, 4));
+        assert_eq!(rows, expected(7));
+    }
+
+    #[test]
+    fn beyond_fan_in_squared_passes_merge_full_groups() {
+        // 20 runs at fan-in 4: 5 groups of 4, then one group of 2 (5 -> 4), then the final.
+        let (stats, rows, files) = merge(20, 4);
+        assert_eq!((stats.passes, stats.intermediate_runs, files), (3, 6, 4));
+        assert_eq!(rows, expected(20));
+    }
+
+    #[test]
+    fn runs_within_the_fan_in_merge_in_one_pass() {
+        let (stats, rows, files) = merge(4, 4);
+        assert_eq!((stats.passes, stats.intermediate_runs, files), (1, 0, 4));
+        assert_eq!(rows, expected(4));
     }
 }

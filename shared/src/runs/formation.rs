@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
-use arrow::array::RecordBatch;
-use arrow::compute::interleave_record_batch;
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::{interleave_record_batch, take_record_batch};
 use arrow::datatypes::SchemaRef;
 
 use crate::budget::{Charge, MemoryGauge};
@@ -40,46 +40,9 @@ struct Buffer {
 
 impl Buffer {
     /// Order of the rows by key: (batch, row) pairs.
-    ///
-    /// Services are replaced by their rank among the buffer's distinct services, so the sort
-    /// compares packed integers `(rank, time, position)`; the position makes every key
-    /// unique and breaks ties in (input, row) order, so an unstable sort gives the stable
-    /// order.
     fn sorted_order(&self) -> Vec<(usize, usize)> {
-        let mut distinct: Vec<&str> = self
-            .batches
-            .iter()
-            .flat_map(|b| (0..b.keys.len()).filter_map(move |i| b.keys.service(i)))
-            .collect::<hashbrown::HashSet<&str>>()
-            .into_iter()
-            .collect();
-        distinct.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        let rank: hashbrown::HashMap<&str, u32> = distinct
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (*s, i as u32 + 1))
-            .collect();
-        let mut positions: Vec<(u32, u32)> = Vec::with_capacity(self.rows);
-        let mut packed: Vec<u128> = Vec::with_capacity(self.rows);
-        for (b, buffered) in self.batches.iter().enumerate() {
-            let keys = &buffered.keys;
-            for r in 0..keys.len() {
-                let service_rank = keys.service(r).map_or(0, |s| rank[s]);
-                // Flip the sign bit so signed times order as unsigned integers.
-                let time = (keys.time(r) as u64) ^ (1 << 63);
-                let position = positions.len() as u128;
-                packed.push((u128::from(service_rank) << 96) | (u128::from(time) << 32) | position);
-                positions.push((b as u32, r as u32));
-            }
-        }
-        packed.sort_unstable();
-        packed
-            .into_iter()
-            .map(|k| {
-                let (b, r) = positions[(k & 0xffff_ffff) as usize];
-                (b as usize, r as usize)
-            })
-            .collect()
+        let keys: Vec<&BatchKeys> = self.batches.iter().map(|b| &b.keys).collect();
+        key_order(&keys)
     }
 
     /// Writes the rows in key order to `sink`, `chunk_rows` at a time, and empties the buffer.
@@ -94,6 +57,66 @@ impl Buffer {
         *self = Buffer::default();
         Ok(())
     }
+}
+
+/// Order of the rows of `batches` (taken in order) by key, as (batch, row) pairs.
+///
+/// Services are replaced by their rank among the distinct services, so the sort compares
+/// packed integers `(rank, time, position)`; the position makes every key unique and breaks
+/// ties in (batch, row) order, so an unstable sort gives the stable order.
+fn key_order(batches: &[&BatchKeys]) -> Vec<(usize, usize)> {
+    let mut distinct: Vec<&str> = batches
+        .iter()
+        .flat_map(|keys| (0..keys.len()).filter_map(move |i| keys.service(i)))
+        .collect::<hashbrown::HashSet<&str>>()
+        .into_iter()
+        .collect();
+    distinct.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let rank: hashbrown::HashMap<&str, u32> = distinct
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (*s, i as u32 + 1))
+        .collect();
+    let rows = batches.iter().map(|k| k.len()).sum();
+    let mut positions: Vec<(u32, u32)> = Vec::with_capacity(rows);
+    let mut packed: Vec<u128> = Vec::with_capacity(rows);
+    for (b, keys) in batches.iter().enumerate() {
+        for r in 0..keys.len() {
+            let service_rank = keys.service(r).map_or(0, |s| rank[s]);
+            // Flip the sign bit so signed times order as unsigned integers.
+            let time = (keys.time(r) as u64) ^ (1 << 63);
+            let position = positions.len() as u128;
+            packed.push((u128::from(service_rank) << 96) | (u128::from(time) << 32) | position);
+            positions.push((b as u32, r as u32));
+        }
+    }
+    packed.sort_unstable();
+    packed
+        .into_iter()
+        .map(|k| {
+            let (b, r) = positions[(k & 0xffff_ffff) as usize];
+            (b as usize, r as usize)
+        })
+        .collect()
+}
+
+/// Sorts one batch by key (ties in row order), so that the gather of a whole buffer later
+/// reads each batch front to back instead of jumping across the buffer: the random access
+/// happens here, inside one batch that is still in cache from decoding.
+fn sort_batch(
+    key: &SortKey,
+    batch: RecordBatch,
+    keys: BatchKeys,
+) -> Result<(RecordBatch, BatchKeys)> {
+    let order = key_order(&[&keys]);
+    if order.iter().enumerate().all(|(i, &(_, r))| i == r) {
+        return Ok((batch, keys));
+    }
+    let indices = UInt32Array::from_iter_values(order.into_iter().map(|(_, r)| r as u32));
+    let sorted =
+        take_record_batch(&batch, &indices).map_err(|e| Error::arrow("sorting a batch", e))?;
+    let keys = key.keys(&sorted)?;
+    Ok((sorted, keys))
 }
 
 /// How runs are written.
@@ -161,6 +184,7 @@ impl<'a> RunFormation<'a> {
             return Ok(());
         }
         let keys = self.key.keys(&batch)?;
+        let (batch, keys) = sort_batch(self.key, batch, keys)?;
         let bytes = crate::budget::batch_memory_bytes(&batch)
             + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
         self.buffer.bytes += bytes;
