@@ -2,11 +2,14 @@
 //!
 //! Batches arrive in (input ordinal, row ordinal) order. While nothing has been spilled the
 //! buffer may grow to the whole budget B: if the inputs end first, the partition fits B and
-//! is written straight from memory (skip-spill). Once the buffer passes B it is sorted and
-//! spilled as one run, and from then on runs are formed from halves of the budget: a full
-//! half is handed to a spill thread (sort, gather, write) while the next half fills, so
-//! decoding and spilling use both cores and residency stays within B plus one batch. A run
-//! may be cut inside an input, whatever the size of that input.
+//! is written straight from memory (skip-spill). Once the buffer passes B, runs are formed
+//! from halves of the budget: a full half is handed to a spill thread (gather, write) while
+//! the next half fills, so decoding and spilling use both cores and residency stays within
+//! B plus one batch. A run may be cut inside an input, whatever the size of that input.
+//!
+//! Each batch is sorted on its own as it arrives (still in cache from decoding); the gather
+//! of a run then reads every batch front to back, like a merge, instead of jumping across
+//! the whole buffer.
 
 use std::path::PathBuf;
 use std::thread::JoinHandle;
@@ -27,7 +30,7 @@ const SORT_BYTES_PER_ROW: u64 = 24;
 struct Buffered {
     batch: RecordBatch,
     keys: BatchKeys,
-    _charge: Charge,
+    charge: Charge,
 }
 
 /// Decoded rows held in memory, in (input, row) order.
@@ -43,6 +46,25 @@ impl Buffer {
     fn sorted_order(&self) -> Vec<(usize, usize)> {
         let keys: Vec<&BatchKeys> = self.batches.iter().map(|b| &b.keys).collect();
         key_order(&keys)
+    }
+
+    /// Moves the leading batches, up to about `bytes` of them (at least one), into a buffer
+    /// of their own; the rest stay, in order.
+    fn split_front(&mut self, bytes: u64) -> Buffer {
+        let mut front = Buffer::default();
+        let mut rest = std::mem::take(&mut self.batches).into_iter();
+        for buffered in rest.by_ref() {
+            front.bytes += buffered.charge.bytes();
+            front.rows += buffered.batch.num_rows();
+            front.batches.push(buffered);
+            if front.bytes >= bytes {
+                break;
+            }
+        }
+        self.batches = rest.collect();
+        self.bytes -= front.bytes;
+        self.rows -= front.rows;
+        front
     }
 
     /// Writes the rows in key order to `sink`, `chunk_rows` at a time, and empties the buffer.
@@ -192,28 +214,34 @@ impl<'a> RunFormation<'a> {
         self.buffer.batches.push(Buffered {
             batch,
             keys,
-            _charge: Charge::new(self.gauge, bytes),
+            charge: Charge::new(self.gauge, bytes),
         });
         let has_spilled = !self.runs.is_empty() || self.spilling.is_some();
         if !has_spilled && self.buffer.bytes > self.budget_bytes {
-            // The partition does not fit: spill the whole budget's worth at once.
+            // The partition does not fit: from here on runs are formed from halves. The
+            // first half spills on the spill thread while the second is already full, so
+            // reading waits for one half's spill instead of a whole budget's.
             self.choose_compression()?;
-            let buffer = std::mem::take(&mut self.buffer);
-            let run = spill_buffer(buffer, self.scratch.file("run", "arrow"), &self.settings)?;
-            self.runs.push(run);
+            let front = self.buffer.split_front(self.budget_bytes / 2);
+            self.spill_in_background(front);
         } else if has_spilled && self.buffer.bytes > self.budget_bytes / 2 {
             // INVARIANT: at most one half is spilling while the other fills, so the two
             // together stay within B plus one batch.
             self.wait_for_spill()?;
             self.choose_compression()?;
             let buffer = std::mem::take(&mut self.buffer);
-            let path = self.scratch.file("run", "arrow");
-            let settings = self.settings.clone();
-            self.spilling = Some(std::thread::spawn(move || {
-                spill_buffer(buffer, path, &settings)
-            }));
+            self.spill_in_background(buffer);
         }
         Ok(())
+    }
+
+    /// Hands `buffer` to the spill thread. INVARIANT: no spill is in progress.
+    fn spill_in_background(&mut self, buffer: Buffer) {
+        let path = self.scratch.file("run", "arrow");
+        let settings = self.settings.clone();
+        self.spilling = Some(std::thread::spawn(move || {
+            spill_buffer(buffer, path, &settings)
+        }));
     }
 
     /// Switches to compressed runs for good once scratch space runs low.
