@@ -45,6 +45,9 @@ pub fn output_chunk_rows(row_bytes: u64) -> usize {
     (OUTPUT_CHUNK_BYTES / row_bytes.max(1)).clamp(16, OUTPUT_CHUNK_ROWS as u64) as usize
 }
 
+/// Row groups per output block when nothing else says: 1, the plain row-major layout.
+pub const DEFAULT_ROW_GROUPS_PER_BLOCK: usize = 1;
+
 /// The decoded-row budget for a function of `memory_mib` MiB: a quarter of it, so the
 /// budget, one batch, the writer's open row group, the upload buffers and the runtime fit.
 pub fn budget_for_function_memory(memory_mib: u64) -> u64 {
@@ -74,6 +77,12 @@ pub struct CompactOptions {
     pub progress: bool,
     /// Most bytes this job may write to scratch (default: whatever the file system has free).
     pub scratch_limit_bytes: Option<u64>,
+    /// Output row groups per block: within a block each column's chunks are contiguous, so a
+    /// remote reader fetches a column of the whole block with one range request (1: plain).
+    pub row_groups_per_block: usize,
+    /// Most rows per output row group; a row group closes at this or at the byte threshold,
+    /// whichever comes first (default: no row cap).
+    pub max_rows_per_row_group: Option<u64>,
 }
 
 impl CompactOptions {
@@ -90,6 +99,8 @@ impl CompactOptions {
             gc_grace: Duration::from_secs(15 * 60),
             progress: false,
             scratch_limit_bytes: None,
+            row_groups_per_block: DEFAULT_ROW_GROUPS_PER_BLOCK,
+            max_rows_per_row_group: None,
         }
     }
 
@@ -111,6 +122,16 @@ impl CompactOptions {
         if matches!(self.rg_bytes, Some(0)) || matches!(self.rg_bytes_env, Some(0)) {
             return Err(Error::Config {
                 message: "row-group threshold must be positive".into(),
+            });
+        }
+        if self.row_groups_per_block == 0 {
+            return Err(Error::Config {
+                message: "row groups per block must be at least 1 (1 is the plain layout)".into(),
+            });
+        }
+        if matches!(self.max_rows_per_row_group, Some(0)) {
+            return Err(Error::Config {
+                message: "max rows per row group must be positive".into(),
             });
         }
         Ok(())
@@ -176,6 +197,20 @@ mod tests {
         assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
         assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn layout_settings_are_validated() {
+        let mut options = CompactOptions::new("/tmp");
+        assert_eq!(options.row_groups_per_block, DEFAULT_ROW_GROUPS_PER_BLOCK);
+        assert!(options.validate().is_ok());
+        options.row_groups_per_block = 0;
+        assert!(options.validate().is_err());
+        options.row_groups_per_block = 8;
+        options.max_rows_per_row_group = Some(0);
+        assert!(options.validate().is_err());
+        options.max_rows_per_row_group = Some(65_536);
+        assert!(options.validate().is_ok());
     }
 
     #[test]
