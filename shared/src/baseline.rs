@@ -84,7 +84,8 @@ pub async fn rewrite_plain(
     let blocks = BlockOptions::new(
         options.row_groups_per_block,
         Some(scratch.file("block", "parquet")),
-    );
+    )
+    .with_page_file(scratch.file("pages", "bin"));
     let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone());
     let read_target = (options.budget_bytes / 16).clamp(64 << 10, 8 << 20);
     let rows = tokio::task::block_in_place(|| -> Result<u64> {

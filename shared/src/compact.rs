@@ -425,7 +425,8 @@ async fn sort_and_write(
     let blocks = BlockOptions::new(
         options.row_groups_per_block,
         Some(scratch.file("block", "parquet")),
-    );
+    )
+    .with_page_file(scratch.file("pages", "bin"));
     let upload_started = Instant::now();
     let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();

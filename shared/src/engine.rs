@@ -86,17 +86,18 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let started = Instant::now();
     let key = SortKey::new(job.unified);
     let schema = &job.unified.schema;
-    let share = job.budget_bytes / (job.fan_in as u64 + 1);
     let read_target = (job.budget_bytes / 16).clamp(64 << 10, 8 << 20);
-    // The reader of an input holds pages and dictionaries beside the rows it returns (about
-    // 100 MB for a file of 50 wide columns): leave that room inside B, keeping at least a
-    // quarter of B for buffered rows.
+    // The reader of an input holds a page and a dictionary per column beside the rows it
+    // returns (about 100 MB for a file of 50 wide columns), and in the merge the writer holds
+    // as much again (a page and a compressor per column): leave that room inside B, keeping
+    // at least a quarter of B for rows. One decoded batch also waits for the sorter (see
+    // `decode_inputs`).
     let reader_bytes = job.inputs.iter().map(|i| i.reader_bytes_estimate).max();
-    // One decoded batch also waits for the sorter (see `decode_inputs`).
     let rows_budget = job
         .budget_bytes
         .saturating_sub(reader_bytes.unwrap_or(0) + read_target)
         .max(job.budget_bytes / 4);
+    let share = rows_budget / (job.fan_in as u64 + 1);
     let mut formation = RunFormation::new(
         &key,
         schema.clone(),

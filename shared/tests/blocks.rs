@@ -258,16 +258,18 @@ fn bytes_are_the_same_across_runs_and_wherever_a_block_is_staged() {
         assert!(!spilled);
         let (again, _, _) = write_blocks(&batch, &props, BlockOptions::new(n, None), 1000);
         assert_eq!(first, again, "blocks of {n}: two runs differ");
-        // A 64 KiB memory cap moves every block to the staging file.
+        // A 64 KiB memory cap moves every block to the staging file; the open row group's
+        // pages wait in a scratch file too.
         let options = BlockOptions {
             row_groups_per_block: n,
             staging_file: Some(dir.path().join(format!("block-{n}.bin"))),
             staging_memory_bytes: 64 << 10,
+            page_file: Some(dir.path().join(format!("pages-{n}.bin"))),
         };
         let (staged, peak, spilled) = write_blocks(&batch, &props, options, 1000);
         assert_eq!(
             staged, first,
-            "blocks of {n}: staging in a file changed the bytes"
+            "blocks of {n}: staging in files changed the bytes"
         );
         if n > 1 {
             assert!(spilled, "blocks of {n} outgrow 64 KiB");

@@ -21,6 +21,7 @@
 //! as they do in `ArrowWriter`.
 
 mod footer;
+mod page_store;
 mod staging;
 
 use std::io::Write;
@@ -43,6 +44,7 @@ use parquet::schema::types::{SchemaDescPtr, SchemaDescriptor};
 
 use crate::error::{Error, Result};
 use footer::{ClosedRowGroup, file_metadata, render_footer, write_blooms};
+pub use page_store::ScratchPageStoreFactory;
 pub use staging::STAGING_MEMORY_BYTES;
 use staging::Staging;
 
@@ -59,6 +61,9 @@ pub struct BlockOptions {
     pub staging_file: Option<PathBuf>,
     /// Most bytes of an open block held in memory before it moves to `staging_file`.
     pub staging_memory_bytes: usize,
+    /// Scratch file for the finished pages of the open row group; without one they wait in
+    /// memory, as in `ArrowWriter`.
+    pub page_file: Option<PathBuf>,
 }
 
 impl BlockOptions {
@@ -69,6 +74,15 @@ impl BlockOptions {
             row_groups_per_block,
             staging_file,
             staging_memory_bytes: STAGING_MEMORY_BYTES,
+            page_file: None,
+        }
+    }
+
+    /// The same, keeping the open row group's finished pages in `page_file`.
+    pub fn with_page_file(self, page_file: PathBuf) -> Self {
+        Self {
+            page_file: Some(page_file),
+            ..self
         }
     }
 }
@@ -144,7 +158,10 @@ impl<W: Write + Send> BlockWriter<W> {
             Arc::clone(&props),
         )
         .map_err(|e| Error::parquet(OUTPUT, e))?;
-        let factory = ArrowRowGroupWriterFactory::new(&template, Arc::clone(&schema));
+        let mut factory = ArrowRowGroupWriterFactory::new(&template, Arc::clone(&schema));
+        if let Some(path) = &options.page_file {
+            factory = factory.with_page_store_factory(Arc::new(ScratchPageStoreFactory::new(path)));
+        }
         let mut out = TrackedWrite::new(sink);
         out.write_all(b"PAR1")
             .map_err(|e| Error::parquet(OUTPUT, e.into()))?;
