@@ -44,7 +44,7 @@
 //! ```text
 //! listing + manifest ─► live set ─► stage (download) ─► check (footer, key columns, rows)
 //!     ─► schema union ─► run formation (budget B, spill runs) ─► k-way merge (fan-in cap)
-//!     ─► output writer (1,024-row chunks, rotation, sorting_columns, blocks) ─► multipart upload
+//!     ─► output writer (byte-sized chunks, rotation, sorting_columns, blocks) ─► multipart upload
 //!     ─► commit (create-only manifest version) ─► garbage collection
 //! ```
 //!
