@@ -223,6 +223,30 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             repeat,
             json,
         } => crate::demo::run_bench(&store, files, rows, &memory_budget, repeat, json).await,
+        Command::BenchRanges {
+            store,
+            files,
+            rows,
+            blocks,
+            max_rows,
+            rg_bytes,
+            memory_budget,
+            repeat,
+            json,
+        } => {
+            let bench = crate::ranges::RangeBench {
+                dir: &store,
+                files,
+                rows,
+                blocks,
+                max_rows,
+                rg_bytes,
+                memory_budget,
+                repeat,
+                json,
+            };
+            crate::ranges::run_range_bench(&bench).await
+        }
     }
 }
 
