@@ -6,11 +6,13 @@ use std::time::Instant;
 
 use object_store::path::Path;
 
+use crate::blocks::BlockOptions;
 use crate::config::CompactOptions;
 use crate::error::{Error, Result};
 use crate::input::{SizedBatches, StagedInput, check_input};
 use crate::manifest::{live_set, load_latest};
 use crate::partition::{Layout, PartitionId};
+use crate::runs::ScratchDir;
 use crate::schema::{conform, unify};
 use crate::sink::with_sink_thread;
 use crate::store::Store;
@@ -76,11 +78,18 @@ pub async fn rewrite_plain(
         &options.keys,
         unified.service_index.is_some(),
         rg_bytes,
+        options.max_rows_per_row_group,
     )?;
+    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let blocks = BlockOptions::new(
+        options.row_groups_per_block,
+        Some(scratch.file("block", "parquet")),
+    );
     let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone());
     let read_target = (options.budget_bytes / 16).clamp(64 << 10, 8 << 20);
     let rows = tokio::task::block_in_place(|| -> Result<u64> {
-        let mut writer = OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties)?;
+        let mut writer =
+            OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties, blocks)?;
         // The same two-thread split as the compactor: decode here, encode on the sink thread.
         with_sink_thread(&mut writer, |sink| -> Result<()> {
             for input in &checked {

@@ -21,6 +21,7 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
+use crate::blocks::BlockOptions;
 use crate::budget::MemoryGauge;
 use crate::config::CompactOptions;
 use crate::engine::{SortFailure, SortJob, SortStats, sort_inputs};
@@ -351,10 +352,20 @@ fn output_key(
     partition: &PartitionId,
     inputs: &[CheckedInput],
     rg_bytes: u64,
+    options: &CompactOptions,
 ) -> Path {
     let mut hash = Sha256::new();
     hash.update(LAYOUT_VERSION.as_bytes());
     hash.update(rg_bytes.to_le_bytes());
+    // Only settings away from the plain layout enter the hash, so plain outputs keep their names.
+    if options.row_groups_per_block != 1 {
+        hash.update(b"blocks");
+        hash.update((options.row_groups_per_block as u64).to_le_bytes());
+    }
+    if let Some(rows) = options.max_rows_per_row_group {
+        hash.update(b"max-rows");
+        hash.update(rows.to_le_bytes());
+    }
     for input in inputs {
         hash.update(input.staged.key.as_ref().as_bytes());
         hash.update([0]);
@@ -395,21 +406,33 @@ async fn sort_and_write(
         .iter()
         .map(|c| c.staged.is_compacted && c.declared_sort_key.as_deref() == Some(label.as_str()))
         .collect();
-    let spill_compression = check_scratch_space(scratch, checked, options.budget_bytes)?;
+    let staged_block_bytes = if options.row_groups_per_block > 1 {
+        rg_bytes.saturating_mul(options.row_groups_per_block as u64)
+    } else {
+        0
+    };
+    let spill_compression =
+        check_scratch_space(scratch, checked, options.budget_bytes, staged_block_bytes)?;
 
-    let key = output_key(layout, partition, checked, rg_bytes);
+    let key = output_key(layout, partition, checked, rg_bytes, options);
     let properties = output_properties(
         &unified.schema,
         &options.keys,
         unified.service_index.is_some(),
         rg_bytes,
+        options.max_rows_per_row_group,
     )?;
+    let blocks = BlockOptions::new(
+        options.row_groups_per_block,
+        Some(scratch.file("block", "parquet")),
+    );
     let upload_started = Instant::now();
     let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
 
     let sorted = tokio::task::block_in_place(|| {
-        let mut writer = OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties)?;
+        let mut writer =
+            OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties, blocks)?;
         let progress = options
             .progress
             .then(|| progress_printer(partition, expected_rows));
@@ -423,7 +446,11 @@ async fn sort_and_write(
             scratch,
             gauge,
             deadline: options.deadline,
-            large_service_rows: Some(large_service_rows(checked, rg_bytes)),
+            large_service_rows: Some(large_service_rows(
+                checked,
+                rg_bytes,
+                options.max_rows_per_row_group,
+            )),
             progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
         };
         let sorted = with_sink_thread(&mut writer, |sink| sort_inputs(&job, sink));
@@ -478,12 +505,16 @@ async fn sort_and_write(
     }
 }
 
-/// Rows of a service that fill half a row group: such a service gets row groups of its own.
-fn large_service_rows(checked: &[CheckedInput], rg_bytes: u64) -> u64 {
+/// Rows of a service that fill half a row group (by bytes, or by the row cap when it is
+/// smaller): such a service gets row groups of its own.
+fn large_service_rows(checked: &[CheckedInput], rg_bytes: u64, max_rows: Option<u64>) -> u64 {
     let rows: u64 = checked.iter().map(|c| c.rows).sum();
     let bytes: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
     let row_bytes = (bytes / rows.max(1)).max(1);
-    (rg_bytes / 2 / row_bytes).max(1)
+    let by_bytes = rg_bytes / 2 / row_bytes;
+    max_rows
+        .map_or(by_bytes, |max| by_bytes.min(max / 2))
+        .max(1)
 }
 
 fn progress_printer(partition: &PartitionId, total_rows: u64) -> impl Fn(u64) + Sync {
@@ -500,12 +531,14 @@ fn progress_printer(partition: &PartitionId, total_rows: u64) -> impl Fn(u64) + 
     }
 }
 
-/// Fails early when the spill this job may write cannot fit the scratch file system, and
-/// picks the run encoding: plain when there is room to spare, LZ4 when space is tight.
+/// Fails early when the spill this job may write (plus `staged_block_bytes`, an output block
+/// staged before it is laid out) cannot fit the scratch file system, and picks the run
+/// encoding: plain when there is room to spare, LZ4 when space is tight.
 fn check_scratch_space(
     scratch: &ScratchDir,
     checked: &[CheckedInput],
     budget_bytes: u64,
+    staged_block_bytes: u64,
 ) -> Result<SpillCompression> {
     let encoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
     if encoded_estimate <= budget_bytes / 4 {
@@ -514,7 +547,7 @@ fn check_scratch_space(
     let available_bytes = scratch.available_bytes()?;
     // LZ4 runs take about the Parquet pages' uncompressed size; plain runs hold decoded rows,
     // which can be several times more.
-    let needed_bytes = encoded_estimate;
+    let needed_bytes = encoded_estimate.saturating_add(staged_block_bytes);
     if needed_bytes > available_bytes {
         return Err(Error::ScratchFull {
             path: scratch.path().to_path_buf(),

@@ -34,6 +34,8 @@ pub const MIN_BUDGET_BYTES: u64 = 16 << 10;
 pub const DEFAULT_MERGE_FAN_IN: usize = 64;
 /// Rows per output chunk handed to the writer; fixed so output bytes never depend on runs.
 pub const OUTPUT_CHUNK_ROWS: usize = 1024;
+/// Row groups per output block when nothing else says: 1, the plain row-major layout.
+pub const DEFAULT_ROW_GROUPS_PER_BLOCK: usize = 1;
 
 /// The decoded-row budget for a function of `memory_mib` MiB: a quarter of it, so the
 /// budget, one batch, the writer's open row group, the upload buffers and the runtime fit.
@@ -64,6 +66,12 @@ pub struct CompactOptions {
     pub progress: bool,
     /// Most bytes this job may write to scratch (default: whatever the file system has free).
     pub scratch_limit_bytes: Option<u64>,
+    /// Output row groups per block: within a block each column's chunks are contiguous, so a
+    /// remote reader fetches a column of the whole block with one range request (1: plain).
+    pub row_groups_per_block: usize,
+    /// Most rows per output row group; a row group closes at this or at the byte threshold,
+    /// whichever comes first (default: no row cap).
+    pub max_rows_per_row_group: Option<u64>,
 }
 
 impl CompactOptions {
@@ -80,6 +88,8 @@ impl CompactOptions {
             gc_grace: Duration::from_secs(15 * 60),
             progress: false,
             scratch_limit_bytes: None,
+            row_groups_per_block: DEFAULT_ROW_GROUPS_PER_BLOCK,
+            max_rows_per_row_group: None,
         }
     }
 
@@ -101,6 +111,16 @@ impl CompactOptions {
         if matches!(self.rg_bytes, Some(0)) || matches!(self.rg_bytes_env, Some(0)) {
             return Err(Error::Config {
                 message: "row-group threshold must be positive".into(),
+            });
+        }
+        if self.row_groups_per_block == 0 {
+            return Err(Error::Config {
+                message: "row groups per block must be at least 1 (1 is the plain layout)".into(),
+            });
+        }
+        if matches!(self.max_rows_per_row_group, Some(0)) {
+            return Err(Error::Config {
+                message: "max rows per row group must be positive".into(),
             });
         }
         Ok(())

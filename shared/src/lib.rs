@@ -44,7 +44,7 @@
 //! ```text
 //! listing + manifest ─► live set ─► stage (download) ─► check (footer, key columns, rows)
 //!     ─► schema union ─► run formation (budget B, spill runs) ─► k-way merge (fan-in cap)
-//!     ─► output writer (1,024-row chunks, rotation, sorting_columns) ─► multipart upload
+//!     ─► output writer (1,024-row chunks, rotation, sorting_columns, blocks) ─► multipart upload
 //!     ─► commit (create-only manifest version) ─► garbage collection
 //! ```
 //!
@@ -65,6 +65,7 @@
 //! | [`engine`] | phase 1 and phase 2 of the sort together |
 //! | [`threshold`] | the adaptive row-group threshold |
 //! | [`writer`] | output writer properties and the writer sink |
+//! | [`blocks`] | the block layout: each column's chunks of a block's row groups contiguous |
 //! | [`upload`] | streaming multipart upload |
 //! | [`manifest`] | manifest versions, commit, the reader rule |
 //! | [`gc`] | garbage collection |
@@ -90,6 +91,7 @@
 
 pub mod alignment;
 pub mod baseline;
+pub mod blocks;
 pub mod budget;
 pub mod compact;
 pub mod config;

@@ -1,4 +1,5 @@
-//! The output Parquet writer: row-group rotation, `sorting_columns`, statistics, blooms.
+//! The output Parquet writer: row-group rotation, `sorting_columns`, statistics, blooms, and
+//! the block layout ([`crate::blocks`]).
 //!
 //! Every setting is fixed or derived from the inputs, and no clock, host or random value
 //! reaches the file, so the same rows give byte-identical output.
@@ -7,12 +8,13 @@ use std::io::Write;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
-use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+use parquet::arrow::ArrowSchemaConverter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{KeyValue, ParquetMetaData, SortingColumn};
 use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
+use crate::blocks::{BlockOptions, BlockWriter};
 use crate::config::KeyColumns;
 use crate::error::{Error, Result};
 use crate::sink::ChunkSink;
@@ -44,12 +46,14 @@ fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
         .ok_or_else(|| Error::invariant(format!("key column {name:?} is not a leaf column")))
 }
 
-/// Writer properties of a compacted file.
+/// Writer properties of a compacted file: row groups rotate at `rg_bytes` of estimated encoded
+/// size or at `max_rows` rows, whichever comes first.
 pub fn output_properties(
     schema: &Schema,
     keys: &KeyColumns,
     has_service: bool,
     rg_bytes: u64,
+    max_rows: Option<u64>,
 ) -> Result<WriterProperties> {
     let time_leaf = leaf_index(schema, &keys.time)?;
     let mut sorting = Vec::new();
@@ -59,7 +63,7 @@ pub fn output_properties(
         ))
         .set_dictionary_enabled(true)
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_max_row_group_row_count(None)
+        .set_max_row_group_row_count(max_rows.map(|n| n.clamp(1, usize::MAX as u64) as usize))
         .set_max_row_group_bytes(Some(rg_bytes.max(1) as usize))
         .set_bloom_filter_position(BloomFilterPosition::AfterRowGroup)
         .set_key_value_metadata(Some(vec![KeyValue::new(
@@ -89,33 +93,31 @@ pub fn output_properties(
 
 /// The compacted-file writer as a chunk sink.
 pub struct OutputWriter<W: Write + Send> {
-    writer: ArrowWriter<W>,
-    rows: u64,
+    writer: BlockWriter<W>,
 }
 
 impl<W: Write + Send> OutputWriter<W> {
-    /// A writer of `schema` with `properties` into `sink`.
+    /// A writer of `schema` with `properties` into `sink`, its row groups laid out in blocks.
     pub fn try_new(
         sink: W,
         schema: std::sync::Arc<Schema>,
         properties: WriterProperties,
+        blocks: BlockOptions,
     ) -> Result<Self> {
-        let writer = ArrowWriter::try_new(sink, schema, Some(properties))
-            .map_err(|e| Error::parquet("compacted output", e))?;
-        Ok(Self { writer, rows: 0 })
+        Ok(Self {
+            writer: BlockWriter::try_new(sink, schema, properties, blocks)?,
+        })
     }
 
     /// Rows written so far.
     pub fn rows(&self) -> u64 {
-        self.rows
+        self.writer.rows()
     }
 
     /// Writes the footer and returns the file's metadata; the inner writer then holds the
     /// whole file.
     pub fn finish(&mut self) -> Result<ParquetMetaData> {
-        self.writer
-            .finish()
-            .map_err(|e| Error::parquet("compacted output", e))
+        self.writer.finish()
     }
 
     /// The inner writer (to complete an upload after [`Self::finish`]).
@@ -126,18 +128,10 @@ impl<W: Write + Send> OutputWriter<W> {
 
 impl<W: Write + Send> ChunkSink for OutputWriter<W> {
     fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
-        self.rows += chunk.num_rows() as u64;
-        self.writer
-            .write(chunk)
-            .map_err(|e| Error::parquet("compacted output", e))
+        self.writer.write(chunk)
     }
 
     fn end_row_group(&mut self) -> Result<()> {
-        if self.writer.in_progress_rows() > 0 {
-            self.writer
-                .flush()
-                .map_err(|e| Error::parquet("compacted output", e))?;
-        }
-        Ok(())
+        self.writer.flush()
     }
 }

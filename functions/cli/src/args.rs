@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use ourios_compaction::config::DEFAULT_ROW_GROUPS_PER_BLOCK;
 
 /// Sorted, bounded-memory compaction of Parquet log partitions.
 #[derive(Debug, Parser)]
@@ -24,6 +25,20 @@ pub struct StoreArgs {
     /// Prefix of ingest files under the store root.
     #[arg(long, env = "OURIOS_INGEST_PREFIX", default_value = "data")]
     pub ingest_prefix: String,
+}
+
+/// How the compacted file's row groups are cut and laid out.
+#[derive(Debug, Args, Clone)]
+pub struct LayoutArgs {
+    /// Row groups per block: within a block, each column's chunks of the block's row groups
+    /// are contiguous, so a remote reader fetches a column of the whole block with one range
+    /// request (1: the plain row-major layout).
+    #[arg(long, default_value_t = DEFAULT_ROW_GROUPS_PER_BLOCK as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub row_groups_per_block: u64,
+    /// Most rows per row group; a row group closes at this or at the byte threshold, whichever
+    /// comes first (default: no row cap).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_rows_per_row_group: Option<u64>,
 }
 
 /// One partition.
@@ -55,6 +70,8 @@ pub enum Command {
         /// Row-group threshold, e.g. 4MiB (default: adaptive, or OURIOS_COMPACTED_RG_BYTES).
         #[arg(long)]
         rg_bytes: Option<String>,
+        #[command(flatten)]
+        layout: LayoutArgs,
         /// Grace period before retired inputs are deleted, e.g. 15m.
         #[arg(long, env = "OURIOS_GC_GRACE", default_value = "15m")]
         gc_grace: String,
@@ -158,6 +175,8 @@ pub enum Command {
         /// Scratch directory for --run-local.
         #[arg(long, env = "OURIOS_SCRATCH")]
         scratch: Option<PathBuf>,
+        #[command(flatten)]
+        layout: LayoutArgs,
         /// Print one JSON object on stdout.
         #[arg(long)]
         json: bool,

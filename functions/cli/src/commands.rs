@@ -17,7 +17,7 @@ use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 
-use crate::args::{Command, PartitionArgs, StoreArgs};
+use crate::args::{Command, LayoutArgs, PartitionArgs, StoreArgs};
 
 /// Runs one subcommand; the exit code says whether it succeeded.
 pub async fn run(command: Command) -> Result<ExitCode> {
@@ -28,6 +28,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             memory_budget,
             scratch,
             rg_bytes,
+            layout: layout_args,
             gc_grace,
             json,
         } => {
@@ -39,6 +40,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 .ok()
                 .map(|v| parse_size(&v))
                 .transpose()?;
+            apply_layout(&mut options, &layout_args)?;
             options.gc_grace = parse_duration(&gc_grace)?;
             options.progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
             let report = compact_partition(&store, &layout, &partition, &options).await?;
@@ -192,6 +194,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             interval,
             memory_budget,
             scratch,
+            layout,
             json,
         } => {
             let request = ourios_compaction::events::BackfillRequest {
@@ -207,6 +210,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                         let mut options =
                             CompactOptions::new(scratch.unwrap_or_else(std::env::temp_dir));
                         options.budget_bytes = budget_from(memory_budget.as_deref())?;
+                        apply_layout(&mut options, &layout)?;
                         Ok(options)
                     })
                     .transpose()?,
@@ -284,6 +288,19 @@ fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
         store,
         object_store::path::Path::from(name.to_string_lossy().as_ref()),
     ))
+}
+
+/// Sets the output layout flags on `options`.
+fn apply_layout(options: &mut CompactOptions, layout: &LayoutArgs) -> Result<()> {
+    options.row_groups_per_block =
+        usize::try_from(layout.row_groups_per_block).map_err(|_| Error::Config {
+            message: format!(
+                "--row-groups-per-block {} is too large",
+                layout.row_groups_per_block
+            ),
+        })?;
+    options.max_rows_per_row_group = layout.max_rows_per_row_group;
+    Ok(())
 }
 
 /// The budget: the flag, else a quarter of the Lambda function's memory, else 64 MiB.

@@ -12,6 +12,9 @@ use parquet::file::properties::WriterProperties;
 
 use crate::store::Store;
 
+mod log_fixture;
+pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};
+
 /// One test row: service (nullable), time, and a tag that identifies the row.
 pub type TestRow = (Option<String>, i64, i64);
 

@@ -1,0 +1,462 @@
+//! The block-layout Parquet writer: small row groups for pruning, grouped into blocks so a
+//! remote reader fetches one column of a whole block with one range request.
+//!
+//! A block is `row_groups_per_block` consecutive row groups. Inside a block, for each leaf
+//! column in schema order, that column's chunks of the block's row groups are contiguous, in
+//! row-group order. A row group stays the unit of statistics, pruning and decoding; only where
+//! its bytes sit changes, and the footer points at every chunk: a row group's `file_offset` is
+//! the start of its earliest chunk and its `total_compressed_size` the sum of its chunks. Page
+//! indexes are rewritten with the moved page locations. Bloom filters go after the last block:
+//! between blocks they would split the column ranges a reader coalesces across blocks.
+//!
+//! With one row group per block (the plain layout) the file is byte for byte what `ArrowWriter`
+//! writes with the same properties: the same rotation, chunks written in place, bloom filters
+//! after each row group as `BloomFilterPosition::AfterRowGroup` puts them.
+//!
+//! **Memory.** The open row group is encoded in memory, as with `ArrowWriter`. Closed row groups
+//! of the open block are staged: in memory up to [`STAGING_MEMORY_BYTES`] (by default), in one
+//! scratch file beyond it, so a block adds at most that to the writer's memory whatever its size. The output
+//! is streamed: each block is copied to the sink as soon as it is complete.
+
+mod footer;
+mod staging;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use parquet::arrow::arrow_writer::{
+    ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
+};
+use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::properties::{WriterProperties, WriterPropertiesPtr};
+use parquet::file::writer::{
+    OnCloseRowGroup, SerializedFileWriter, SerializedRowGroupWriter, TrackedWrite,
+};
+use parquet::schema::types::{SchemaDescPtr, SchemaDescriptor};
+
+use crate::error::{Error, Result};
+use footer::{ClosedRowGroup, file_metadata, render_footer, write_blooms};
+pub use staging::STAGING_MEMORY_BYTES;
+use staging::Staging;
+
+/// What errors of the output are reported against.
+const OUTPUT: &str = "compacted output";
+
+/// How a [`BlockWriter`] groups row groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockOptions {
+    /// Row groups per block; 1 is the plain row-major layout.
+    pub row_groups_per_block: usize,
+    /// Scratch file for a block that outgrows `staging_memory_bytes`; without one, blocks are
+    /// staged in memory whatever their size.
+    pub staging_file: Option<PathBuf>,
+    /// Most bytes of an open block held in memory before it moves to `staging_file`.
+    pub staging_memory_bytes: usize,
+}
+
+impl BlockOptions {
+    /// `row_groups_per_block` row groups per block, staged in `staging_file` beyond
+    /// [`STAGING_MEMORY_BYTES`].
+    pub fn new(row_groups_per_block: usize, staging_file: Option<PathBuf>) -> Self {
+        Self {
+            row_groups_per_block,
+            staging_file,
+            staging_memory_bytes: STAGING_MEMORY_BYTES,
+        }
+    }
+}
+
+impl Default for BlockOptions {
+    /// The plain layout.
+    fn default() -> Self {
+        Self::new(1, None)
+    }
+}
+
+/// Writes record batches as a Parquet file in the block layout, streaming it to `W`.
+///
+/// Row groups rotate like `ArrowWriter`'s: at the properties' `max_row_group_bytes` (estimated
+/// encoded size) or `max_row_group_row_count`, whichever comes first, and at [`Self::flush`].
+pub struct BlockWriter<W: Write + Send> {
+    out: TrackedWrite<W>,
+    arrow_schema: SchemaRef,
+    descr: SchemaDescPtr,
+    props: WriterPropertiesPtr,
+    factory: ArrowRowGroupWriterFactory,
+    row_groups_per_block: usize,
+    open: Option<OpenRowGroup>,
+    staging: Staging,
+    block: Vec<StagedRowGroup>,
+    closed: Vec<ClosedRowGroup>,
+    rows: u64,
+    finished: bool,
+}
+
+struct OpenRowGroup {
+    writers: Vec<ArrowColumnWriter>,
+    rows: usize,
+}
+
+/// A row group of the open block, its offsets relative to `start` in the staging buffer.
+struct StagedRowGroup {
+    row_group: ClosedRowGroup,
+    start: u64,
+}
+
+impl<W: Write + Send> BlockWriter<W> {
+    /// A writer of `schema` into `sink`; the file carries the same key-value metadata, encoded
+    /// Arrow schema and `created_by` as `ArrowWriter`'s with these properties.
+    pub fn try_new(
+        sink: W,
+        schema: SchemaRef,
+        properties: WriterProperties,
+        options: BlockOptions,
+    ) -> Result<Self> {
+        if options.row_groups_per_block == 0 {
+            return Err(Error::Config {
+                message: "row groups per block must be at least 1".into(),
+            });
+        }
+        if properties.content_defined_chunking().is_some() {
+            return Err(Error::Config {
+                message: "the block writer does not support content-defined chunking".into(),
+            });
+        }
+        let mut properties = properties;
+        add_encoded_arrow_schema_to_metadata(&schema, &mut properties);
+        let parquet_schema = ArrowSchemaConverter::new()
+            .with_coerce_types(properties.coerce_types())
+            .convert(&schema)
+            .map_err(|e| Error::parquet(OUTPUT, e))?;
+        let props = Arc::new(properties);
+        // The column-writer factory takes its schema and properties from a file writer; this one
+        // writes nowhere.
+        let template = SerializedFileWriter::new(
+            std::io::sink(),
+            parquet_schema.root_schema_ptr(),
+            Arc::clone(&props),
+        )
+        .map_err(|e| Error::parquet(OUTPUT, e))?;
+        let factory = ArrowRowGroupWriterFactory::new(&template, Arc::clone(&schema));
+        let mut out = TrackedWrite::new(sink);
+        out.write_all(b"PAR1")
+            .map_err(|e| Error::parquet(OUTPUT, e.into()))?;
+        Ok(Self {
+            out,
+            arrow_schema: schema,
+            descr: Arc::new(SchemaDescriptor::new(parquet_schema.root_schema_ptr())),
+            props,
+            factory,
+            row_groups_per_block: options.row_groups_per_block,
+            open: None,
+            staging: Staging::new(options.staging_file, options.staging_memory_bytes),
+            block: Vec::new(),
+            closed: Vec::new(),
+            rows: 0,
+            finished: false,
+        })
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Rows in the open row group.
+    pub fn in_progress_rows(&self) -> usize {
+        self.open.as_ref().map_or(0, |o| o.rows)
+    }
+
+    /// Row groups closed so far (laid out or staged).
+    pub fn row_groups(&self) -> usize {
+        self.closed.len() + self.block.len()
+    }
+
+    /// The most bytes of a staged block held in memory at once.
+    pub fn peak_staged_memory(&self) -> usize {
+        self.staging.peak_memory()
+    }
+
+    /// Whether a block outgrew memory and was staged in the scratch file.
+    pub fn staged_in_file(&self) -> bool {
+        self.staging.is_spilled()
+    }
+
+    /// Encodes `batch`, closing row groups where the byte or row limit falls.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.check_open()?;
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let max_rows = self.props.max_row_group_row_count();
+        let max_bytes = self.props.max_row_group_bytes();
+        let mut remaining = batch.clone();
+        // The rotation of `ArrowWriter::write`, step for step, so the plain layout matches it.
+        loop {
+            let open = self.open_row_group()?;
+            let buffered = open.rows;
+            let mut split_at = match max_rows {
+                Some(max) if buffered + remaining.num_rows() > max => Some(max - buffered),
+                _ => None,
+            };
+            let candidate = split_at.unwrap_or_else(|| remaining.num_rows());
+            if let Some(max_bytes) = max_bytes
+                && buffered > 0
+            {
+                let current = open.estimated_bytes();
+                if current >= max_bytes {
+                    self.flush()?;
+                    continue;
+                }
+                let average = current / buffered;
+                if let Some(fit) = (max_bytes - current).checked_div(average)
+                    && candidate > fit
+                {
+                    if fit > 0 {
+                        split_at = Some(fit);
+                    } else {
+                        self.flush()?;
+                        continue;
+                    }
+                }
+            }
+            let rest = split_at.map(|n| {
+                let rest = remaining.slice(n, remaining.num_rows() - n);
+                remaining = remaining.slice(0, n);
+                rest
+            });
+            let schema = Arc::clone(&self.arrow_schema);
+            let open = self.open_row_group()?;
+            open.write(&schema, &remaining)?;
+            let full = max_rows.is_some_and(|max| open.rows >= max)
+                || max_bytes.is_some_and(|max| open.estimated_bytes() >= max);
+            self.rows += remaining.num_rows() as u64;
+            if full {
+                self.flush()?;
+            }
+            match rest {
+                Some(rest) => remaining = rest,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Closes the open row group, if it holds rows; a block that becomes complete is written.
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_open()?;
+        let Some(open) = self.open.take().filter(|o| o.rows > 0) else {
+            return Ok(());
+        };
+        let chunks = open
+            .writers
+            .into_iter()
+            .map(ArrowColumnWriter::close)
+            .collect::<parquet::errors::Result<Vec<_>>>()
+            .map_err(|e| Error::parquet(OUTPUT, e))?;
+        let ordinal = i32::try_from(self.row_groups())
+            .map_err(|_| Error::invariant("more than 2^31 row groups"))?;
+        if self.row_groups_per_block == 1 {
+            let row_group = append_row_group(
+                &mut self.out,
+                &self.descr,
+                &self.props,
+                ordinal,
+                chunks,
+                true,
+            )
+            .map_err(|e| Error::parquet(OUTPUT, e))?;
+            self.closed.push(row_group);
+            return Ok(());
+        }
+        let start = self.staging.len();
+        let mut tracked = TrackedWrite::new(&mut self.staging);
+        let row_group = append_row_group(
+            &mut tracked,
+            &self.descr,
+            &self.props,
+            ordinal,
+            chunks,
+            false,
+        )
+        .map_err(|e| Error::parquet(OUTPUT, e))?;
+        tracked
+            .into_inner()
+            .map_err(|e| Error::parquet(OUTPUT, e))?;
+        self.block.push(StagedRowGroup { row_group, start });
+        if self.block.len() >= self.row_groups_per_block {
+            self.write_block()?;
+        }
+        Ok(())
+    }
+
+    /// Closes the last row group and block, writes bloom filters, page indexes and the footer,
+    /// and returns the file's metadata. The sink then holds the whole file.
+    pub fn finish(&mut self) -> Result<ParquetMetaData> {
+        self.flush()?;
+        self.write_block()?;
+        self.finished = true;
+        for row_group in &mut self.closed {
+            write_blooms(
+                &mut self.out,
+                &mut row_group.metadata,
+                &mut row_group.blooms,
+            )
+            .map_err(|e| Error::parquet(OUTPUT, e))?;
+        }
+        let closed = std::mem::take(&mut self.closed);
+        let metadata = file_metadata(&self.descr, &self.props, closed);
+        let footer = render_footer(&metadata, &self.props, self.out.bytes_written())
+            .map_err(|e| Error::parquet(OUTPUT, e))?;
+        self.out
+            .write_all(&footer)
+            .and_then(|()| self.out.flush())
+            .map_err(|e| Error::parquet(OUTPUT, e.into()))?;
+        Ok(metadata)
+    }
+
+    /// The sink (to complete an upload after [`Self::finish`]).
+    pub fn inner_mut(&mut self) -> &mut W {
+        self.out.inner_mut()
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.finished {
+            return Err(Error::invariant("write after the output was finished"));
+        }
+        Ok(())
+    }
+
+    fn open_row_group(&mut self) -> Result<&mut OpenRowGroup> {
+        if self.open.is_none() {
+            let writers = self
+                .factory
+                .create_column_writers(self.row_groups())
+                .map_err(|e| Error::parquet(OUTPUT, e))?;
+            self.open = Some(OpenRowGroup { writers, rows: 0 });
+        }
+        self.open
+            .as_mut()
+            .ok_or_else(|| Error::invariant("no open row group"))
+    }
+
+    /// Copies the staged block to the output, column by column, and moves every offset with it.
+    fn write_block(&mut self) -> Result<()> {
+        let mut block = std::mem::take(&mut self.block);
+        if block.is_empty() {
+            return Ok(());
+        }
+        let staging = self.staging.describe();
+        let mut columns: Vec<Vec<_>> = block.iter().map(|_| Vec::new()).collect();
+        for c in 0..self.descr.num_columns() {
+            for (staged, laid_out) in block.iter_mut().zip(columns.iter_mut()) {
+                let chunk = staged.row_group.metadata.column(c);
+                let (start, length) = chunk.byte_range();
+                let to = self.out.bytes_written() as u64;
+                self.staging
+                    .copy_range(staged.start + start, length, &mut self.out)
+                    .map_err(|e| Error::scratch(&staging, e))?;
+                let shift = to as i64 - start as i64;
+                let moved = chunk
+                    .clone()
+                    .into_builder()
+                    .set_data_page_offset(chunk.data_page_offset() + shift)
+                    .set_dictionary_page_offset(chunk.dictionary_page_offset().map(|o| o + shift))
+                    .set_index_page_offset(chunk.index_page_offset().map(|o| o + shift))
+                    .build()
+                    .map_err(|e| Error::parquet(OUTPUT, e))?;
+                laid_out.push(moved);
+                if let Some(index) = staged.row_group.offset_indexes[c].as_mut() {
+                    for page in &mut index.page_locations {
+                        page.offset += shift;
+                    }
+                }
+            }
+        }
+        for (staged, laid_out) in block.into_iter().zip(columns) {
+            let mut row_group = staged.row_group;
+            let file_offset = laid_out.iter().map(|c| c.byte_range().0).min().unwrap_or(0) as i64;
+            row_group.metadata = row_group
+                .metadata
+                .into_builder()
+                .set_column_metadata(laid_out)
+                .set_file_offset(file_offset)
+                .build()
+                .map_err(|e| Error::parquet(OUTPUT, e))?;
+            self.closed.push(row_group);
+        }
+        self.staging
+            .clear()
+            .map_err(|e| Error::scratch(&staging, e))
+    }
+}
+
+impl OpenRowGroup {
+    fn write(&mut self, schema: &SchemaRef, batch: &RecordBatch) -> Result<()> {
+        let mut writers = self.writers.iter_mut();
+        for (field, column) in schema.fields().iter().zip(batch.columns()) {
+            for leaf in compute_leaves(field, column).map_err(|e| Error::parquet(OUTPUT, e))? {
+                writers
+                    .next()
+                    .ok_or_else(|| Error::invariant("more leaves than column writers"))?
+                    .write(&leaf)
+                    .map_err(|e| Error::parquet(OUTPUT, e))?;
+            }
+        }
+        self.rows += batch.num_rows();
+        Ok(())
+    }
+
+    fn estimated_bytes(&self) -> usize {
+        self.writers
+            .iter()
+            .map(ArrowColumnWriter::get_estimated_total_bytes)
+            .sum()
+    }
+}
+
+/// Writes one row group's chunks to `out` in column order and returns its metadata and
+/// indexes; with `blooms_after`, its bloom filters follow it directly.
+fn append_row_group<T: Write + Send>(
+    out: &mut TrackedWrite<T>,
+    descr: &SchemaDescPtr,
+    props: &WriterPropertiesPtr,
+    ordinal: i32,
+    chunks: Vec<ArrowColumnChunk>,
+    blooms_after: bool,
+) -> parquet::errors::Result<ClosedRowGroup> {
+    let mut closed = None;
+    {
+        let slot = &mut closed;
+        let on_close: OnCloseRowGroup<'_, T> = Box::new(
+            move |out, mut metadata, mut blooms, column_indexes, offset_indexes| {
+                if blooms_after {
+                    write_blooms(out, &mut metadata, &mut blooms)?;
+                }
+                *slot = Some(ClosedRowGroup {
+                    metadata,
+                    blooms,
+                    column_indexes,
+                    offset_indexes,
+                });
+                Ok(())
+            },
+        );
+        let mut writer = SerializedRowGroupWriter::new(
+            Arc::clone(descr),
+            Arc::clone(props),
+            out,
+            ordinal,
+            Some(on_close),
+        );
+        for chunk in chunks {
+            chunk.append_to_row_group(&mut writer)?;
+        }
+        writer.close()?;
+    }
+    closed.ok_or_else(|| ParquetError::General("row group closed without its metadata".into()))
+}

@@ -1,0 +1,420 @@
+//! The block layout: with one row group per block the file is byte-identical to
+//! `ArrowWriter`'s; with more, each column's chunks of a block's row groups are contiguous,
+//! the footer points at every chunk, page indexes and bloom filters stay valid, values read
+//! back unchanged (full, projected, by row group and by page-index row selection), and the
+//! bytes depend on nothing but the rows and the settings, wherever the block is staged.
+
+use arrow::array::{RecordBatch, RecordBatchReader};
+use arrow::compute::concat_batches;
+use bytes::Bytes;
+use ourios_compaction::blocks::{BlockOptions, BlockWriter, STAGING_MEMORY_BYTES};
+use ourios_compaction::testing::{FIXTURE_SERVICES, fixture_properties, log_fixture};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::properties::{ReaderProperties, WriterProperties};
+use parquet::file::reader::FileReader;
+use parquet::file::serialized_reader::{ReadOptionsBuilder, SerializedFileReader};
+
+const ROWS: usize = 20_000;
+const START: i64 = 1_795_946_400_000_000_000;
+
+fn fixture() -> RecordBatch {
+    log_fixture(ROWS, START)
+}
+
+/// Feeds `batch` in 1,024-row chunks, closing a row group after every `flush_every` chunks
+/// (the service boundaries the engine asks for), to `write` and `flush`.
+fn feed(
+    batch: &RecordBatch,
+    flush_every: usize,
+    mut write: impl FnMut(&RecordBatch),
+    mut flush: impl FnMut(),
+) {
+    for (i, start) in (0..batch.num_rows()).step_by(1024).enumerate() {
+        write(&batch.slice(start, 1024.min(batch.num_rows() - start)));
+        if (i + 1) % flush_every == 0 {
+            flush();
+        }
+    }
+}
+
+fn write_blocks(
+    batch: &RecordBatch,
+    props: &WriterProperties,
+    options: BlockOptions,
+    flush_every: usize,
+) -> (Bytes, usize, bool) {
+    let mut writer =
+        BlockWriter::try_new(Vec::new(), batch.schema(), props.clone(), options).expect("opens");
+    let writer_cell = std::cell::RefCell::new(&mut writer);
+    feed(
+        batch,
+        flush_every,
+        |b| writer_cell.borrow_mut().write(b).expect("writes"),
+        || writer_cell.borrow_mut().flush().expect("flushes"),
+    );
+    writer.finish().expect("finishes");
+    let peak = writer.peak_staged_memory();
+    let spilled = writer.staged_in_file();
+    (
+        Bytes::from(std::mem::take(writer.inner_mut())),
+        peak,
+        spilled,
+    )
+}
+
+fn props(rg_bytes: u64, max_rows: Option<u64>) -> WriterProperties {
+    fixture_properties(&fixture().schema(), rg_bytes, max_rows).expect("properties")
+}
+
+fn metadata(bytes: &Bytes) -> ParquetMetaData {
+    ParquetMetaDataReader::new()
+        .with_page_index_policy(PageIndexPolicy::Required)
+        .parse_and_finish(bytes)
+        .expect("footer and page indexes parse")
+}
+
+#[test]
+fn the_plain_layout_is_byte_identical_to_arrow_writer() {
+    let batch = fixture();
+    for (rg_bytes, max_rows, flush_every) in [
+        (64 << 10, None, 5),
+        (1 << 20, Some(1500), 3),
+        (8 << 10, Some(700), 1000),
+    ] {
+        let props = props(rg_bytes, max_rows);
+        let (blocks, _, _) = write_blocks(&batch, &props, BlockOptions::default(), flush_every);
+
+        let mut arrow = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props.clone()))
+            .expect("arrow writer");
+        let cell = std::cell::RefCell::new(&mut arrow);
+        feed(
+            &batch,
+            flush_every,
+            |b| cell.borrow_mut().write(b).expect("writes"),
+            || {
+                let mut w = cell.borrow_mut();
+                if w.in_progress_rows() > 0 {
+                    w.flush().expect("flushes");
+                }
+            },
+        );
+        let reference = arrow.into_inner().expect("closes");
+        assert!(metadata(&blocks).num_row_groups() > 3);
+        assert!(
+            blocks.as_ref() == reference.as_slice(),
+            "rg_bytes {rg_bytes}, max_rows {max_rows:?}: the plain layout differs from ArrowWriter's"
+        );
+    }
+}
+
+/// Start and end of a column chunk.
+fn chunk_range(meta: &ParquetMetaData, rg: usize, column: usize) -> (u64, u64) {
+    let (start, length) = meta.row_group(rg).column(column).byte_range();
+    (start, start + length)
+}
+
+/// Checks the block layout of a file written with `n` row groups per block.
+fn assert_block_layout(bytes: &Bytes, n: usize) {
+    let meta = metadata(bytes);
+    let groups = meta.num_row_groups();
+    let columns = meta.file_metadata().schema_descr().num_columns();
+    assert!(groups > n, "{groups} row groups for blocks of {n}");
+    let mut position = 4u64; // after the magic
+    for block_start in (0..groups).step_by(n) {
+        let block = block_start..(block_start + n).min(groups);
+        for column in 0..columns {
+            for rg in block.clone() {
+                let (start, end) = chunk_range(&meta, rg, column);
+                assert_eq!(
+                    start, position,
+                    "blocks of {n}: row group {rg} column {column} is not contiguous"
+                );
+                position = end;
+            }
+        }
+        if n == 1 {
+            // The plain layout keeps bloom filters right after their row group.
+            for column in meta.row_group(block_start).columns() {
+                if let (Some(offset), Some(length)) =
+                    (column.bloom_filter_offset(), column.bloom_filter_length())
+                {
+                    assert_eq!(offset as u64, position, "bloom filter after its row group");
+                    position += length as u64;
+                }
+            }
+        }
+    }
+    for (rg, row_group) in meta.row_groups().iter().enumerate() {
+        let earliest = (0..columns)
+            .map(|c| chunk_range(&meta, rg, c).0)
+            .min()
+            .expect("columns");
+        assert_eq!(
+            row_group.file_offset(),
+            Some(earliest as i64),
+            "row group {rg}"
+        );
+        let sum: i64 = row_group
+            .columns()
+            .iter()
+            .map(|c| c.compressed_size())
+            .sum();
+        assert_eq!(row_group.compressed_size(), sum);
+        assert_eq!(row_group.ordinal(), Some(rg as i16 as i32));
+        for (c, column) in row_group.columns().iter().enumerate() {
+            let (start, end) = chunk_range(&meta, rg, c);
+            if let Some(dictionary) = column.dictionary_page_offset() {
+                assert_eq!(dictionary as u64, start);
+                assert!(column.data_page_offset() as u64 > start);
+            } else {
+                assert_eq!(column.data_page_offset() as u64, start);
+            }
+            let index = meta
+                .page_index_for_row_group(rg)
+                .page_locations(c)
+                .cloned()
+                .expect("an offset index on every column");
+            assert_eq!(
+                index[0].offset,
+                column.data_page_offset(),
+                "rg {rg} col {c}"
+            );
+            let mut page_end = column.data_page_offset() as u64;
+            for page in &index {
+                assert_eq!(
+                    page.offset as u64, page_end,
+                    "pages of rg {rg} col {c} in order"
+                );
+                page_end += page.compressed_page_size as u64;
+            }
+            assert_eq!(page_end, end, "the pages fill rg {rg} col {c}");
+            assert!(
+                meta.page_index_for_row_group(rg).column_index(c).is_some(),
+                "a column index on rg {rg} col {c}"
+            );
+        }
+    }
+    if n > 1 {
+        // Bloom filters follow the last block, back to back, before the page indexes.
+        let mut blooms: Vec<(u64, u64)> = meta
+            .row_groups()
+            .iter()
+            .flat_map(|rg| rg.columns())
+            .filter_map(|c| {
+                Some((
+                    c.bloom_filter_offset()? as u64,
+                    c.bloom_filter_length()? as u64,
+                ))
+            })
+            .collect();
+        assert_eq!(
+            blooms.len(),
+            groups,
+            "one bloom filter (service.name) per row group"
+        );
+        blooms.sort();
+        for (offset, length) in blooms {
+            assert_eq!(offset, position, "bloom filters after the last block");
+            position += length;
+        }
+    }
+    let first_index = meta
+        .row_groups()
+        .iter()
+        .flat_map(|rg| rg.columns())
+        .filter_map(|c| c.column_index_offset())
+        .min()
+        .expect("page indexes");
+    assert_eq!(first_index as u64, position, "page indexes follow");
+}
+
+#[test]
+fn blocks_keep_each_columns_chunks_contiguous_and_the_footer_exact() {
+    let batch = fixture();
+    let settings = props(1 << 20, Some(700));
+    for n in [1, 2, 4, 8] {
+        let (bytes, _, _) = write_blocks(&batch, &settings, BlockOptions::new(n, None), 1000);
+        assert_block_layout(&bytes, n);
+    }
+    // Row groups cut at service boundaries and at the byte threshold too.
+    let cut = props(48 << 10, Some(5000));
+    let (bytes, _, _) = write_blocks(&batch, &cut, BlockOptions::new(4, None), 3);
+    assert_block_layout(&bytes, 4);
+}
+
+#[test]
+fn bytes_are_the_same_across_runs_and_wherever_a_block_is_staged() {
+    let batch = fixture();
+    let props = props(1 << 20, Some(700));
+    let dir = tempfile::tempdir().expect("dir");
+    for n in [1, 4, 8] {
+        let (first, memory_peak, spilled) =
+            write_blocks(&batch, &props, BlockOptions::new(n, None), 1000);
+        assert!(!spilled);
+        let (again, _, _) = write_blocks(&batch, &props, BlockOptions::new(n, None), 1000);
+        assert_eq!(first, again, "blocks of {n}: two runs differ");
+        // A 64 KiB memory cap moves every block to the staging file.
+        let options = BlockOptions {
+            row_groups_per_block: n,
+            staging_file: Some(dir.path().join(format!("block-{n}.bin"))),
+            staging_memory_bytes: 64 << 10,
+        };
+        let (staged, peak, spilled) = write_blocks(&batch, &props, options, 1000);
+        assert_eq!(
+            staged, first,
+            "blocks of {n}: staging in a file changed the bytes"
+        );
+        if n > 1 {
+            assert!(spilled, "blocks of {n} outgrow 64 KiB");
+            assert!(peak <= 64 << 10, "peak staged memory {peak}");
+            assert!(
+                memory_peak > 64 << 10,
+                "fixture: blocks of {n} are larger than the cap"
+            );
+            assert!(memory_peak <= STAGING_MEMORY_BYTES);
+        }
+        assert!(
+            !dir.path().join(format!("block-{n}.bin")).exists(),
+            "the staging file is removed"
+        );
+    }
+}
+
+fn reader(bytes: &Bytes) -> ParquetRecordBatchReaderBuilder<Bytes> {
+    ParquetRecordBatchReaderBuilder::try_new_with_options(
+        bytes.clone(),
+        ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Required),
+    )
+    .expect("opens")
+}
+
+/// The decoded columns (the file's schema also carries its key-value metadata).
+fn read(builder: ParquetRecordBatchReaderBuilder<Bytes>) -> Vec<arrow::array::ArrayRef> {
+    let reader = builder.with_batch_size(777).build().expect("reader");
+    let schema = reader.schema();
+    let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().expect("decodes");
+    concat_batches(&schema, &batches)
+        .expect("concat")
+        .columns()
+        .to_vec()
+}
+
+#[test]
+fn values_read_back_full_projected_by_row_group_and_by_page_selection() {
+    let batch = fixture();
+    let props = props(1 << 20, Some(700));
+    for n in [1, 4, 8] {
+        let (bytes, _, _) = write_blocks(&batch, &props, BlockOptions::new(n, None), 1000);
+        assert_eq!(
+            read(reader(&bytes)),
+            batch.columns(),
+            "blocks of {n}: full read"
+        );
+
+        let builder = reader(&bytes);
+        let mask = ProjectionMask::roots(builder.parquet_schema(), [0, 3, 6, 7]);
+        let projected = read(builder.with_projection(mask));
+        assert_eq!(
+            projected,
+            batch.project(&[0, 3, 6, 7]).expect("project").columns(),
+            "blocks of {n}: projection"
+        );
+
+        // Row groups 1 and 5 alone.
+        let meta = metadata(&bytes);
+        let first_row =
+            |rg: usize| -> usize { (0..rg).map(|r| meta.row_group(r).num_rows() as usize).sum() };
+        let picked = read(reader(&bytes).with_row_groups(vec![1, 5]));
+        let expected = concat_batches(
+            &batch.schema(),
+            &[1usize, 5]
+                .map(|rg| batch.slice(first_row(rg), meta.row_group(rg).num_rows() as usize)),
+        )
+        .expect("concat");
+        assert_eq!(
+            picked,
+            expected.columns(),
+            "blocks of {n}: row groups 1 and 5"
+        );
+
+        // A selection that skips whole pages: only the offset index can find the rest.
+        let ranges = [(1_500usize, 300usize), (6_100, 2_500), (19_000, 999)];
+        let mut selectors = Vec::new();
+        let mut at = 0;
+        for (start, len) in ranges {
+            selectors.push(RowSelector::skip(start - at));
+            selectors.push(RowSelector::select(len));
+            at = start + len;
+        }
+        let selected = read(reader(&bytes).with_row_selection(RowSelection::from(selectors)));
+        let expected = concat_batches(
+            &batch.schema(),
+            &ranges.map(|(start, len)| batch.slice(start, len)),
+        )
+        .expect("concat");
+        assert_eq!(
+            selected,
+            expected.columns(),
+            "blocks of {n}: page-index row selection"
+        );
+    }
+}
+
+#[test]
+fn bloom_filters_answer_for_present_and_absent_services() {
+    let batch = fixture();
+    let props = props(1 << 20, Some(700));
+    let services = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .expect("service strings")
+        .clone();
+    for n in [1, 4, 8] {
+        let (bytes, _, _) = write_blocks(&batch, &props, BlockOptions::new(n, None), 1000);
+        let options = ReadOptionsBuilder::new()
+            .with_reader_properties(
+                ReaderProperties::builder()
+                    .set_read_bloom_filter(true)
+                    .build(),
+            )
+            .build();
+        let file = SerializedFileReader::new_with_options(bytes, options).expect("opens");
+        let mut first_row = 0;
+        for rg in 0..file.metadata().num_row_groups() {
+            let rows = file.metadata().row_group(rg).num_rows() as usize;
+            let reader = file.get_row_group(rg).expect("row group");
+            let bloom = reader
+                .get_column_bloom_filter(0)
+                .expect("a bloom filter on service.name");
+            let present = services.slice(first_row, rows);
+            for service in present.iter().flatten() {
+                assert!(
+                    bloom.check(&service),
+                    "blocks of {n}, rg {rg}: {service} must match"
+                );
+            }
+            for absent in FIXTURE_SERVICES
+                .iter()
+                .filter(|s| !present.iter().flatten().any(|p| p == **s))
+            {
+                assert!(
+                    !bloom.check(absent),
+                    "blocks of {n}, rg {rg}: {absent} must not match"
+                );
+            }
+            assert!(!bloom.check(&"no-such-service"), "blocks of {n}, rg {rg}");
+            assert!(
+                reader.get_column_bloom_filter(1).is_none(),
+                "no bloom on time"
+            );
+            first_row += rows;
+        }
+        assert_eq!(first_row, ROWS);
+    }
+}
