@@ -104,6 +104,7 @@ impl PlannedReader {
     /// Fetches block `b`: one GET per request.
     async fn fetch_block(&self, b: usize) -> object_store::Result<Vec<Bytes>> {
         let requests = self.plan.blocks[b].requests.clone();
+        tracing::debug!(key = %self.key, block = b, row_groups = ?self.plan.blocks[b].row_groups, ?requests, "fetch block");
         futures::stream::iter(requests)
             .map(|r| {
                 let (store, key) = (Arc::clone(&self.store), self.key.clone());
@@ -147,6 +148,9 @@ impl PlannedReader {
             .filter(|(_, got)| got.is_none())
             .map(|(r, _)| r.clone())
             .collect();
+        if !missing.is_empty() {
+            tracing::debug!(key = %self.key, ?missing, "read outside the plan");
+        }
         let mut fetched = if missing.is_empty() {
             Vec::new()
         } else {

@@ -10,13 +10,14 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use ourios_compaction::blocks::{BlockOptions, BlockWriter};
 use ourios_compaction::counting::CountingStore;
 use ourios_compaction::planned_reader::PlannedReader;
 use ourios_compaction::read_plan::{
     DEFAULT_MAX_BLOCK_BYTES, ReadPlan, RowGroupReads, merge_ranges, projected_leaves,
 };
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{named_batch, put_bytes};
+use ourios_compaction::testing::{fixture_properties, log_fixture, named_batch, put_bytes};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
 };
@@ -119,15 +120,25 @@ impl Scan {
         ReadPlan::from_footer(metadata, &self.row_groups, &leaves, DEFAULT_MAX_BLOCK_BYTES)
     }
 
+    /// Reads with the scan's own plan, or without a plan.
     async fn read(&self, store: &Arc<dyn ObjectStore>, key: &Path, planned: bool) -> Read {
-        let metadata = PlannedReader::new(Arc::clone(store), key.clone())
-            .load_metadata()
-            .await
-            .expect("footer");
+        let metadata = footer(store, key).await;
+        let plan = planned.then(|| self.plan(&metadata));
+        self.read_with(store, key, plan).await
+    }
+
+    /// Reads with `plan`, or without a plan.
+    async fn read_with(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        key: &Path,
+        plan: Option<ReadPlan>,
+    ) -> Read {
+        let metadata = footer(store, key).await;
         let (counting, counters) = CountingStore::new(Arc::clone(store));
         let mut reader = PlannedReader::new(Arc::new(counting), key.clone());
-        if planned {
-            reader = reader.with_plan(self.plan(&metadata));
+        if let Some(plan) = plan {
+            reader = reader.with_plan(plan);
         }
         let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
             .expect("arrow metadata");
@@ -150,6 +161,13 @@ impl Scan {
     }
 }
 
+async fn footer(store: &Arc<dyn ObjectStore>, key: &Path) -> Arc<ParquetMetaData> {
+    PlannedReader::new(Arc::clone(store), key.clone())
+        .load_metadata()
+        .await
+        .expect("footer")
+}
+
 /// The selection of the rows `[start, end)` of each pair, in a row group of `rows`.
 fn select(ranges: &[(usize, usize)], rows: usize) -> RowSelection {
     let mut selectors = Vec::new();
@@ -163,13 +181,15 @@ fn select(ranges: &[(usize, usize)], rows: usize) -> RowSelection {
     RowSelection::from(selectors)
 }
 
-/// Scans with whole row groups, page selections and projections.
+/// Scans of a file of six or more row groups of [`ROWS_PER_GROUP`] rows: whole row groups,
+/// page selections and projections.
 fn scans() -> Vec<Scan> {
     let every: Vec<_> = (0..6).map(|rg| (rg, None)).collect();
     let pages = vec![
         (1, Some(select(&[(250, 420)], ROWS_PER_GROUP))),
         (2, Some(select(&[(900, 1000)], ROWS_PER_GROUP))),
         (3, Some(select(&[(0, 1000)], ROWS_PER_GROUP))),
+        (4, Some(select(&[(0, 300)], ROWS_PER_GROUP))),
         (5, Some(select(&[(0, 10), (990, 1000)], ROWS_PER_GROUP))),
     ];
     vec![
@@ -220,10 +240,7 @@ async fn plain_files_read_exactly_as_before() {
 #[tokio::test]
 async fn planned_requests_are_the_requests_made() {
     let (store, key) = stored(file(&["service.name", "time_unix_nano", "body", "tag"])).await;
-    let metadata = PlannedReader::new(Arc::clone(&store), key.clone())
-        .load_metadata()
-        .await
-        .expect("footer");
+    let metadata = footer(&store, &key).await;
     for (i, scan) in scans().iter().enumerate() {
         let plan = scan.plan(&metadata);
         let read = scan.read(&store, &key, true).await;
@@ -269,10 +286,7 @@ async fn planned_ranges_are_the_decoders() {
     // The ranges planned from the footer cover exactly the bytes the decoder's own scan plan
     // lists, row group by row group.
     let (store, key) = stored(file(&["service.name", "time_unix_nano", "body", "tag"])).await;
-    let metadata = PlannedReader::new(Arc::clone(&store), key.clone())
-        .load_metadata()
-        .await
-        .expect("footer");
+    let metadata = footer(&store, &key).await;
     for (i, scan) in scans().iter().enumerate() {
         let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
             .expect("arrow metadata");
@@ -298,4 +312,86 @@ async fn planned_ranges_are_the_decoders() {
             );
         }
     }
+}
+
+/// The log fixture (service, time, then seven more columns) in row groups of
+/// [`ROWS_PER_GROUP`] rows, in blocks of `per_block`.
+fn block_file(per_block: usize) -> Bytes {
+    let batch = log_fixture(12 * ROWS_PER_GROUP, 1_795_946_400_000_000_000);
+    let props = fixture_properties(&batch.schema(), 64 << 20, Some(ROWS_PER_GROUP as u64))
+        .expect("properties");
+    let options = BlockOptions::new(per_block, None);
+    let mut writer =
+        BlockWriter::try_new(Vec::new(), batch.schema(), props, options).expect("writer");
+    writer.write(&batch).expect("write");
+    writer.finish().expect("finish");
+    Bytes::from(std::mem::take(writer.inner_mut()))
+}
+
+#[tokio::test]
+async fn block_files_read_the_same_rows_in_fewer_requests() {
+    let (plain_store, plain_key) = stored(block_file(1)).await;
+    let (store, key) = stored(block_file(4)).await;
+    let metadata = footer(&store, &key).await;
+    assert_eq!(metadata.num_row_groups(), 12);
+    for (i, scan) in scans().iter().enumerate() {
+        let plain = scan.read(&plain_store, &plain_key, true).await;
+        let unplanned = scan.read(&store, &key, false).await;
+        let planned = scan.read(&store, &key, true).await;
+        assert_eq!(planned.batches, plain.batches, "scan {i}: the same rows");
+        assert_eq!(unplanned.batches, plain.batches, "scan {i}: the same rows");
+        // Everything read was planned: one GET per planned request.
+        let plan = scan.plan(&metadata);
+        assert_eq!(planned.requests, plan.requests() as u64, "scan {i}");
+        assert_eq!(planned.bytes, plan.bytes(), "scan {i}");
+        assert!(planned.requests <= unplanned.requests, "scan {i}");
+    }
+    // The two key columns, every row: one request per block of four against one per row
+    // group, for the same bytes.
+    let keys = Scan {
+        row_groups: (0..12).map(|rg| (rg, None)).collect(),
+        roots: Some(vec![0, 1]),
+    };
+    let plain = keys.read(&plain_store, &plain_key, true).await;
+    let planned = keys.read(&store, &key, true).await;
+    assert_eq!((plain.requests, planned.requests), (12, 3));
+    assert_eq!(keys.plan(&metadata).blocks.len(), 3);
+    // One column of row groups 0, 1 and 3: 0 and 1 are one range, 3 another (row group 2's
+    // chunk lies between them).
+    let gap = Scan {
+        row_groups: vec![(0, None), (1, None), (3, None)],
+        roots: Some(vec![2]),
+    };
+    let plan = gap.plan(&metadata);
+    assert_eq!(plan.blocks.len(), 2);
+    assert_eq!(plan.blocks[0].row_groups, vec![0, 1]);
+    assert_eq!(gap.read(&store, &key, true).await.requests, 2);
+}
+
+#[tokio::test]
+async fn a_bounded_plan_cuts_blocks_and_reads_the_same_rows() {
+    let (store, key) = stored(block_file(8)).await;
+    let metadata = footer(&store, &key).await;
+    let scan = Scan {
+        row_groups: (0..12).map(|rg| (rg, None)).collect(),
+        roots: None,
+    };
+    let leaves = projected_leaves(&metadata, &scan.mask(&metadata));
+    let whole = ReadPlan::from_footer(&metadata, &scan.row_groups, &leaves, u64::MAX);
+    assert_eq!(whole.blocks.len(), 2);
+    let bound = whole.blocks[0].bytes() / 3;
+    let bounded = ReadPlan::from_footer(&metadata, &scan.row_groups, &leaves, bound);
+    assert!(bounded.blocks.len() > whole.blocks.len());
+    assert!(
+        bounded
+            .blocks
+            .iter()
+            .all(|b| b.bytes() <= bound || b.row_groups.len() == 1)
+    );
+    // The same rows, a few more requests; a cut block may fetch again bytes its neighbour
+    // coalesced over.
+    let unplanned = scan.read(&store, &key, false).await;
+    let read = scan.read_with(&store, &key, Some(bounded)).await;
+    assert_eq!(read.batches, unplanned.batches);
+    assert!(read.bytes >= whole.bytes());
 }

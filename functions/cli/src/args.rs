@@ -258,6 +258,12 @@ pub enum Command {
         /// Runs of each query (the median wall time is reported).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// Round trip added to every GET of the queries, e.g. 25ms (a remote store's latency).
+        #[arg(long, default_value = "0ms")]
+        get_latency: String,
+        /// Transfer rate of each GET of the queries, per second, e.g. 100MiB (default: unlimited).
+        #[arg(long)]
+        get_bandwidth: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,

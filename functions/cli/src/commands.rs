@@ -236,6 +236,8 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             rg_bytes,
             memory_budget,
             repeat,
+            get_latency,
+            get_bandwidth,
             json,
         } => {
             let bench = crate::ranges::RangeBench {
@@ -247,6 +249,8 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 rg_bytes,
                 memory_budget,
                 repeat,
+                get_latency: parse_duration(&get_latency)?,
+                get_bandwidth: get_bandwidth.as_deref().map(parse_size).transpose()?,
                 json,
             };
             crate::ranges::run_range_bench(&bench).await

@@ -3,7 +3,8 @@
 
 use std::path::Path as FsPath;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{CompactOptions, KeyColumns, parse_size};
@@ -16,6 +17,10 @@ use ourios_compaction::{Error, Result};
 use serde::Serialize;
 
 use crate::demo::{fresh_store, window_for};
+use crate::latency::LatencyStore;
+
+/// Services in the generated partition (as `bench`).
+const SERVICES: usize = 24;
 
 /// What to measure.
 pub struct RangeBench<'a> {
@@ -35,19 +40,41 @@ pub struct RangeBench<'a> {
     pub memory_budget: String,
     /// Runs of each query (the median wall time is reported).
     pub repeat: usize,
+    /// Round trip added to every GET of the queries.
+    pub get_latency: Duration,
+    /// Transfer rate of each GET of the queries, bytes per second (`None`: unlimited).
+    pub get_bandwidth: Option<u64>,
     /// Print JSON.
     pub json: bool,
 }
 
 /// One query's cost on one layout.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 struct Cost {
     requests: u64,
     bytes_read: u64,
     row_groups_scanned: u64,
     rows: u64,
-    /// Median wall time against the local store.
+    /// Median wall time against the local store (with the added latency, if any).
     ms: f64,
+}
+
+/// The queries measured, in table order.
+const QUERIES: [&str; 4] = [
+    "window_rows",
+    "window_count",
+    "window_every_service_rows",
+    "scan_two_columns",
+];
+
+/// How the table names each query.
+fn query_label(name: &str) -> &'static str {
+    match name {
+        "window_rows" => "window, one service, rows",
+        "window_count" => "window, one service, count",
+        "window_every_service_rows" => "window, each service, rows",
+        _ => "scan of 2 columns",
+    }
 }
 
 /// One layout's output and query costs.
@@ -57,26 +84,11 @@ struct LayoutResult {
     max_rows_per_row_group: Option<u64>,
     file_bytes: u64,
     row_groups: u64,
-    /// The one-service window query returning rows (every column).
-    window_rows: Cost,
-    /// The same window, counting (key columns only).
-    window_count: Cost,
-    /// Every row of the time and service columns.
-    scan_two_columns: Cost,
-}
-
-/// Writes the layout asked for into the compaction options.
-///
-/// The seam between this bench and the writer: `row_groups_per_block` and
-/// `max_rows_per_row_group` are the writer's options.
-fn set_layout(options: &mut CompactOptions, blocks: usize, max_rows: Option<u64>) -> Result<()> {
-    if blocks != 1 || max_rows.is_some() {
-        return Err(Error::Config {
-            message: "this build's writer has no block layout: only --blocks 1 without --max-rows"
-                .into(),
-        });
-    }
-    Ok(())
+    /// `window_rows`: the one-service window returning rows (every column);
+    /// `window_count`: the same window counting (key columns only);
+    /// `window_every_service_rows`: the window of each service in turn, summed;
+    /// `scan_two_columns`: every row of the time and service columns.
+    queries: std::collections::BTreeMap<&'static str, Cost>,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -112,6 +124,7 @@ async fn measure_layout(
     store: &Store,
     partition: &PartitionId,
     window: &WindowQuery,
+    services: &[String],
     layout_of: (usize, Option<u64>),
 ) -> Result<LayoutResult> {
     let layout = Layout::default();
@@ -119,30 +132,61 @@ async fn measure_layout(
     let mut options = CompactOptions::new(bench.dir.join(".scratch"));
     options.budget_bytes = parse_size(&bench.memory_budget)?;
     options.rg_bytes = bench.rg_bytes.as_deref().map(parse_size).transpose()?;
-    set_layout(&mut options, layout_of.0, layout_of.1)?;
+    options.row_groups_per_block = layout_of.0;
+    options.max_rows_per_row_group = layout_of.1;
     let report = compact_partition(store, &layout, partition, &options).await?;
     let Some(output) = report.output else {
         return Err(Error::Invariant {
             message: format!("bench compaction wrote nothing: {:?}", report.error),
         });
     };
+    // The queries read through the simulated network; the compaction above did not.
+    let remote = store.wrapped(|inner| {
+        Arc::new(LatencyStore::new(
+            inner,
+            bench.get_latency,
+            bench.get_bandwidth,
+        ))
+    });
+    let store = &remote;
     let rows_query = WindowQuery {
         limit: 100,
         ..window.clone()
     };
-    let window_rows = measure(bench.repeat, || async {
-        Ok(query_window(store, &layout, &keys, &rows_query).await?.stats)
-    })
-    .await?;
-    let window_count = measure(bench.repeat, || async {
+    let mut queries = std::collections::BTreeMap::new();
+    let cost = measure(bench.repeat, || async {
+        Ok(query_window(store, &layout, &keys, &rows_query)
+            .await?
+            .stats)
+    });
+    queries.insert(QUERIES[0], cost.await?);
+    let cost = measure(bench.repeat, || async {
         Ok(query_window(store, &layout, &keys, window).await?.stats)
-    })
-    .await?;
+    });
+    queries.insert(QUERIES[1], cost.await?);
+    let cost = measure(bench.repeat, || async {
+        let mut total = QueryStats::default();
+        for service in services {
+            let query = WindowQuery {
+                service: Some(service.clone()),
+                ..rows_query.clone()
+            };
+            let stats = query_window(store, &layout, &keys, &query).await?.stats;
+            total.requests += stats.requests;
+            total.bytes_read += stats.bytes_read;
+            total.row_groups_scanned += stats.row_groups_scanned;
+            total.rows_matched += stats.rows_matched;
+        }
+        Ok(total)
+    });
+    queries.insert(QUERIES[2], cost.await?);
     let columns = [keys.time.clone(), keys.service.clone()];
-    let scan_two_columns = measure(bench.repeat, || async {
-        Ok(scan_columns(store, &layout, partition, &columns).await?.stats)
-    })
-    .await?;
+    let cost = measure(bench.repeat, || async {
+        Ok(scan_columns(store, &layout, partition, &columns)
+            .await?
+            .stats)
+    });
+    queries.insert(QUERIES[3], cost.await?);
     // Undo the commit so the next layout compacts the same inputs.
     for sub in ["compacted", "_compaction"] {
         let _ = std::fs::remove_dir_all(bench.dir.join(sub));
@@ -151,10 +195,8 @@ async fn measure_layout(
         row_groups_per_block: layout_of.0,
         max_rows_per_row_group: layout_of.1,
         file_bytes: output.bytes,
-        row_groups: output.row_groups as u64,
-        window_rows,
-        window_count,
-        scan_two_columns,
+        row_groups: output.row_groups,
+        queries,
     })
 }
 
@@ -170,13 +212,14 @@ pub async fn run_range_bench(bench: &RangeBench<'_>) -> Result<ExitCode> {
     let spec = GenerateSpec {
         files: bench.files,
         rows_per_file: bench.rows,
-        services: 24,
+        services: SERVICES,
         seed: 7,
         wide: false,
     };
     eprintln!("generating {} files x {} rows ...", bench.files, bench.rows);
     let generated = generate_partition(&store, &Layout::default(), &partition, &spec).await?;
-    let service = service_names(24).get(6).cloned().unwrap_or_default();
+    let services = service_names(SERVICES);
+    let service = services.get(6).cloned().unwrap_or_default();
     let window = window_for(&partition, &service);
     let caps = std::iter::once(None).chain(bench.max_rows.map(Some));
     let layouts: Vec<(usize, Option<u64>)> = caps
@@ -192,7 +235,8 @@ pub async fn run_range_bench(bench: &RangeBench<'_>) -> Result<ExitCode> {
                 .map(|n| format!(", at most {n} rows per row group"))
                 .unwrap_or_default()
         );
-        let result = measure_layout(bench, &store, &partition, &window, layout_of).await?;
+        let result =
+            measure_layout(bench, &store, &partition, &window, &services, layout_of).await?;
         if let Some(first) = results.first()
             && !same_answers(first, &result)
         {
@@ -205,6 +249,8 @@ pub async fn run_range_bench(bench: &RangeBench<'_>) -> Result<ExitCode> {
     let _ = std::fs::remove_dir_all(bench.dir);
     if bench.json {
         let out = serde_json::json!({
+            "get_latency_ms": bench.get_latency.as_secs_f64() * 1000.0,
+            "get_bandwidth_bytes_per_second": bench.get_bandwidth,
             "input_files": bench.files,
             "input_rows": generated.rows,
             "input_bytes": generated.bytes,
@@ -215,45 +261,49 @@ pub async fn run_range_bench(bench: &RangeBench<'_>) -> Result<ExitCode> {
         });
         println!("{out}");
     } else {
-        print!("{}", render(&results, &service));
+        print!("{}", render(bench, &results, &service));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn same_answers(a: &LayoutResult, b: &LayoutResult) -> bool {
-    a.window_rows.rows == b.window_rows.rows
-        && a.window_count.rows == b.window_count.rows
-        && a.scan_two_columns.rows == b.scan_two_columns.rows
+    QUERIES
+        .iter()
+        .all(|q| a.queries.get(q).map(|c| c.rows) == b.queries.get(q).map(|c| c.rows))
 }
 
-/// The results as a text table.
-fn render(results: &[LayoutResult], service: &str) -> String {
+/// The results as a text table, one line per query and layout.
+fn render(bench: &RangeBench<'_>, results: &[LayoutResult], service: &str) -> String {
     let mut out = format!(
-        "window: service {service:?}, minutes 20-30; scan: time and service columns, every row\n\n"
+        "window: minutes 20-30 of the hour, service {service:?} or each of {SERVICES} in turn; \
+         scan: time and service columns, every row\n"
     );
     out.push_str(&format!(
-        "{:<16} {:>6} {:>11}   {:>26}   {:>26}   {:>28}\n",
-        "layout",
-        "groups",
-        "file bytes",
-        "window rows: GETs/bytes/ms",
-        "window count: GETs/bytes/ms",
-        "scan 2 columns: GETs/bytes/ms"
+        "each GET takes {} ms{}; ms: median of {} runs\n\n",
+        bench.get_latency.as_millis(),
+        bench
+            .get_bandwidth
+            .map(|b| format!(" + its bytes at {:.0} MiB/s", b as f64 / (1 << 20) as f64))
+            .unwrap_or_default(),
+        bench.repeat.max(1)
     ));
-    for r in results {
-        let name = match r.max_rows_per_row_group {
-            Some(n) => format!("blocks {}, {n} rows", r.row_groups_per_block),
-            None => format!("blocks {}", r.row_groups_per_block),
-        };
-        let cell = |c: &Cost| format!("{:>4} {:>11} {:>8.1}", c.requests, c.bytes_read, c.ms);
-        out.push_str(&format!(
-            "{name:<16} {:>6} {:>11}   {:>26}   {:>26}   {:>28}\n",
-            r.row_groups,
-            r.file_bytes,
-            cell(&r.window_rows),
-            cell(&r.window_count),
-            cell(&r.scan_two_columns),
-        ));
+    out.push_str(&format!(
+        "{:<28} {:<22} {:>6} {:>12} {:>6} {:>11} {:>9}\n",
+        "query", "layout", "groups", "file bytes", "GETs", "bytes read", "ms"
+    ));
+    for query in QUERIES {
+        for (i, r) in results.iter().enumerate() {
+            let label = if i == 0 { query_label(query) } else { "" };
+            let layout = match r.max_rows_per_row_group {
+                Some(n) => format!("blocks {}, {n} rows", r.row_groups_per_block),
+                None => format!("blocks {}", r.row_groups_per_block),
+            };
+            let c = r.queries.get(query).copied().unwrap_or_default();
+            out.push_str(&format!(
+                "{label:<28} {layout:<22} {:>6} {:>12} {:>6} {:>11} {:>9.1}\n",
+                r.row_groups, r.file_bytes, c.requests, c.bytes_read, c.ms
+            ));
+        }
     }
     out
 }
