@@ -299,7 +299,10 @@ async fn column_scan_reads_every_row_of_the_columns_asked_for() {
         .expect("scan");
     assert_eq!(before.rows, 10_000);
     assert_eq!(before.stats.files, 4);
-    assert_eq!(before.stats.row_groups_scanned, before.stats.row_groups_total);
+    assert_eq!(
+        before.stats.row_groups_scanned,
+        before.stats.row_groups_total
+    );
     // Reading one more column fetches more bytes.
     let wide = [two[0].clone(), two[1].clone(), "body".to_string()];
     let more = scan_columns(&store, &layout, &partition, &wide)
