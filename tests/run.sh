@@ -25,6 +25,21 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 OURIOS_COMPACT_BIN="$(cd "$target_dir" && pwd)/release/ourios-compact"
 export OURIOS_COMPACT_BIN
 
+# Block-layout files (1, 4 and 8 row groups per block; strings, dictionaries, nulls, a struct,
+# a list, page indexes, bloom filters) must read back identically in other readers.
+# $OURIOS_INTEROP_PYTHON, else python3, needs pyarrow, duckdb and polars (.ci/run installs them).
+echo "== interop: pyarrow, DuckDB and Polars read block-layout files"
+interop_python="${OURIOS_INTEROP_PYTHON:-python3}"
+if ! "$interop_python" -c 'import pyarrow, duckdb, polars' 2>/dev/null; then
+    echo "$interop_python lacks pyarrow, duckdb or polars: pip install them (see .ci/run)," >&2
+    echo "or point OURIOS_INTEROP_PYTHON at a Python that has them" >&2
+    exit 1
+fi
+interop_dir="$(mktemp -d)"
+cargo run --release -q -p ourios-compaction --example interop_fixtures -- "$interop_dir"
+"$interop_python" tests/interop/check_readers.py "$interop_dir"
+rm -rf "$interop_dir"
+
 server_pid=""
 server_dir=""
 stop_server() {

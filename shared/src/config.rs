@@ -192,6 +192,20 @@ mod tests {
     }
 
     #[test]
+    fn layout_settings_are_validated() {
+        let mut options = CompactOptions::new("/tmp");
+        assert_eq!(options.row_groups_per_block, DEFAULT_ROW_GROUPS_PER_BLOCK);
+        assert!(options.validate().is_ok());
+        options.row_groups_per_block = 0;
+        assert!(options.validate().is_err());
+        options.row_groups_per_block = 8;
+        options.max_rows_per_row_group = Some(0);
+        assert!(options.validate().is_err());
+        options.max_rows_per_row_group = Some(65_536);
+        assert!(options.validate().is_ok());
+    }
+
+    #[test]
     fn budget_from_memory() {
         assert_eq!(budget_for_function_memory(256), 64 << 20);
     }

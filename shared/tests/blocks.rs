@@ -107,7 +107,7 @@ fn the_plain_layout_is_byte_identical_to_arrow_writer() {
         assert!(metadata(&blocks).num_row_groups() > 3);
         assert!(
             blocks.as_ref() == reference.as_slice(),
-            "rg_bytes {rg_bytes}, max_rows {max_rows:?}: the plain layout differs from ArrowWriter's"
+            "rg_bytes {rg_bytes}, max_rows {max_rows:?}: plain layout differs from ArrowWriter"
         );
     }
 }

@@ -1,5 +1,6 @@
 //! Invariant 9: the same inputs give a byte-identical output whatever the listing order,
-//! the budget (no spill, spill, hierarchical merge) and the number of runtime threads.
+//! the budget (no spill, spill, hierarchical merge) and the number of runtime threads, in
+//! the plain layout and with row groups grouped in blocks.
 
 use std::sync::Arc;
 
@@ -43,6 +44,7 @@ fn compact(
     budget: u64,
     fan_in: usize,
     reversed: bool,
+    blocks: usize,
 ) -> (CompactionReport, Vec<u8>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
@@ -68,6 +70,10 @@ fn compact(
         options.budget_bytes = budget;
         options.merge_fan_in = fan_in;
         options.rg_bytes = Some(64 << 10);
+        options.row_groups_per_block = blocks;
+        if blocks > 1 {
+            options.max_rows_per_row_group = Some(1500);
+        }
         let report = compact_partition(&store, &layout, &partition, &options)
             .await
             .expect("compaction");
@@ -80,14 +86,20 @@ fn compact(
 
 #[test]
 fn byte_identical_across_listing_order_budget_and_threads() {
-    let (in_memory, reference) = compact(2, 64 << 20, 64, false);
+    for blocks in [1, 4, 8] {
+        assert_byte_identical(blocks);
+    }
+}
+
+fn assert_byte_identical(blocks: usize) {
+    let (in_memory, reference) = compact(2, 64 << 20, 64, false, blocks);
     assert_eq!(
         in_memory.runs_spilled, 0,
         "the large budget must skip spilling"
     );
-    assert!(in_memory.output.as_ref().expect("output").row_groups > 1);
+    assert!(in_memory.output.as_ref().expect("output").row_groups > blocks as u64);
 
-    let (spilled, bytes) = compact(1, 48 << 10, 3, true);
+    let (spilled, bytes) = compact(1, 48 << 10, 3, true, blocks);
     assert!(
         spilled.runs_spilled > 3,
         "a small budget must spill runs: {spilled:?}"
@@ -98,16 +110,16 @@ fn byte_identical_across_listing_order_budget_and_threads() {
     );
     assert_eq!(
         bytes, reference,
-        "spilled output differs from the in-memory one"
+        "blocks of {blocks}: spilled output differs from the in-memory one"
     );
     assert_eq!(
         spilled.output.as_ref().map(|o| &o.key),
         in_memory.output.as_ref().map(|o| &o.key)
     );
 
-    let (_, bytes) = compact(4, 300 << 10, 64, false);
+    let (_, bytes) = compact(4, 300 << 10, 64, false, blocks);
     assert_eq!(
         bytes, reference,
-        "output differs with 4 threads and another budget"
+        "blocks of {blocks}: output differs with 4 threads and another budget"
     );
 }

@@ -49,8 +49,19 @@ impl Fixture {
     }
 
     async fn compact(&self, rg_bytes: Option<u64>) -> CompactionReport {
+        self.compact_in_blocks(rg_bytes, 1, None).await
+    }
+
+    async fn compact_in_blocks(
+        &self,
+        rg_bytes: Option<u64>,
+        blocks: usize,
+        max_rows: Option<u64>,
+    ) -> CompactionReport {
         let mut options = CompactOptions::new(self.scratch.path());
         options.rg_bytes = rg_bytes;
+        options.row_groups_per_block = blocks;
+        options.max_rows_per_row_group = max_rows;
         let report = compact_partition(&self.store, &self.layout, &self.partition, &options)
             .await
             .expect("compaction");
@@ -129,6 +140,69 @@ async fn row_groups_rotate_at_the_threshold_and_declare_the_sort() {
         }
         previous_max = Some(max);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_group_each_columns_chunks_and_keep_the_rows() {
+    let plain = Fixture::new();
+    let grouped = Fixture::new();
+    let services = ["alpha", "bravo", "charlie", "delta"];
+    for i in 0..3 {
+        let rows: Vec<_> = (0..10_000)
+            .map(|r| {
+                let s = services[(r * 3 + i) % services.len()].to_string();
+                (Some(s), plain.start() + r as i64 * 100_000_000, r as i64)
+            })
+            .collect();
+        let bytes = parquet_bytes(&[rows_batch(&rows)], 4_000);
+        plain.put(&format!("f{i}.parquet"), bytes.clone()).await;
+        grouped.put(&format!("f{i}.parquet"), bytes).await;
+    }
+    let threshold = Some(32 << 10);
+    let plain_out = plain.compact(threshold).await.output.expect("output");
+    let report = grouped.compact_in_blocks(threshold, 4, None).await;
+    let out = report.output.expect("output");
+    assert_ne!(
+        out.key, plain_out.key,
+        "the layout is part of the output name"
+    );
+    assert_eq!(
+        out.row_groups, plain_out.row_groups,
+        "blocks move bytes, not boundaries"
+    );
+    assert_eq!(
+        read_parquet(&grouped.store, &out.key).await,
+        read_parquet(&plain.store, &plain_out.key).await
+    );
+    let meta = SerializedFileReader::new(get_bytes(&grouped.store, &out.key).await)
+        .expect("footer")
+        .metadata()
+        .clone();
+    let groups = meta.num_row_groups();
+    assert!(
+        groups > 4 && groups as u64 == out.row_groups,
+        "{groups} row groups"
+    );
+    let mut position = 4;
+    for block in (0..groups).collect::<Vec<_>>().chunks(4) {
+        for column in 0..meta.file_metadata().schema_descr().num_columns() {
+            for &rg in block {
+                let (start, length) = meta.row_group(rg).column(column).byte_range();
+                assert_eq!(start, position, "rg {rg} column {column}");
+                position = start + length;
+            }
+        }
+        for &rg in block {
+            let first = meta.row_group(rg).column(0).byte_range().0;
+            assert_eq!(meta.row_group(rg).file_offset(), Some(first as i64));
+        }
+    }
+    let bloom = meta
+        .row_group(0)
+        .column(0)
+        .bloom_filter_offset()
+        .expect("bloom");
+    assert_eq!(bloom as u64, position, "bloom filters after the last block");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,18 +332,30 @@ async fn schemas_union_across_encodings_and_evolution() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_files_merge_with_the_compacted_file_and_reruns_are_noops() {
+    for blocks in [1, 4] {
+        late_files_merge(blocks).await;
+    }
+}
+
+/// A compacted file laid out `blocks` row groups per block is read back as a sorted run.
+async fn late_files_merge(blocks: usize) {
     let f = Fixture::new();
+    // Small row groups with blocks, so the compacted file read back as a run has several.
+    let max_rows = (blocks > 1).then_some(60);
     let s = f.start();
     let first: Vec<_> = (0..500)
         .map(|r| (Some(format!("svc{}", r % 3)), s + r, r))
         .collect();
     f.put("a.parquet", parquet_bytes(&[rows_batch(&first)], 1000))
         .await;
-    let one = f.compact(None).await;
+    let one = f.compact_in_blocks(None, blocks, max_rows).await;
     assert_eq!(one.status, Status::Compacted);
+    if blocks > 1 {
+        assert!(one.output.as_ref().expect("output").row_groups > blocks as u64);
+    }
     let first_out = one.output.expect("output").key;
 
-    let again = f.compact(None).await;
+    let again = f.compact_in_blocks(None, blocks, max_rows).await;
     assert_eq!(
         again.status,
         Status::Noop,
@@ -290,7 +376,7 @@ async fn late_files_merge_with_the_compacted_file_and_reruns_are_noops() {
         "the late file is live next to the compacted one"
     );
 
-    let two = f.compact(None).await;
+    let two = f.compact_in_blocks(None, blocks, max_rows).await;
     assert_eq!(two.status, Status::Compacted);
     assert_eq!(two.inputs.files, 2);
     assert_eq!(two.inputs.rows, 800);

@@ -2,7 +2,8 @@
 //! by the memory gauge, for the shapes that broke earlier designs: many small, highly
 //! compressible inputs whose encoded total is far below B while their decoded rows exceed
 //! it (the seed's 1,555-file production failure); wide rows (40 attributes of 250 bytes);
-//! and one huge input file with a single row group.
+//! and one huge input file with a single row group. Each shape runs in the plain layout and
+//! with row groups grouped in blocks of 8.
 
 use std::sync::Arc;
 
@@ -56,11 +57,15 @@ fn batch(
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("batch")
 }
 
+/// Output row groups per block each shape is compacted with.
+const BLOCKS: [usize; 2] = [1, 8];
+
 async fn run(
     files: Vec<RecordBatch>,
     rows_per_group: usize,
     budget: u64,
     fan_in: usize,
+    blocks: usize,
 ) -> (CompactionReport, u64) {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
     let layout = Layout::default();
@@ -76,6 +81,7 @@ async fn run(
     let mut options = CompactOptions::new(scratch.path());
     options.budget_bytes = budget;
     options.merge_fan_in = fan_in;
+    options.row_groups_per_block = blocks;
     let report = compact_partition(&store, &layout, &partition, &options)
         .await
         .expect("compaction");
@@ -100,13 +106,15 @@ async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
         decoded > 4 * budget,
         "fixture: decoded {decoded} must dwarf B {budget}"
     );
-    let (report, _) = run(files, 1000, budget, 64).await;
-    assert!(report.runs_spilled > 1, "{report:?}");
-    assert!(
-        report.peak_decoded_bytes <= budget + budget / 2 + MIB / 2,
-        "peak {} over B {budget} plus one batch",
-        report.peak_decoded_bytes
-    );
+    for blocks in BLOCKS {
+        let (report, _) = run(files.clone(), 1000, budget, 64, blocks).await;
+        assert!(report.runs_spilled > 1, "{report:?}");
+        assert!(
+            report.peak_decoded_bytes <= budget + budget / 2 + MIB / 2,
+            "blocks of {blocks}: peak {} over B {budget} plus one batch",
+            report.peak_decoded_bytes
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,17 +124,19 @@ async fn wide_rows_merge_within_the_byte_budget() {
         .map(|i| batch(&partition, 1500, 40, 250, i))
         .collect();
     let budget = 8 * MIB;
-    let (report, _) = run(files, 500, budget, 4).await;
-    assert!(report.runs_spilled > 4, "{report:?}");
-    assert!(
-        report.merge_passes > 1,
-        "fan-in 4 must merge hierarchically: {report:?}"
-    );
-    assert!(
-        report.peak_decoded_bytes <= budget + budget / 2 + MIB,
-        "peak {} over B {budget}",
-        report.peak_decoded_bytes
-    );
+    for blocks in BLOCKS {
+        let (report, _) = run(files.clone(), 500, budget, 4, blocks).await;
+        assert!(report.runs_spilled > 4, "{report:?}");
+        assert!(
+            report.merge_passes > 1,
+            "fan-in 4 must merge hierarchically: {report:?}"
+        );
+        assert!(
+            report.peak_decoded_bytes <= budget + budget / 2 + MIB,
+            "blocks of {blocks}: peak {} over B {budget}",
+            report.peak_decoded_bytes
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,11 +146,13 @@ async fn one_huge_input_with_a_single_row_group_is_read_in_batches() {
     let decoded = batch_memory_bytes(&file);
     let budget = 4 * MIB;
     assert!(decoded > 20 * budget, "fixture: decoded {decoded}");
-    let (report, _) = run(vec![file], usize::MAX, budget, 64).await;
-    assert!(report.runs_spilled > 5, "{report:?}");
-    assert!(
-        report.peak_decoded_bytes <= budget + budget / 2 + MIB / 2,
-        "peak {} over B {budget}",
-        report.peak_decoded_bytes
-    );
+    for blocks in BLOCKS {
+        let (report, _) = run(vec![file.clone()], usize::MAX, budget, 64, blocks).await;
+        assert!(report.runs_spilled > 5, "{report:?}");
+        assert!(
+            report.peak_decoded_bytes <= budget + budget / 2 + MIB / 2,
+            "blocks of {blocks}: peak {} over B {budget}",
+            report.peak_decoded_bytes
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Property tests of the external sort through the whole driver, on an in-memory store:
-//! under any budget and fan-in the output holds exactly the input rows, in key order, with
-//! equal keys in tie-break order (input ordinal by basename, then row ordinal).
+//! under any budget, fan-in and output layout (row groups per block, row cap) the output
+//! holds exactly the input rows, in key order, with equal keys in tie-break order (input
+//! ordinal by basename, then row ordinal).
 
 use std::sync::Arc;
 
@@ -12,7 +13,10 @@ use ourios_compaction::config::CompactOptions;
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{TestRow, parquet_bytes, put_bytes, read_parquet, rows_batch};
+use ourios_compaction::testing::{
+    TestRow, get_bytes, parquet_bytes, put_bytes, read_parquet, rows_batch,
+};
+use parquet::file::reader::{FileReader, SerializedFileReader};
 use proptest::prelude::*;
 
 const SERVICES: [Option<&str>; 5] = [None, Some("a"), Some("ab"), Some("b"), Some("zz")];
@@ -41,7 +45,25 @@ fn files_strategy() -> impl Strategy<Value = Vec<Vec<(usize, i64)>>> {
     )
 }
 
-fn run_case(files: Vec<Vec<(usize, i64)>>, budget: u64, fan_in: usize, rows_per_group: usize) {
+/// The output layout of a case: row groups per block and the row cap per row group.
+#[derive(Debug, Clone, Copy)]
+struct OutputLayout {
+    blocks: usize,
+    max_rows: Option<u64>,
+}
+
+const PLAIN: OutputLayout = OutputLayout {
+    blocks: 1,
+    max_rows: None,
+};
+
+fn run_case(
+    files: Vec<Vec<(usize, i64)>>,
+    budget: u64,
+    fan_in: usize,
+    rows_per_group: usize,
+    output: OutputLayout,
+) {
     let partition = PartitionId::parse("t", "2026-11-29T10").expect("partition");
     let (start, _) = partition.time_range_nanos();
     let mut tag = 0;
@@ -78,13 +100,28 @@ fn run_case(files: Vec<Vec<(usize, i64)>>, budget: u64, fan_in: usize, rows_per_
         let mut options = CompactOptions::new(scratch.path());
         options.budget_bytes = budget;
         options.merge_fan_in = fan_in;
+        options.row_groups_per_block = output.blocks;
+        options.max_rows_per_row_group = output.max_rows;
         let report = compact_partition(&store, &layout, &partition, &options)
             .await
             .expect("compaction runs");
         assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
         let out = report.output.expect("an output");
         let batches = read_parquet(&store, &out.key).await;
-        assert_eq!(tags(&batches), expected_order(&files));
+        assert_eq!(tags(&batches), expected_order(&files), "{output:?}");
+        let footer = SerializedFileReader::new(get_bytes(&store, &out.key).await).expect("footer");
+        let row_groups = footer.metadata().row_groups();
+        assert_eq!(
+            out.row_groups,
+            row_groups.len() as u64,
+            "the report counts row groups"
+        );
+        if let Some(max) = output.max_rows {
+            assert!(
+                row_groups.iter().all(|rg| rg.num_rows() as u64 <= max),
+                "row cap {max}"
+            );
+        }
         let leftover: Vec<_> = std::fs::read_dir(scratch.path().join("ourios-compaction"))
             .map(|d| d.flatten().collect())
             .unwrap_or_default();
@@ -101,8 +138,11 @@ proptest! {
         budget_kib in 16u64..256,
         fan_in in 2usize..6,
         rows_per_group in 1usize..200,
+        blocks in prop::sample::select(vec![1usize, 2, 4, 8]),
+        max_rows in prop::option::of(1u64..300),
     ) {
-        run_case(files, budget_kib << 10, fan_in, rows_per_group);
+        let output = OutputLayout { blocks, max_rows };
+        run_case(files, budget_kib << 10, fan_in, rows_per_group, output);
     }
 }
 
@@ -113,5 +153,6 @@ fn fits_in_memory_without_spilling() {
         64 << 20,
         64,
         10,
+        PLAIN,
     );
 }

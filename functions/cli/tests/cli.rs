@@ -1,5 +1,6 @@
 //! The CLI contract, run as a child process the way outside tools call it: flags, the JSON
-//! report, exit codes, and the peak memory of real-sized partitions under a 64 MiB budget.
+//! report, exit codes, the block layout flags, and the peak memory of real-sized partitions
+//! under a 64 MiB budget (plain and in blocks).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -214,9 +215,78 @@ fn a_bad_input_gives_partial_with_exit_zero() {
     );
 }
 
+#[test]
+fn blocks_and_a_row_cap_shape_the_output() {
+    let dir = tempfile::tempdir().expect("dir");
+    generate(
+        dir.path(),
+        "acme",
+        &["--files", "6", "--rows", "2000", "--services", "5"],
+    );
+    for bad in [
+        ["--row-groups-per-block", "0"],
+        ["--max-rows-per-row-group", "0"],
+        ["--row-groups-per-block", "many"],
+    ] {
+        let store = dir.path().to_string_lossy().to_string();
+        let mut args = vec![
+            "compact", "--store", &store, "--tenant", "acme", "--hour", HOUR,
+        ];
+        args.extend_from_slice(&bad);
+        let out = run(&args);
+        assert!(!out.status.success(), "{bad:?} must fail");
+    }
+    let (out, report) = compact(
+        dir.path(),
+        "acme",
+        &[
+            "--rg-bytes",
+            "1MiB",
+            "--row-groups-per-block",
+            "4",
+            "--max-rows-per-row-group",
+            "500",
+        ],
+    );
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["status"], "compacted");
+    let output = &report["output"];
+    let key = output["key"].as_str().expect("key");
+    let file = std::fs::File::open(dir.path().join(key)).expect("output file");
+    let reader = parquet::file::serialized_reader::SerializedFileReader::new(file).expect("footer");
+    let meta = parquet::file::reader::FileReader::metadata(&reader);
+    let groups = meta.num_row_groups();
+    assert_eq!(
+        output["row_groups"], groups as u64,
+        "the report counts row groups"
+    );
+    assert!(groups >= 12_000 / 500, "{groups} row groups");
+    assert!(meta.row_groups().iter().all(|rg| rg.num_rows() <= 500));
+    let mut position = 4;
+    for block in (0..groups).collect::<Vec<_>>().chunks(4) {
+        for column in 0..meta.file_metadata().schema_descr().num_columns() {
+            for &rg in block {
+                let (start, length) = meta.row_group(rg).column(column).byte_range();
+                assert_eq!(
+                    start, position,
+                    "rg {rg} column {column} continues its block"
+                );
+                position = start + length;
+            }
+        }
+    }
+}
+
 /// Peak RSS of the child, from its own report, for the stress shapes at a 64 MiB budget.
 fn assert_peak_rss_under(store: &Path, tenant: &str, bound: u64) -> Value {
-    let (out, report) = compact(store, tenant, &["--memory-budget", "64MiB"]);
+    assert_peak_rss_under_with(store, tenant, bound, &[])
+}
+
+/// [`assert_peak_rss_under`] with extra compact flags.
+fn assert_peak_rss_under_with(store: &Path, tenant: &str, bound: u64, extra: &[&str]) -> Value {
+    let mut args = vec!["--memory-budget", "64MiB"];
+    args.extend_from_slice(extra);
+    let (out, report) = compact(store, tenant, &args);
     assert!(out.status.success(), "{report}");
     assert_eq!(report["status"], "compacted", "{report}");
     let rss = report["peak_rss_bytes"].as_u64().expect("rss");
@@ -262,6 +332,20 @@ fn stress_shapes_stay_under_256_mib_with_a_64_mib_budget() {
             "{tenant} must spill: {report}"
         );
     }
+    // The huge file again, its row groups grouped in blocks of 8: a block of the 8 MiB-class
+    // row groups outgrows the in-memory staging and goes to scratch.
+    generate(
+        dir.path(),
+        "huge-blocks",
+        &["--files", "1", "--rows", "2000000", "--services", "40"],
+    );
+    let report = assert_peak_rss_under_with(
+        dir.path(),
+        "huge-blocks",
+        256 * MIB,
+        &["--row-groups-per-block", "8"],
+    );
+    assert!(report["output"]["row_groups"].as_u64().expect("row groups") > 8);
 }
 
 #[test]

@@ -15,8 +15,10 @@
 //!
 //! **Memory.** The open row group is encoded in memory, as with `ArrowWriter`. Closed row groups
 //! of the open block are staged: in memory up to [`STAGING_MEMORY_BYTES`] (by default), in one
-//! scratch file beyond it, so a block adds at most that to the writer's memory whatever its size. The output
-//! is streamed: each block is copied to the sink as soon as it is complete.
+//! scratch file beyond it, so a block adds at most that to the writer's memory whatever its
+//! size. The output streams: each block goes to the sink as soon as it is complete. Bloom
+//! filters (about 2 KiB per row group) and page indexes wait in memory for the end of the file,
+//! as they do in `ArrowWriter`.
 
 mod footer;
 mod staging;

@@ -100,7 +100,7 @@ pub fn log_fixture(rows: usize, start_nanos: i64) -> RecordBatch {
         }
         if i % 7 != 6 {
             for k in 0..(1 + n % 3) {
-                if (i + k as usize) % 19 == 0 {
+                if (i + k as usize).is_multiple_of(19) {
                     tags.values().append_null();
                 } else {
                     tags.values()
@@ -111,7 +111,7 @@ pub fn log_fixture(rows: usize, start_nanos: i64) -> RecordBatch {
         tags.append(true);
     }
     let tags = tags.finish();
-    let ok = BooleanArray::from_iter((0..rows).map(|i| Some(noise[i] % 3 != 0)));
+    let ok = BooleanArray::from_iter((0..rows).map(|i| Some(!noise[i].is_multiple_of(3))));
 
     let schema = Schema::new(vec![
         Field::new("service.name", DataType::Utf8, true),
