@@ -61,11 +61,6 @@ impl PlannedReader {
         self
     }
 
-    /// The object's key.
-    pub fn key(&self) -> &Path {
-        &self.key
-    }
-
     /// Loads the footer and, when present, the page indexes.
     pub async fn load_metadata(&mut self) -> Result<Arc<ParquetMetaData>> {
         let size = match self.size {
@@ -104,7 +99,13 @@ impl PlannedReader {
     /// Fetches block `b`: one GET per request.
     async fn fetch_block(&self, b: usize) -> object_store::Result<Vec<Bytes>> {
         let requests = self.plan.blocks[b].requests.clone();
-        tracing::debug!(key = %self.key, block = b, row_groups = ?self.plan.blocks[b].row_groups, ?requests, "fetch block");
+        tracing::debug!(
+            key = %self.key,
+            block = b,
+            row_groups = ?self.plan.blocks[b].row_groups,
+            ?requests,
+            "fetch block"
+        );
         futures::stream::iter(requests)
             .map(|r| {
                 let (store, key) = (Arc::clone(&self.store), self.key.clone());
