@@ -80,7 +80,10 @@
 //! | [`settings`] | the functions' settings from named variables |
 //! | [`metrics`] | CloudWatch embedded-metric-format lines |
 //! | [`query`] | the window query with pruning statistics |
+//! | [`scan`] | the full scan of some columns of a partition |
 //! | [`counting`] | a store wrapper counting read requests |
+//! | [`read_plan`] | the byte ranges a scan fetches, from footer offsets (fetch blocks) |
+//! | [`planned_reader`] | the Parquet reader of one object, serving reads from a read plan |
 //! | [`alignment`] | row-group boundaries at large services' edges |
 //!
 //! The sort runs on a blocking section of a multi-threaded Tokio runtime
@@ -109,10 +112,13 @@ pub mod merge;
 pub mod metrics;
 pub mod partition;
 pub mod plan;
+pub mod planned_reader;
 pub mod prune;
 pub mod query;
+pub mod read_plan;
 pub mod report;
 pub mod runs;
+pub mod scan;
 pub mod schema;
 pub mod settings;
 pub mod sink;

@@ -5,7 +5,8 @@
 //! of the service column, then by page with the page indexes of the key columns; only the
 //! surviving pages are fetched and decoded, and their rows are filtered exactly, so the
 //! answer equals a full scan's whatever the layout (old unsorted files just prune less).
-//! Every read goes through a [`CountingStore`], so the statistics report real requests.
+//! Reads follow a [`ReadPlan`] (row groups stored back to back share requests) and go
+//! through a [`CountingStore`], so the statistics report real requests.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -13,18 +14,14 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::{cast, concat_batches, filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Int64Type, SchemaRef};
-use bytes::Bytes;
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
+use object_store::ObjectStore;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
 };
-use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
-use parquet::errors::ParquetError;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use serde::Serialize;
 
@@ -34,7 +31,9 @@ use crate::error::{Error, Result};
 use crate::inspect::parquet_store_error;
 use crate::manifest::partition_files;
 use crate::partition::{HOUR_NANOS, Layout, PartitionId};
+use crate::planned_reader::PlannedReader;
 use crate::prune::{WindowPredicate, leaf_column_index, may_match};
+use crate::read_plan::{DEFAULT_MAX_BLOCK_BYTES, ReadPlan, projected_leaves};
 use crate::store::Store;
 
 /// A window query.
@@ -156,11 +155,7 @@ struct FileQuery<'a> {
 impl FileQuery<'_> {
     /// Prunes, reads and filters one file; returns its matching rows.
     async fn run(&self, stats: &mut QueryStats) -> Result<Option<RecordBatch>> {
-        let mut reader = StoreFileReader {
-            store: Arc::clone(self.store),
-            key: self.key.clone(),
-            size: None,
-        };
+        let mut reader = PlannedReader::new(Arc::clone(self.store), self.key.clone());
         let metadata = reader.load_metadata().await?;
         let schema_descr = metadata.file_metadata().schema_descr();
         let time_leaf = leaf_column_index(schema_descr, &self.keys.time);
@@ -170,14 +165,14 @@ impl FileQuery<'_> {
 
         let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
             .map_err(|e| Error::parquet(self.key.to_string(), e))?;
-        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, arrow);
+        let mut blooms = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, arrow.clone());
         let mut surviving = Vec::new();
         for (i, rg) in metadata.row_groups().iter().enumerate() {
             if !may_match(rg, time_leaf, service_leaf, self.predicate) {
                 continue;
             }
             if let (Some(service), Some(leaf)) = (&self.predicate.service, service_leaf) {
-                let bloom = builder
+                let bloom = blooms
                     .get_row_group_column_bloom_filter(i, leaf)
                     .await
                     .map_err(|e| parquet_store_error("get", &self.key, e))?;
@@ -189,39 +184,41 @@ impl FileQuery<'_> {
         }
         // Page indexes can rule out a row group its statistics could not (a boundary group
         // whose time range spans the hour because of a neighbouring service).
-        let mut selectors = Vec::new();
-        let mut scanned = Vec::new();
+        let (mut scanned, mut selection) = (Vec::new(), Vec::new());
         for rg in surviving {
+            let rows = row_count(&metadata, rg);
+            let mut selectors = Vec::new();
             match row_group_pages(&metadata, rg, time_leaf, service_leaf, self.predicate) {
                 Some(ranges) if ranges.is_empty() => continue,
-                Some(ranges) => push_selectors(&mut selectors, &ranges, row_count(&metadata, rg)),
-                None => push_selectors(
-                    &mut selectors,
-                    std::slice::from_ref(&(0..row_count(&metadata, rg))),
-                    row_count(&metadata, rg),
-                ),
+                Some(ranges) => push_selectors(&mut selectors, &ranges, rows),
+                None => push_selectors(&mut selectors, std::slice::from_ref(&(0..rows)), rows),
             }
-            scanned.push(rg);
+            selection.extend(selectors.iter().copied());
+            scanned.push((rg, Some(RowSelection::from(selectors))));
         }
         stats.row_groups_scanned += scanned.len() as u64;
         stats.row_groups_pruned += (num_row_groups - scanned.len()) as u64;
         if scanned.is_empty() {
             return Ok(None);
         }
-        builder = builder
-            .with_row_groups(scanned)
-            .with_batch_size(8192)
-            .with_row_selection(RowSelection::from(selectors));
-        if self.keys_only {
+        let mask = if self.keys_only {
             // Counting needs only the key columns: fetch no other column chunk.
-            let arrow_schema = builder.schema().clone();
             let roots: Vec<usize> = [&self.keys.time, &self.keys.service]
                 .into_iter()
-                .filter_map(|name| arrow_schema.index_of(name).ok())
+                .filter_map(|name| arrow.schema().index_of(name).ok())
                 .collect();
-            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-            builder = builder.with_projection(mask);
-        }
+            ProjectionMask::roots(schema_descr, roots)
+        } else {
+            ProjectionMask::all()
+        };
+        let leaves = projected_leaves(&metadata, &mask);
+        let plan = ReadPlan::from_footer(&metadata, &scanned, &leaves, DEFAULT_MAX_BLOCK_BYTES);
+        let reader = PlannedReader::new(Arc::clone(self.store), self.key.clone()).with_plan(plan);
+        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, arrow)
+            .with_row_groups(scanned.into_iter().map(|(rg, _)| rg).collect())
+            .with_batch_size(8192)
+            .with_row_selection(RowSelection::from(selection))
+            .with_projection(mask);
         let mut stream = builder
             .build()
             .map_err(|e| Error::parquet(self.key.to_string(), e))?;
@@ -445,68 +442,4 @@ fn intersect(a: &[Range<usize>], b: &[Range<usize>]) -> Vec<Range<usize>> {
     }
     out.sort_by_key(|r| r.start);
     out
-}
-
-/// Reads one object for the async Parquet reader, through the counting store.
-struct StoreFileReader {
-    store: Arc<dyn ObjectStore>,
-    key: Path,
-    size: Option<u64>,
-}
-
-impl StoreFileReader {
-    async fn load_metadata(&mut self) -> Result<Arc<ParquetMetaData>> {
-        let size = self
-            .store
-            .head(&self.key)
-            .await
-            .map_err(|e| Error::store("head", &self.key, e))?
-            .size;
-        self.size = Some(size);
-        let metadata = ParquetMetaDataReader::new()
-            .with_page_index_policy(PageIndexPolicy::Optional)
-            .load_and_finish(&mut *self, size)
-            .await
-            .map_err(|e| parquet_store_error("get", &self.key, e))?;
-        Ok(Arc::new(metadata))
-    }
-}
-
-impl AsyncFileReader for StoreFileReader {
-    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        let (store, key) = (Arc::clone(&self.store), self.key.clone());
-        async move {
-            store
-                .get_range(&key, range)
-                .await
-                .map_err(|e| ParquetError::External(Box::new(e)))
-        }
-        .boxed()
-    }
-
-    fn get_byte_ranges(
-        &mut self,
-        ranges: Vec<Range<u64>>,
-    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        let (store, key) = (Arc::clone(&self.store), self.key.clone());
-        async move {
-            store
-                .get_ranges(&key, &ranges)
-                .await
-                .map_err(|e| ParquetError::External(Box::new(e)))
-        }
-        .boxed()
-    }
-
-    fn get_metadata<'a>(
-        &'a mut self,
-        _options: Option<&'a ArrowReaderOptions>,
-    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
-        async move {
-            self.load_metadata()
-                .await
-                .map_err(|e| ParquetError::External(Box::new(e)))
-        }
-        .boxed()
-    }
 }

@@ -18,6 +18,7 @@ use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::prune::{WindowPredicate, count_row_groups};
 use ourios_compaction::query::{WindowQuery, query_window};
+use ourios_compaction::scan::scan_columns;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{get_bytes, read_parquet};
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -283,4 +284,55 @@ async fn assert_rfc0036_2_bound(blocks: usize) {
         control_broke_the_bound,
         "the bound must catch an unsorted file"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn column_scan_reads_every_row_of_the_columns_asked_for() {
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let layout = Layout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let spec = GenerateSpec {
+        files: 4,
+        rows_per_file: 2500,
+        services: 6,
+        seed: 9,
+        wide: false,
+    };
+    generate_partition(&store, &layout, &partition, &spec)
+        .await
+        .expect("generate");
+    let keys = KeyColumns::default();
+    let two = [keys.time.clone(), keys.service.clone()];
+    let before = scan_columns(&store, &layout, &partition, &two)
+        .await
+        .expect("scan");
+    assert_eq!(before.rows, 10_000);
+    assert_eq!(before.stats.files, 4);
+    assert_eq!(
+        before.stats.row_groups_scanned,
+        before.stats.row_groups_total
+    );
+    // Reading one more column fetches more bytes.
+    let wide = [two[0].clone(), two[1].clone(), "body".to_string()];
+    let more = scan_columns(&store, &layout, &partition, &wide)
+        .await
+        .expect("scan");
+    assert_eq!(more.rows, 10_000);
+    assert!(more.stats.bytes_read > before.stats.bytes_read);
+
+    let scratch = tempfile::tempdir().expect("scratch");
+    compact_partition(
+        &store,
+        &layout,
+        &partition,
+        &CompactOptions::new(scratch.path()),
+    )
+    .await
+    .expect("compact");
+    let after = scan_columns(&store, &layout, &partition, &two)
+        .await
+        .expect("scan");
+    assert_eq!(after.rows, 10_000);
+    assert_eq!(after.stats.files, 1);
+    assert!(after.stats.requests < before.stats.requests);
 }

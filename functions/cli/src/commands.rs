@@ -227,6 +227,34 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             repeat,
             json,
         } => crate::demo::run_bench(&store, files, rows, &memory_budget, repeat, json).await,
+        Command::BenchRanges {
+            store,
+            files,
+            rows,
+            blocks,
+            max_rows,
+            rg_bytes,
+            memory_budget,
+            repeat,
+            get_latency,
+            get_bandwidth,
+            json,
+        } => {
+            let bench = crate::ranges::RangeBench {
+                dir: &store,
+                files,
+                rows,
+                blocks,
+                max_rows,
+                rg_bytes,
+                memory_budget,
+                repeat,
+                get_latency: parse_duration(&get_latency)?,
+                get_bandwidth: get_bandwidth.as_deref().map(parse_size).transpose()?,
+                json,
+            };
+            crate::ranges::run_range_bench(&bench).await
+        }
     }
 }
 

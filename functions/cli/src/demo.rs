@@ -18,7 +18,7 @@ use ourios_compaction::{Error, Result};
 const MARKER: &str = ".ourios-demo-store";
 
 /// Creates (or resets) a directory store that only this tool writes to.
-fn fresh_store(dir: &FsPath) -> Result<Store> {
+pub(crate) fn fresh_store(dir: &FsPath) -> Result<Store> {
     if dir.exists() {
         let is_ours = dir.join(MARKER).exists();
         let is_empty = std::fs::read_dir(dir)
@@ -73,7 +73,8 @@ async fn shape(
     })
 }
 
-fn window_for(partition: &PartitionId, service: &str) -> WindowQuery {
+/// A one-service window over minutes 20-30 of the partition's hour, counting only.
+pub(crate) fn window_for(partition: &PartitionId, service: &str) -> WindowQuery {
     let (start, _) = partition.time_range_nanos();
     WindowQuery {
         tenant: partition.tenant().to_string(),

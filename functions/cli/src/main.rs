@@ -4,6 +4,8 @@ mod args;
 mod backfill;
 mod commands;
 mod demo;
+mod latency;
+mod ranges;
 
 use std::process::ExitCode;
 

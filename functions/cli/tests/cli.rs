@@ -354,3 +354,52 @@ fn stress_shapes_stay_under_256_mib_with_a_64_mib_budget() {
     );
     assert!(report["output"]["row_groups"].as_u64().expect("row groups") > 8);
 }
+
+#[test]
+fn bench_ranges_measures_each_layout_on_the_same_rows() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().join("ranges");
+    let out = run(&[
+        "bench-ranges",
+        "--store",
+        &store.to_string_lossy(),
+        "--files",
+        "4",
+        "--rows",
+        "20000",
+        "--rg-bytes",
+        "256KiB",
+        "--blocks",
+        "1,4",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = json(&out);
+    assert_eq!(result["input_rows"], 80_000);
+    let layouts = result["layouts"].as_array().expect("layouts");
+    assert_eq!(layouts.len(), 2);
+    let (plain, blocks) = (&layouts[0], &layouts[1]);
+    assert_eq!(plain["row_groups_per_block"], 1);
+    assert_eq!(blocks["row_groups_per_block"], 4);
+    assert!(plain["row_groups"].as_u64().expect("row groups") >= 8);
+    for query in [
+        "window_rows",
+        "window_count",
+        "window_every_service_rows",
+        "scan_two_columns",
+    ] {
+        let (a, b) = (&plain["queries"][query], &blocks["queries"][query]);
+        assert_eq!(a["rows"], b["rows"], "{query}");
+        assert!(a["requests"].as_u64().expect("requests") > 0, "{query}");
+    }
+    assert_eq!(plain["queries"]["scan_two_columns"]["rows"], 80_000);
+    let scan = |l: &Value| l["queries"]["scan_two_columns"]["requests"].as_u64();
+    assert!(scan(blocks) < scan(plain), "{result}");
+    assert!(!store.exists(), "the bench store is removed");
+}
