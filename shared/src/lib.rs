@@ -82,6 +82,7 @@
 //! | [`query`] | the window query with pruning statistics |
 //! | [`scan`] | the full scan of some columns of a partition |
 //! | [`counting`] | a store wrapper counting read requests |
+//! | [`observed_store`] | the pass-through store wrapper that reports each read |
 //! | [`read_plan`] | the byte ranges a scan fetches, from footer offsets (fetch blocks) |
 //! | [`planned_reader`] | the Parquet reader of one object, serving reads from a read plan |
 //! | [`alignment`] | row-group boundaries at large services' edges |
@@ -110,6 +111,7 @@ pub mod manifest;
 pub mod memory;
 pub mod merge;
 pub mod metrics;
+pub mod observed_store;
 pub mod partition;
 pub mod plan;
 pub mod planned_reader;

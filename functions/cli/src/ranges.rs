@@ -17,7 +17,7 @@ use ourios_compaction::{Error, Result};
 use serde::Serialize;
 
 use crate::demo::{fresh_store, window_for};
-use crate::latency::LatencyStore;
+use crate::latency::latency_store;
 
 /// Services in the generated partition (as `bench`).
 const SERVICES: usize = 24;
@@ -141,13 +141,8 @@ async fn measure_layout(
         });
     };
     // The queries read through the simulated network; the compaction above did not.
-    let remote = store.wrapped(|inner| {
-        Arc::new(LatencyStore::new(
-            inner,
-            bench.get_latency,
-            bench.get_bandwidth,
-        ))
-    });
+    let remote = store
+        .wrapped(|inner| Arc::new(latency_store(inner, bench.get_latency, bench.get_bandwidth)));
     let store = &remote;
     let rows_query = WindowQuery {
         limit: 100,
