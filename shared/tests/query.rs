@@ -25,6 +25,29 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 
 const MINUTE: i64 = 60_000_000_000;
 
+/// An in-memory store holding one generated hour of `files` files of `rows` rows.
+async fn generated_in_memory(
+    files: usize,
+    rows: usize,
+    services: usize,
+    seed: u64,
+) -> (Store, Layout, PartitionId) {
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let layout = Layout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let spec = GenerateSpec {
+        files,
+        rows_per_file: rows,
+        services,
+        seed,
+        wide: false,
+    };
+    generate_partition(&store, &layout, &partition, &spec)
+        .await
+        .expect("generate");
+    (store, layout, partition)
+}
+
 /// (service, time, body) of every row, sorted: a layout-independent identity of a row set.
 fn identities(batches: &[RecordBatch]) -> Vec<(Option<String>, i64, String)> {
     let mut out = Vec::new();
@@ -90,19 +113,7 @@ impl Lcg {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_equals_a_full_scan_before_and_after_compaction() {
-    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let spec = GenerateSpec {
-        files: 8,
-        rows_per_file: 3000,
-        services: 12,
-        seed: 5,
-        wide: false,
-    };
-    generate_partition(&store, &layout, &partition, &spec)
-        .await
-        .expect("generate");
+    let (store, layout, partition) = generated_in_memory(8, 3000, 12, 5).await;
     let services = service_names(12);
     let (start, _) = partition.time_range_nanos();
     let mut rng = Lcg(42);
@@ -288,19 +299,7 @@ async fn assert_rfc0036_2_bound(blocks: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn column_scan_reads_every_row_of_the_columns_asked_for() {
-    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let spec = GenerateSpec {
-        files: 4,
-        rows_per_file: 2500,
-        services: 6,
-        seed: 9,
-        wide: false,
-    };
-    generate_partition(&store, &layout, &partition, &spec)
-        .await
-        .expect("generate");
+    let (store, layout, partition) = generated_in_memory(4, 2500, 6, 9).await;
     let keys = KeyColumns::default();
     let two = [keys.time.clone(), keys.service.clone()];
     let before = scan_columns(&store, &layout, &partition, &two)

@@ -82,22 +82,24 @@ def expected_rows(rows, columns, predicate):
 # --- the readers ------------------------------------------------------------------------
 
 
+def condition(predicate, col):
+    """The predicate as an expression of a library whose column reference is `col`
+    (pyarrow's `pc.field`, Polars' `pl.col`): both build expressions the same way."""
+    if "status" in predicate:
+        return (col("status") == predicate["status"]) & (col("ok") == True)  # noqa: E712
+    service = col(SERVICE)
+    expression = (
+        service.is_null() if predicate["service"] is None else service == predicate["service"]
+    )
+    if predicate["window"] is not None:
+        low, high = predicate["window"]
+        expression = expression & (col(TIME) >= low) & (col(TIME) < high)
+    return expression
+
+
 def read_pyarrow(path, columns, predicate):
-    condition = None
-    if predicate is not None:
-        if "status" in predicate:
-            condition = (pc.field("status") == predicate["status"]) & (pc.field("ok") == True)  # noqa: E712
-        else:
-            service = pc.field(SERVICE)
-            condition = (
-                service.is_null()
-                if predicate["service"] is None
-                else service == predicate["service"]
-            )
-            if predicate["window"] is not None:
-                low, high = predicate["window"]
-                condition = condition & (pc.field(TIME) >= low) & (pc.field(TIME) < high)
-    return pq.read_table(path, columns=columns, filters=condition).to_pylist()
+    filters = None if predicate is None else condition(predicate, pc.field)
+    return pq.read_table(path, columns=columns, filters=filters).to_pylist()
 
 
 def quoted(column):
@@ -138,19 +140,7 @@ def read_duckdb(path, columns, predicate):
 def read_polars(path, columns, predicate):
     frame = pl.scan_parquet(path)
     if predicate is not None:
-        if "status" in predicate:
-            frame = frame.filter((pl.col("status") == predicate["status"]) & pl.col("ok"))
-        else:
-            service = pl.col(SERVICE)
-            condition = (
-                service.is_null()
-                if predicate["service"] is None
-                else service == predicate["service"]
-            )
-            if predicate["window"] is not None:
-                low, high = predicate["window"]
-                condition = condition & (pl.col(TIME) >= low) & (pl.col(TIME) < high)
-            frame = frame.filter(condition)
+        frame = frame.filter(condition(predicate, pl.col))
     if columns is not None:
         frame = frame.select(columns)
     return frame.collect().to_dicts()
