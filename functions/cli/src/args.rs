@@ -212,37 +212,14 @@ pub enum Command {
     },
     /// Measure sorted compaction against a plain rewrite of the same partition.
     Bench {
-        /// Directory for the benchmark store.
-        #[arg(long, default_value = "bench-store")]
-        store: PathBuf,
-        /// Files in the partition.
-        #[arg(long, default_value_t = 60)]
-        files: usize,
-        /// Rows per file.
-        #[arg(long, default_value_t = 50_000)]
-        rows: usize,
-        /// Decoded-row memory budget.
-        #[arg(long, default_value = "64MiB")]
-        memory_budget: String,
-        /// Repetitions of each measurement (the median is reported).
-        #[arg(long, default_value_t = 3)]
-        repeat: usize,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        bench: BenchArgs,
     },
     /// Count the range requests of a one-service window query and of a two-column scan on one
     /// partition compacted with row groups in blocks of each size asked for.
     BenchRanges {
-        /// Directory for the benchmark store.
-        #[arg(long, default_value = "bench-store")]
-        store: PathBuf,
-        /// Files in the partition.
-        #[arg(long, default_value_t = 60)]
-        files: usize,
-        /// Rows per file.
-        #[arg(long, default_value_t = 50_000)]
-        rows: usize,
+        #[command(flatten)]
+        bench: BenchArgs,
         /// Row groups per block of each layout, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
         blocks: Vec<usize>,
@@ -252,20 +229,34 @@ pub enum Command {
         /// Row-group threshold, e.g. 4MiB (default: adaptive).
         #[arg(long)]
         rg_bytes: Option<String>,
-        /// Decoded-row memory budget of the compactions.
-        #[arg(long, default_value = "64MiB")]
-        memory_budget: String,
-        /// Runs of each query (the median wall time is reported).
-        #[arg(long, default_value_t = 3)]
-        repeat: usize,
         /// Round trip added to every GET of the queries, e.g. 25ms (a remote store's latency).
         #[arg(long, default_value = "0ms")]
         get_latency: String,
         /// Transfer rate of each GET of the queries, per second, e.g. 100MiB (default: unlimited).
         #[arg(long)]
         get_bandwidth: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
+}
+
+/// The generated partition a benchmark measures, and how (`bench`, `bench-ranges`).
+#[derive(Debug, Args, Clone)]
+pub struct BenchArgs {
+    /// Directory for the benchmark store.
+    #[arg(long, default_value = "bench-store")]
+    pub store: PathBuf,
+    /// Files in the partition.
+    #[arg(long, default_value_t = 60)]
+    pub files: usize,
+    /// Rows per file.
+    #[arg(long, default_value_t = 50_000)]
+    pub rows: usize,
+    /// Decoded-row memory budget of the compactions.
+    #[arg(long, default_value = "64MiB")]
+    pub memory_budget: String,
+    /// Repetitions of each measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }

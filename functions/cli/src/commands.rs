@@ -219,41 +219,24 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             crate::backfill::run_backfill(&store, &request, &run).await
         }
         Command::Demo { store } => crate::demo::run_demo(&store).await,
-        Command::Bench {
-            store,
-            files,
-            rows,
-            memory_budget,
-            repeat,
-            json,
-        } => crate::demo::run_bench(&store, files, rows, &memory_budget, repeat, json).await,
+        Command::Bench { bench } => crate::demo::run_bench(&bench).await,
         Command::BenchRanges {
-            store,
-            files,
-            rows,
+            bench,
             blocks,
             max_rows,
             rg_bytes,
-            memory_budget,
-            repeat,
             get_latency,
             get_bandwidth,
-            json,
         } => {
-            let bench = crate::ranges::RangeBench {
-                dir: &store,
-                files,
-                rows,
+            let ranges = crate::ranges::RangeBench {
+                base: &bench,
                 blocks,
                 max_rows,
                 rg_bytes,
-                memory_budget,
-                repeat,
                 get_latency: parse_duration(&get_latency)?,
                 get_bandwidth: get_bandwidth.as_deref().map(parse_size).transpose()?,
-                json,
             };
-            crate::ranges::run_range_bench(&bench).await
+            crate::ranges::run_range_bench(&ranges).await
         }
     }
 }

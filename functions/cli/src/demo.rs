@@ -15,6 +15,8 @@ use ourios_compaction::query::{WindowQuery, query_window};
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 
+use crate::args::BenchArgs;
+
 const MARKER: &str = ".ourios-demo-store";
 
 /// Creates (or resets) a directory store that only this tool writes to.
@@ -167,14 +169,9 @@ fn median(mut values: Vec<u64>) -> u64 {
 }
 
 /// Sorted compaction versus a plain rewrite of the same partition, side by side.
-pub async fn run_bench(
-    dir: &FsPath,
-    files: usize,
-    rows: usize,
-    memory_budget: &str,
-    repeat: usize,
-    json: bool,
-) -> Result<ExitCode> {
+pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
+    let (dir, files, rows) = (args.store.as_path(), args.files, args.rows);
+    let (memory_budget, repeat, json) = (args.memory_budget.as_str(), args.repeat, args.json);
     let store = fresh_store(dir)?;
     let layout = Layout::default();
     let partition = PartitionId::parse("bench", "2026-11-29T10")?;

@@ -1,7 +1,6 @@
 //! `bench-ranges`: range requests of the window query and of a two-column scan on one
 //! partition compacted with row groups in blocks of 1, 4 and 8.
 
-use std::path::Path as FsPath;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +15,7 @@ use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 use serde::Serialize;
 
+use crate::args::BenchArgs;
 use crate::demo::{fresh_store, window_for};
 use crate::latency::latency_store;
 
@@ -24,28 +24,19 @@ const SERVICES: usize = 24;
 
 /// What to measure.
 pub struct RangeBench<'a> {
-    /// Directory of the benchmark store (created, and removed afterwards).
-    pub dir: &'a FsPath,
-    /// Ingest files generated.
-    pub files: usize,
-    /// Rows per ingest file.
-    pub rows: usize,
+    /// The partition, its store directory (created, and removed afterwards), the budget of
+    /// the compactions, the runs of each query and the output format.
+    pub base: &'a BenchArgs,
     /// Row groups per block of each layout measured.
     pub blocks: Vec<usize>,
     /// Row cap of a second set of layouts (the writer's `max_rows_per_row_group`).
     pub max_rows: Option<u64>,
     /// Row-group threshold (default: the adaptive one).
     pub rg_bytes: Option<String>,
-    /// Decoded-row budget of the compactions.
-    pub memory_budget: String,
-    /// Runs of each query (the median wall time is reported).
-    pub repeat: usize,
     /// Round trip added to every GET of the queries.
     pub get_latency: Duration,
     /// Transfer rate of each GET of the queries, bytes per second (`None`: unlimited).
     pub get_bandwidth: Option<u64>,
-    /// Print JSON.
-    pub json: bool,
 }
 
 /// One query's cost on one layout.
@@ -129,8 +120,8 @@ async fn measure_layout(
 ) -> Result<LayoutResult> {
     let layout = Layout::default();
     let keys = KeyColumns::default();
-    let mut options = CompactOptions::new(bench.dir.join(".scratch"));
-    options.budget_bytes = parse_size(&bench.memory_budget)?;
+    let mut options = CompactOptions::new(bench.base.store.join(".scratch"));
+    options.budget_bytes = parse_size(&bench.base.memory_budget)?;
     options.rg_bytes = bench.rg_bytes.as_deref().map(parse_size).transpose()?;
     options.row_groups_per_block = layout_of.0;
     options.max_rows_per_row_group = layout_of.1;
@@ -149,17 +140,17 @@ async fn measure_layout(
         ..window.clone()
     };
     let mut queries = std::collections::BTreeMap::new();
-    let cost = measure(bench.repeat, || async {
+    let cost = measure(bench.base.repeat, || async {
         Ok(query_window(store, &layout, &keys, &rows_query)
             .await?
             .stats)
     });
     queries.insert(QUERIES[0], cost.await?);
-    let cost = measure(bench.repeat, || async {
+    let cost = measure(bench.base.repeat, || async {
         Ok(query_window(store, &layout, &keys, window).await?.stats)
     });
     queries.insert(QUERIES[1], cost.await?);
-    let cost = measure(bench.repeat, || async {
+    let cost = measure(bench.base.repeat, || async {
         let mut total = QueryStats::default();
         for service in services {
             let query = WindowQuery {
@@ -176,7 +167,7 @@ async fn measure_layout(
     });
     queries.insert(QUERIES[2], cost.await?);
     let columns = [keys.time.clone(), keys.service.clone()];
-    let cost = measure(bench.repeat, || async {
+    let cost = measure(bench.base.repeat, || async {
         Ok(scan_columns(store, &layout, partition, &columns)
             .await?
             .stats)
@@ -184,7 +175,7 @@ async fn measure_layout(
     queries.insert(QUERIES[3], cost.await?);
     // Undo the commit so the next layout compacts the same inputs.
     for sub in ["compacted", "_compaction"] {
-        let _ = std::fs::remove_dir_all(bench.dir.join(sub));
+        let _ = std::fs::remove_dir_all(bench.base.store.join(sub));
     }
     Ok(LayoutResult {
         row_groups_per_block: layout_of.0,
@@ -202,16 +193,19 @@ pub async fn run_range_bench(bench: &RangeBench<'_>) -> Result<ExitCode> {
             message: "--blocks needs row-group counts of at least 1, e.g. 1,4,8".into(),
         });
     }
-    let store = fresh_store(bench.dir)?;
+    let store = fresh_store(&bench.base.store)?;
     let partition = PartitionId::parse("bench", "2026-11-29T10")?;
     let spec = GenerateSpec {
-        files: bench.files,
-        rows_per_file: bench.rows,
+        files: bench.base.files,
+        rows_per_file: bench.base.rows,
         services: SERVICES,
         seed: 7,
         wide: false,
     };
-    eprintln!("generating {} files x {} rows ...", bench.files, bench.rows);
+    eprintln!(
+        "generating {} files x {} rows ...",
+        bench.base.files, bench.base.rows
+    );
     let generated = generate_partition(&store, &Layout::default(), &partition, &spec).await?;
     let services = service_names(SERVICES);
     let service = services.get(6).cloned().unwrap_or_default();
@@ -241,12 +235,12 @@ pub async fn run_range_bench(bench: &RangeBench<'_>) -> Result<ExitCode> {
         }
         results.push(result);
     }
-    let _ = std::fs::remove_dir_all(bench.dir);
-    if bench.json {
+    let _ = std::fs::remove_dir_all(&bench.base.store);
+    if bench.base.json {
         let out = serde_json::json!({
             "get_latency_ms": bench.get_latency.as_secs_f64() * 1000.0,
             "get_bandwidth_bytes_per_second": bench.get_bandwidth,
-            "input_files": bench.files,
+            "input_files": bench.base.files,
             "input_rows": generated.rows,
             "input_bytes": generated.bytes,
             "service": service,
@@ -280,7 +274,7 @@ fn render(bench: &RangeBench<'_>, results: &[LayoutResult], service: &str) -> St
             .get_bandwidth
             .map(|b| format!(" + its bytes at {:.0} MiB/s", b as f64 / (1 << 20) as f64))
             .unwrap_or_default(),
-        bench.repeat.max(1)
+        bench.base.repeat.max(1)
     ));
     out.push_str(&format!(
         "{:<28} {:<22} {:>6} {:>12} {:>6} {:>11} {:>9}\n",
