@@ -24,12 +24,14 @@ use crate::key::{BatchKeys, SortKey};
 use crate::runs::{RunWriter, ScratchDir, SortedRun, SpillCompression};
 use crate::sink::ChunkSink;
 
-/// Bytes charged per buffered row for the sort: a 16-byte packed key and an 8-byte position.
-const SORT_BYTES_PER_ROW: u64 = 24;
+/// Bytes charged per buffered row for the sort: a 16-byte packed key, an 8-byte position,
+/// half a packed key of sort scratch and the row's 4-byte service rank.
+const SORT_BYTES_PER_ROW: u64 = 36;
 
 struct Buffered {
     batch: RecordBatch,
     keys: BatchKeys,
+    ranks: ServiceRanks,
     charge: Charge,
 }
 
@@ -44,8 +46,9 @@ struct Buffer {
 impl Buffer {
     /// Order of the rows by key: (batch, row) pairs.
     fn sorted_order(&self) -> Vec<(usize, usize)> {
-        let keys: Vec<&BatchKeys> = self.batches.iter().map(|b| &b.keys).collect();
-        key_order(&keys)
+        let keys: Vec<(&BatchKeys, &ServiceRanks)> =
+            self.batches.iter().map(|b| (&b.keys, &b.ranks)).collect();
+        key_order(&keys, true)
     }
 
     /// Moves the leading batches, up to about `bytes` of them (at least one), into a buffer
@@ -81,38 +84,115 @@ impl Buffer {
     }
 }
 
+/// The services of one batch in byte order, and each row's rank among them.
+///
+/// Computed once per batch (one hash lookup per row); sorting then compares integers, and
+/// the ranks of several batches are reconciled through their few distinct services.
+struct ServiceRanks {
+    /// Per row: 0 for a null service (and for a time-only key), else 1 + the service's
+    /// rank among the batch's services.
+    row_ranks: Vec<u32>,
+    /// Per rank r >= 1 (at r - 1): a row holding that service.
+    representatives: Vec<u32>,
+}
+
+impl ServiceRanks {
+    fn of(keys: &BatchKeys) -> Self {
+        let mut ids: hashbrown::HashMap<&str, u32> = hashbrown::HashMap::new();
+        let mut first_rows: Vec<u32> = Vec::new();
+        let mut row_ids: Vec<u32> = Vec::with_capacity(keys.len());
+        for r in 0..keys.len() {
+            let id = match keys.service(r) {
+                None => 0,
+                Some(s) => *ids.entry(s).or_insert_with(|| {
+                    first_rows.push(r as u32);
+                    first_rows.len() as u32
+                }),
+            };
+            row_ids.push(id);
+        }
+        let service = |row: u32| keys.service(row as usize).unwrap_or_default().as_bytes();
+        let mut by_name: Vec<u32> = (0..first_rows.len() as u32).collect();
+        by_name.sort_unstable_by(|&a, &b| {
+            service(first_rows[a as usize]).cmp(service(first_rows[b as usize]))
+        });
+        let mut rank_of_id = vec![0u32; first_rows.len() + 1];
+        for (rank, &id) in by_name.iter().enumerate() {
+            rank_of_id[id as usize + 1] = rank as u32 + 1;
+        }
+        Self {
+            row_ranks: row_ids
+                .into_iter()
+                .map(|id| rank_of_id[id as usize])
+                .collect(),
+            representatives: by_name.iter().map(|&id| first_rows[id as usize]).collect(),
+        }
+    }
+
+    /// The ranks of the batch reordered by `order` (new row i is old row `order[i]`).
+    fn permuted(&self, order: &[(usize, usize)]) -> Self {
+        let row_ranks: Vec<u32> = order.iter().map(|&(_, r)| self.row_ranks[r]).collect();
+        let mut representatives = vec![0u32; self.representatives.len()];
+        for (row, &rank) in row_ranks.iter().enumerate().rev() {
+            if rank > 0 {
+                representatives[rank as usize - 1] = row as u32;
+            }
+        }
+        Self {
+            row_ranks,
+            representatives,
+        }
+    }
+}
+
 /// Order of the rows of `batches` (taken in order) by key, as (batch, row) pairs.
 ///
-/// Services are replaced by their rank among the distinct services, so the sort compares
-/// packed integers `(rank, time, position)`; the position makes every key unique and breaks
-/// ties in (batch, row) order, so an unstable sort gives the stable order.
-fn key_order(batches: &[&BatchKeys]) -> Vec<(usize, usize)> {
-    let mut distinct: Vec<&str> = batches
+/// Each batch's service ranks are mapped to ranks among all the batches' services, so the
+/// sort compares packed integers `(rank, time, position)`; the position makes every key
+/// unique and breaks ties in (batch, row) order, so any sort gives the stable order. With
+/// `each_sorted`, every batch is already in key order and the sort merges those runs.
+fn key_order(batches: &[(&BatchKeys, &ServiceRanks)], each_sorted: bool) -> Vec<(usize, usize)> {
+    let mut names: Vec<(&[u8], usize, usize)> = Vec::new();
+    for (b, (keys, ranks)) in batches.iter().enumerate() {
+        for (r, &row) in ranks.representatives.iter().enumerate() {
+            let name = keys.service(row as usize).unwrap_or_default().as_bytes();
+            names.push((name, b, r + 1));
+        }
+    }
+    names.sort_unstable();
+    let mut global: Vec<Vec<u32>> = batches
         .iter()
-        .flat_map(|keys| (0..keys.len()).filter_map(move |i| keys.service(i)))
-        .collect::<hashbrown::HashSet<&str>>()
-        .into_iter()
+        .map(|(_, ranks)| vec![0; ranks.representatives.len() + 1])
         .collect();
-    distinct.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    let rank: hashbrown::HashMap<&str, u32> = distinct
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (*s, i as u32 + 1))
-        .collect();
-    let rows = batches.iter().map(|k| k.len()).sum();
+    let mut rank = 0u32;
+    let mut previous: Option<&[u8]> = None;
+    for (name, b, r) in names {
+        if previous != Some(name) {
+            rank += 1;
+            previous = Some(name);
+        }
+        global[b][r] = rank;
+    }
+    let rows = batches.iter().map(|(k, _)| k.len()).sum();
     let mut positions: Vec<(u32, u32)> = Vec::with_capacity(rows);
     let mut packed: Vec<u128> = Vec::with_capacity(rows);
-    for (b, keys) in batches.iter().enumerate() {
-        for r in 0..keys.len() {
-            let service_rank = keys.service(r).map_or(0, |s| rank[s]);
+    for (b, (keys, ranks)) in batches.iter().enumerate() {
+        let global = &global[b];
+        for (r, &local) in ranks.row_ranks.iter().enumerate() {
             // Flip the sign bit so signed times order as unsigned integers.
             let time = (keys.time(r) as u64) ^ (1 << 63);
             let position = positions.len() as u128;
+            let service_rank = global[local as usize];
             packed.push((u128::from(service_rank) << 96) | (u128::from(time) << 32) | position);
             positions.push((b as u32, r as u32));
         }
     }
-    packed.sort_unstable();
+    if each_sorted {
+        // Finds the batches' runs and merges them.
+        packed.sort();
+    } else {
+        packed.sort_unstable();
+    }
     packed
         .into_iter()
         .map(|k| {
@@ -129,16 +209,17 @@ fn sort_batch(
     key: &SortKey,
     batch: RecordBatch,
     keys: BatchKeys,
-) -> Result<(RecordBatch, BatchKeys)> {
-    let order = key_order(&[&keys]);
+) -> Result<(RecordBatch, BatchKeys, ServiceRanks)> {
+    let ranks = ServiceRanks::of(&keys);
+    let order = key_order(&[(&keys, &ranks)], false);
     if order.iter().enumerate().all(|(i, &(_, r))| i == r) {
-        return Ok((batch, keys));
+        return Ok((batch, keys, ranks));
     }
-    let indices = UInt32Array::from_iter_values(order.into_iter().map(|(_, r)| r as u32));
+    let indices = UInt32Array::from_iter_values(order.iter().map(|&(_, r)| r as u32));
     let sorted =
         take_record_batch(&batch, &indices).map_err(|e| Error::arrow("sorting a batch", e))?;
     let keys = key.keys(&sorted)?;
-    Ok((sorted, keys))
+    Ok((sorted, keys, ranks.permuted(&order)))
 }
 
 /// How runs are written.
@@ -206,7 +287,7 @@ impl<'a> RunFormation<'a> {
             return Ok(());
         }
         let keys = self.key.keys(&batch)?;
-        let (batch, keys) = sort_batch(self.key, batch, keys)?;
+        let (batch, keys, ranks) = sort_batch(self.key, batch, keys)?;
         let bytes = crate::budget::batch_memory_bytes(&batch)
             + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
         self.buffer.bytes += bytes;
@@ -214,6 +295,7 @@ impl<'a> RunFormation<'a> {
         self.buffer.batches.push(Buffered {
             batch,
             keys,
+            ranks,
             charge: Charge::new(self.gauge, bytes),
         });
         let has_spilled = !self.runs.is_empty() || self.spilling.is_some();
