@@ -297,6 +297,12 @@ class TemplateTest(unittest.TestCase):
                 self.assertIn(variable, known, f"{name} sets {variable}, which the functions never read")
         _, _, compactor = self.function("ourios-compactor")
         self.assertEqual(compactor["Environment"]["Variables"]["OURIOS_GC_GRACE"], {"Ref": "GcGrace"})
+        self.assertEqual(
+            compactor["Environment"]["Variables"]["OURIOS_ROW_GROUPS_PER_BLOCK"], {"Ref": "RowGroupsPerBlock"}
+        )
+        self.assertEqual(
+            compactor["Environment"]["Variables"]["OURIOS_MAX_ROWS_PER_ROW_GROUP"], {"Ref": "MaxRowsPerRowGroup"}
+        )
         for root, store in [("", "s3://logs-bucket"), ("lake/raw", "s3://logs-bucket/lake/raw")]:
             env = self.evaluator(RootPrefix=root).value(compactor["Environment"]["Variables"])
             self.assertEqual(env["OURIOS_STORE"], store)

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use crate::config::{DEFAULT_BUDGET_BYTES, budget_for_function_memory, parse_duration, parse_size};
+use crate::config::{
+    DEFAULT_BUDGET_BYTES, DEFAULT_ROW_GROUPS_PER_BLOCK, budget_for_function_memory, parse_duration,
+    parse_size,
+};
 use crate::error::{Error, Result};
 use crate::events::KeyScope;
 use crate::partition::Layout;
@@ -36,6 +39,10 @@ pub struct CompactorSettings {
     pub scratch_limit_bytes: Option<u64>,
     /// Row-group threshold override (`OURIOS_COMPACTED_RG_BYTES`).
     pub rg_bytes_env: Option<u64>,
+    /// Row groups per block of the output (`OURIOS_ROW_GROUPS_PER_BLOCK`, 1 = plain layout).
+    pub row_groups_per_block: usize,
+    /// Row cap of an output row group (`OURIOS_MAX_ROWS_PER_ROW_GROUP`), besides the bytes.
+    pub max_rows_per_row_group: Option<u64>,
     /// Grace before retired inputs are deleted (`OURIOS_GC_GRACE`).
     pub gc_grace: Duration,
     /// Time kept free before the invocation deadline (`OURIOS_DEADLINE_MARGIN`).
@@ -55,6 +62,15 @@ fn get_or<T>(
             message: format!("{name}={raw:?}: {e}"),
         }),
     }
+}
+
+fn positive(n: u64) -> Result<u64> {
+    if n == 0 {
+        return Err(Error::Config {
+            message: "must be at least 1".into(),
+        });
+    }
+    Ok(n)
 }
 
 fn parse_count(raw: &str) -> Result<u64> {
@@ -157,6 +173,15 @@ impl CompactorSettings {
             rg_bytes_env: get_or(lookup, "OURIOS_COMPACTED_RG_BYTES", None, |s| {
                 parse_size(s).map(Some)
             })?,
+            row_groups_per_block: get_or(
+                lookup,
+                "OURIOS_ROW_GROUPS_PER_BLOCK",
+                DEFAULT_ROW_GROUPS_PER_BLOCK,
+                |s| positive(parse_count(s)?).map(|n| n as usize),
+            )?,
+            max_rows_per_row_group: get_or(lookup, "OURIOS_MAX_ROWS_PER_ROW_GROUP", None, |s| {
+                positive(parse_count(s)?).map(Some)
+            })?,
             gc_grace: get_or(
                 lookup,
                 "OURIOS_GC_GRACE",
@@ -257,9 +282,30 @@ mod tests {
         .unwrap();
         assert_eq!(s.budget_bytes, 32 << 20);
         assert_eq!(s.scratch_dir, "/tmp");
+        assert_eq!(s.row_groups_per_block, DEFAULT_ROW_GROUPS_PER_BLOCK);
+        assert_eq!(s.max_rows_per_row_group, None);
         assert!(
             CompactorSettings::from_lookup(&lookup(&[("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "big")]))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn block_layout_settings() {
+        let s = CompactorSettings::from_lookup(&lookup(&[
+            ("OURIOS_ROW_GROUPS_PER_BLOCK", "1"),
+            ("OURIOS_MAX_ROWS_PER_ROW_GROUP", "65536"),
+        ]))
+        .unwrap();
+        assert_eq!(s.row_groups_per_block, 1);
+        assert_eq!(s.max_rows_per_row_group, Some(65536));
+        for (name, value) in [
+            ("OURIOS_ROW_GROUPS_PER_BLOCK", "0"),
+            ("OURIOS_ROW_GROUPS_PER_BLOCK", "four"),
+            ("OURIOS_MAX_ROWS_PER_ROW_GROUP", "0"),
+        ] {
+            let e = CompactorSettings::from_lookup(&lookup(&[(name, value)])).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
+        }
     }
 }

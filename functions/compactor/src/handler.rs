@@ -40,6 +40,8 @@ impl Compactor {
         options.budget_bytes = s.budget_bytes;
         options.scratch_limit_bytes = s.scratch_limit_bytes;
         options.rg_bytes_env = s.rg_bytes_env;
+        options.row_groups_per_block = s.row_groups_per_block;
+        options.max_rows_per_row_group = s.max_rows_per_row_group;
         options.gc_grace = s.gc_grace;
         options.deadline = deadline.map(|d| {
             d.checked_sub(s.deadline_margin)

@@ -68,6 +68,8 @@ async fn setup(scratch: &Path) -> Compactor {
             scratch_dir: scratch.to_string_lossy().into_owned(),
             scratch_limit_bytes: None,
             rg_bytes_env: None,
+            row_groups_per_block: 4,
+            max_rows_per_row_group: None,
             gc_grace: Duration::from_secs(900),
             deadline_margin: Duration::ZERO,
         },
@@ -234,6 +236,8 @@ fn options_follow_the_settings_and_the_deadline() {
             scratch_dir: "/tmp/x".into(),
             scratch_limit_bytes: Some(1 << 30),
             rg_bytes_env: Some(4 << 20),
+            row_groups_per_block: 8,
+            max_rows_per_row_group: Some(65536),
             gc_grace: Duration::from_secs(60),
             deadline_margin: Duration::from_secs(20),
         },
@@ -244,6 +248,8 @@ fn options_follow_the_settings_and_the_deadline() {
     assert_eq!(options.scratch_dir, PathBuf::from("/tmp/x"));
     assert_eq!(options.scratch_limit_bytes, Some(1 << 30));
     assert_eq!(options.rg_bytes_env, Some(4 << 20));
+    assert_eq!(options.row_groups_per_block, 8);
+    assert_eq!(options.max_rows_per_row_group, Some(65536));
     assert_eq!(options.deadline, Some(deadline - Duration::from_secs(20)));
     assert_eq!(compactor.options(None).deadline, None);
 }
