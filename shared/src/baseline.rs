@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use object_store::path::Path;
 
-use crate::blocks::BlockOptions;
 use crate::config::CompactOptions;
 use crate::error::{Error, Result};
 use crate::input::{SizedBatches, StagedInput, check_input};
@@ -18,7 +17,7 @@ use crate::sink::with_sink_thread;
 use crate::store::Store;
 use crate::threshold::resolve_rg_bytes;
 use crate::upload::start_upload;
-use crate::writer::{OutputWriter, output_properties};
+use crate::writer::{OutputWriter, partition_output_settings};
 
 /// What a plain rewrite did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -73,19 +72,8 @@ pub async fn rewrite_plain(
     })?;
     let input_bytes = checked.iter().map(|c| c.staged.size).sum();
     let rg_bytes = resolve_rg_bytes(options.rg_bytes, options.rg_bytes_env, input_bytes);
-    let properties = output_properties(
-        &unified.schema,
-        &options.keys,
-        unified.service_index.is_some(),
-        rg_bytes,
-        options.max_rows_per_row_group,
-    )?;
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
-    let blocks = BlockOptions::new(
-        options.row_groups_per_block,
-        Some(scratch.file("block", "parquet")),
-    )
-    .with_page_file(scratch.file("pages", "bin"));
+    let (properties, blocks) = partition_output_settings(&unified, options, rg_bytes, &scratch)?;
     let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone());
     let read_target = (options.budget_bytes / 16).clamp(64 << 10, 8 << 20);
     let rows = tokio::task::block_in_place(|| -> Result<u64> {

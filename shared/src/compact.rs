@@ -21,7 +21,6 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
-use crate::blocks::BlockOptions;
 use crate::budget::MemoryGauge;
 use crate::config::CompactOptions;
 use crate::engine::{SortFailure, SortJob, SortStats, sort_inputs};
@@ -41,7 +40,7 @@ use crate::sink::with_sink_thread;
 use crate::store::Store;
 use crate::threshold::resolve_rg_bytes;
 use crate::upload::start_upload;
-use crate::writer::{OutputWriter, output_properties, sort_key_label};
+use crate::writer::{OutputWriter, partition_output_settings, sort_key_label};
 
 /// Version of the output layout; part of the output name so a format change never reuses one.
 const LAYOUT_VERSION: &str = "ourios-compaction/2";
@@ -415,18 +414,7 @@ async fn sort_and_write(
         check_scratch_space(scratch, checked, options.budget_bytes, staged_block_bytes)?;
 
     let key = output_key(layout, partition, checked, rg_bytes, options);
-    let properties = output_properties(
-        &unified.schema,
-        &options.keys,
-        unified.service_index.is_some(),
-        rg_bytes,
-        options.max_rows_per_row_group,
-    )?;
-    let blocks = BlockOptions::new(
-        options.row_groups_per_block,
-        Some(scratch.file("block", "parquet")),
-    )
-    .with_page_file(scratch.file("pages", "bin"));
+    let (properties, blocks) = partition_output_settings(unified, options, rg_bytes, scratch)?;
     let upload_started = Instant::now();
     let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();

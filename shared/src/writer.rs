@@ -15,8 +15,10 @@ use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterPr
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 use crate::blocks::{BlockOptions, BlockWriter};
-use crate::config::KeyColumns;
+use crate::config::{CompactOptions, KeyColumns};
 use crate::error::{Error, Result};
+use crate::runs::ScratchDir;
+use crate::schema::UnifiedSchema;
 use crate::sink::ChunkSink;
 
 /// Key-value metadata key naming the sort order of a compacted file.
@@ -106,6 +108,29 @@ pub fn output_properties(
         nulls_first: true,
     });
     Ok(builder.set_sorting_columns(Some(sorting)).build())
+}
+
+/// The writer settings of one partition's output: properties for `unified` under `options`
+/// with row groups of `rg_bytes`, and the block layout staging in `scratch`.
+pub fn partition_output_settings(
+    unified: &UnifiedSchema,
+    options: &CompactOptions,
+    rg_bytes: u64,
+    scratch: &ScratchDir,
+) -> Result<(WriterProperties, BlockOptions)> {
+    let properties = output_properties(
+        &unified.schema,
+        &options.keys,
+        unified.service_index.is_some(),
+        rg_bytes,
+        options.max_rows_per_row_group,
+    )?;
+    let blocks = BlockOptions::new(
+        options.row_groups_per_block,
+        Some(scratch.file("block", "parquet")),
+    )
+    .with_page_file(scratch.file("pages", "bin"));
+    Ok((properties, blocks))
 }
 
 /// The compacted-file writer as a chunk sink.
