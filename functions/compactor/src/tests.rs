@@ -13,14 +13,11 @@ use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::plan::ReadinessConfig;
 use ourios_compaction::settings::CompactorSettings;
 use ourios_compaction::store::{Store, StoreUrl};
-use ourios_compaction::testing::{parquet_bytes, put_bytes, rows_batch};
-use serde_json::Value;
+use ourios_compaction::testing::{
+    event_file_names, load_event, parquet_bytes, put_bytes, rows_batch,
+};
 
 use crate::handler::{Compactor, handle};
-
-fn events_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../events")
-}
 
 fn partition() -> PartitionId {
     PartitionId::parse("acme", "2026-11-29T10").expect("valid partition")
@@ -76,11 +73,6 @@ async fn setup(scratch: &Path) -> Compactor {
     }
 }
 
-fn load(name: &str) -> Value {
-    let text = std::fs::read_to_string(events_dir().join(name)).expect("event file reads");
-    serde_json::from_str(&text).expect("event file is JSON")
-}
-
 enum Expect {
     /// The partition is compacted: 600 rows in, the job record deleted.
     Compacted,
@@ -113,21 +105,11 @@ fn expectation(file: &str) -> Expect {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_file_through_the_handler() {
-    let mut files: Vec<String> = std::fs::read_dir(events_dir())
-        .expect("events/ exists")
-        .map(|e| {
-            e.expect("dir entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .filter(|n| n.ends_with(".json"))
-        .collect();
-    files.sort();
+    let files = event_file_names();
     for file in &files {
         let scratch = tempfile::tempdir().expect("tempdir");
         let compactor = setup(scratch.path()).await;
-        let result = handle(&compactor, load(file), None, "test-request").await;
+        let result = handle(&compactor, load_event(file), None, "test-request").await;
         let job_left = read_job(&compactor.store, &partition())
             .await
             .expect("read")
@@ -193,7 +175,7 @@ async fn a_tiny_deadline_times_out_with_nothing_committed_and_scratch_empty() {
     let deadline = Instant::now() + Duration::from_secs(1);
     let err = handle(
         &compactor,
-        load("compactor-job-created.json"),
+        load_event("compactor-job-created.json"),
         Some(deadline),
         "r1",
     )
@@ -219,9 +201,14 @@ async fn a_tiny_deadline_times_out_with_nothing_committed_and_scratch_empty() {
         "scratch is empty"
     );
     // With time, the same job completes.
-    let report = handle(&compactor, load("compactor-job-created.json"), None, "r2")
-        .await
-        .expect("compacts");
+    let report = handle(
+        &compactor,
+        load_event("compactor-job-created.json"),
+        None,
+        "r2",
+    )
+    .await
+    .expect("compacts");
     assert_eq!(report["status"], "compacted");
 }
 

@@ -1,6 +1,5 @@
 //! Every payload in `events/` through the real handler, with the outcome each must produce.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,14 +11,12 @@ use ourios_compaction::events::KeyScope;
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::plan::ReadinessConfig;
 use ourios_compaction::store::{Store, StoreUrl};
-use ourios_compaction::testing::{parquet_bytes, put_bytes, rows_batch};
+use ourios_compaction::testing::{
+    event_file_names, load_event, parquet_bytes, put_bytes, rows_batch,
+};
 use serde_json::{Value, json};
 
 use crate::handler::handle;
-
-fn events_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../events")
-}
 
 fn partition() -> PartitionId {
     PartitionId::parse("acme", "2026-11-29T10").expect("valid partition")
@@ -49,11 +46,6 @@ async fn setup() -> Planner {
         readiness: ReadinessConfig::default(),
         backfill_interval: Duration::ZERO,
     }
-}
-
-fn load(name: &str) -> Value {
-    let text = std::fs::read_to_string(events_dir().join(name)).expect("event file reads");
-    serde_json::from_str(&text).expect("event file is JSON")
 }
 
 async fn has_job(planner: &Planner) -> bool {
@@ -154,21 +146,11 @@ fn expectation(file: &str) -> Expect {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_file_through_the_handler() {
-    let mut files: Vec<String> = std::fs::read_dir(events_dir())
-        .expect("events/ exists")
-        .map(|e| {
-            e.expect("dir entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .filter(|n| n.ends_with(".json"))
-        .collect();
-    files.sort();
+    let files = event_file_names();
     assert!(files.len() >= 12, "events/ holds every shape: {files:?}");
     for file in &files {
         let planner = setup().await;
-        let result = handle(&planner, load(file), now()).await;
+        let result = handle(&planner, load_event(file), now()).await;
         match (expectation(file), result) {
             (Expect::Ok(want, job), Ok(got)) => {
                 assert_subset(&got, &want, file);
@@ -202,7 +184,7 @@ async fn replaying_every_event_file_creates_one_job() {
         "s3-put-encoded-keys.json",
         "eventbridge-scheduled-sweep.json",
     ] {
-        let _ = handle(&planner, load(file), now()).await;
+        let _ = handle(&planner, load_event(file), now()).await;
         let job = read_job(&planner.store, &partition())
             .await
             .expect("read")
@@ -229,7 +211,7 @@ fn event_files_parse_as_the_aws_event_types() {
         ("eventbridge-scheduled-sweep.json", "eventbridge"),
         ("compactor-job-eventbridge.json", "eventbridge"),
     ] {
-        let value = load(file);
+        let value = load_event(file);
         let ok = match kind {
             "s3" => serde_json::from_value::<S3Event>(value).is_ok(),
             "sqs" => serde_json::from_value::<SqsEvent>(value).is_ok(),

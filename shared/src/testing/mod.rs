@@ -1,4 +1,5 @@
-//! Test support (feature `testing`): small log batches, Parquet fixtures and store wrappers.
+//! Test support (feature `testing`): small log batches, Parquet fixtures, store wrappers and
+//! the workspace's event payloads.
 
 use std::sync::Arc;
 
@@ -12,7 +13,9 @@ use parquet::file::properties::WriterProperties;
 
 use crate::store::Store;
 
+mod event_files;
 mod log_fixture;
+pub use event_files::{event_file_names, events_dir, load_event};
 pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};
 
 /// One test row: service (nullable), time, and a tag that identifies the row.
