@@ -1,33 +1,25 @@
 //! `ourios-compact backfill` as a child process: dry run, scheduling (job records), and
 //! `--run-local`, on a local directory store.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+use std::process::Output;
+
+use common::run;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ourios-compact");
 const JOB: &str = "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json";
 
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("OURIOS_STORE")
-        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
-        .output()
-        .expect("the CLI starts")
-}
-
+/// The JSON report of a run that must succeed.
 fn json(output: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
         "exit {:?}: {}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("stdout is one JSON object ({e}): {stdout}"))
+    common::json(output)
 }
 
 fn backfill(store: &Path, extra: &[&str]) -> Value {

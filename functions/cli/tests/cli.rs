@@ -2,33 +2,16 @@
 //! report, exit codes, the block layout flags, and the peak memory of real-sized partitions
 //! under a 64 MiB budget (plain and in blocks).
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+use std::process::Output;
+
+use common::{json, run};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ourios-compact");
 const HOUR: &str = "2026-11-29T10";
 const MIB: u64 = 1 << 20;
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("OURIOS_STORE")
-        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
-        .output()
-        .expect("the CLI starts")
-}
-
-fn json(output: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "stdout is one JSON object ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
 
 fn generate(store: &Path, tenant: &str, extra: &[&str]) {
     let store = store.to_string_lossy();

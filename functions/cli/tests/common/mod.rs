@@ -1,0 +1,26 @@
+//! Running the `ourios-compact` binary as a child process, as outside tools do.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Runs the CLI with `args`, without the environment that would change its defaults.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ourios-compact"))
+        .args(args)
+        .env_remove("OURIOS_STORE")
+        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+        .output()
+        .expect("the CLI starts")
+}
+
+/// The one JSON object on stdout (stderr in the panic message when it is not).
+pub fn json(output: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "stdout is one JSON object ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
