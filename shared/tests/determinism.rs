@@ -11,18 +11,12 @@ use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    ReversedListingStore, TestRow, get_bytes, parquet_bytes, put_bytes, rows_batch,
+    ReversedListingStore, TestRow, get_bytes, parquet_bytes, put_bytes, rows_batch, xorshift64,
 };
 
 fn inputs(partition: &PartitionId) -> Vec<Vec<TestRow>> {
     let (start, _) = partition.time_range_nanos();
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift64(0x9e37_79b9_7f4a_7c15);
     let services = ["checkout", "auth", "search", "ads", "cart", "email"];
     (0..8)
         .map(|f| {

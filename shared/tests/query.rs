@@ -49,6 +49,23 @@ async fn generated_in_memory(
 }
 
 /// (service, time, body) of every row, sorted: a layout-independent identity of a row set.
+/// Compacts the partition with default options and a scratch directory of its own.
+async fn compact_with_defaults(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+) -> ourios_compaction::report::CompactionReport {
+    let scratch = tempfile::tempdir().expect("scratch");
+    compact_partition(
+        store,
+        layout,
+        partition,
+        &CompactOptions::new(scratch.path()),
+    )
+    .await
+    .expect("compact")
+}
+
 fn identities(batches: &[RecordBatch]) -> Vec<(Option<String>, i64, String)> {
     let mut out = Vec::new();
     for b in batches {
@@ -159,15 +176,7 @@ async fn query_equals_a_full_scan_before_and_after_compaction() {
             assert_eq!(limited.stats.rows_matched as usize, expected.len());
         }
         if round == 0 {
-            let scratch = tempfile::tempdir().expect("scratch");
-            let report = compact_partition(
-                &store,
-                &layout,
-                &partition,
-                &CompactOptions::new(scratch.path()),
-            )
-            .await
-            .expect("compact");
+            let report = compact_with_defaults(&store, &layout, &partition).await;
             assert!(report.output.is_some());
         }
     }
@@ -319,15 +328,7 @@ async fn column_scan_reads_every_row_of_the_columns_asked_for() {
     assert_eq!(more.rows, 10_000);
     assert!(more.stats.bytes_read > before.stats.bytes_read);
 
-    let scratch = tempfile::tempdir().expect("scratch");
-    compact_partition(
-        &store,
-        &layout,
-        &partition,
-        &CompactOptions::new(scratch.path()),
-    )
-    .await
-    .expect("compact");
+    compact_with_defaults(&store, &layout, &partition).await;
     let after = scan_columns(&store, &layout, &partition, &two)
         .await
         .expect("scan");

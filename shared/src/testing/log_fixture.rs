@@ -51,13 +51,7 @@ pub fn log_fixture(rows: usize, start_nanos: i64) -> RecordBatch {
             times.push(start_nanos + j as i64 * step);
         }
     }
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = super::xorshift64(0x2545_f491_4f6c_dd1d);
     let noise: Vec<u64> = (0..rows).map(|_| next()).collect();
 
     let severity = DictionaryArray::<Int32Type>::new(

@@ -18,6 +18,17 @@ mod log_fixture;
 pub use event_files::{event_file_names, events_dir, load_event};
 pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};
 
+/// A seeded xorshift64 stream: test data that is random-looking yet the same in every run.
+pub fn xorshift64(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 /// One test row: service (nullable), time, and a tag that identifies the row.
 pub type TestRow = (Option<String>, i64, i64);
 
