@@ -352,11 +352,6 @@ impl<'a> RunFormation<'a> {
         Ok(())
     }
 
-    /// Runs spilled so far.
-    pub fn num_runs(&self) -> usize {
-        self.runs.len() + usize::from(self.spilling.is_some())
-    }
-
     /// Ends phase 1. With no run spilled (and `must_spill` false), writes the sorted buffer
     /// straight to `sink` and returns no runs; otherwise spills the remainder and returns
     /// every run in order.
