@@ -29,29 +29,33 @@ pub struct ServiceCounts {
 impl ServiceCounts {
     /// Adds the services of one batch's service column.
     pub fn add(&mut self, services: &dyn Array) {
-        if self.overflowed {
-            return;
-        }
         let Some(services) = services.as_string_opt::<i32>() else {
             return;
         };
         for i in 0..services.len() {
-            if services.is_null(i) {
-                self.nulls += 1;
-                continue;
-            }
-            // Look up by `&str`: no allocation unless the service is new.
-            let service = services.value(i);
-            match self.counts.get_mut(service) {
-                Some(n) => *n += 1,
-                None => {
-                    if self.counts.len() >= MAX_TRACKED_SERVICES {
-                        self.overflowed = true;
-                        self.counts.clear();
-                        return;
-                    }
-                    self.counts.insert(service.to_string(), 1);
+            self.add_rows(services.is_valid(i).then(|| services.value(i)), 1);
+        }
+    }
+
+    /// Adds `rows` rows of `service` (`None`: null).
+    pub fn add_rows(&mut self, service: Option<&str>, rows: u64) {
+        if self.overflowed {
+            return;
+        }
+        let Some(service) = service else {
+            self.nulls += rows;
+            return;
+        };
+        // Look up by `&str`: no allocation unless the service is new.
+        match self.counts.get_mut(service) {
+            Some(n) => *n += rows,
+            None => {
+                if self.counts.len() >= MAX_TRACKED_SERVICES {
+                    self.overflowed = true;
+                    self.counts.clear();
+                    return;
                 }
+                self.counts.insert(service.to_string(), rows);
             }
         }
     }

@@ -136,11 +136,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
             let (batch, queued) = decoded?;
             drop(queued);
             rows_read += batch.num_rows() as u64;
-            let batch = conform(&batch, schema)?;
-            if let Some(i) = service_index {
-                counts.add(batch.column(i).as_ref());
-            }
-            formation.push(batch)?;
+            formation.push(conform(&batch, schema)?)?;
             check_deadline(job.deadline)?;
             if let Some(progress) = job.progress {
                 progress(rows_read);
@@ -148,6 +144,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         }
         Ok(())
     })?;
+    counts.merge(formation.take_service_counts());
     let compression = formation.compression();
     let widest_row = job.inputs.iter().map(|i| i.row_bytes_estimate).max();
     let chunk_rows = output_chunk_rows(widest_row.unwrap_or(1));

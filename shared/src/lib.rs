@@ -101,6 +101,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod gather;
 pub mod gc;
 #[cfg(feature = "generate")]
 pub mod generate;

@@ -15,11 +15,12 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 
 use arrow::array::{RecordBatch, UInt32Array};
-use arrow::compute::{interleave_record_batch, take_record_batch};
 use arrow::datatypes::SchemaRef;
 
+use crate::alignment::ServiceCounts;
 use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
+use crate::gather::{interleave_rows, take_rows};
 use crate::key::{BatchKeys, SortKey};
 use crate::runs::{RunWriter, ScratchDir, SortedRun, SpillCompression};
 use crate::sink::ChunkSink;
@@ -75,7 +76,7 @@ impl Buffer {
         let order = self.sorted_order();
         let batches: Vec<&RecordBatch> = self.batches.iter().map(|b| &b.batch).collect();
         for chunk in order.chunks(chunk_rows.max(1)) {
-            let out = interleave_record_batch(&batches, chunk)
+            let out = interleave_rows(&batches, chunk)
                 .map_err(|e| Error::arrow("gathering sorted rows", e))?;
             sink.write_chunk(&out)?;
         }
@@ -126,6 +127,20 @@ impl ServiceRanks {
                 .map(|id| rank_of_id[id as usize])
                 .collect(),
             representatives: by_name.iter().map(|&id| first_rows[id as usize]).collect(),
+        }
+    }
+
+    /// Adds the batch's rows per service to `counts` (one lookup per distinct service).
+    fn count_into(&self, keys: &BatchKeys, counts: &mut ServiceCounts) {
+        let mut rows = vec![0u64; self.representatives.len() + 1];
+        for &rank in &self.row_ranks {
+            rows[rank as usize] += 1;
+        }
+        if rows[0] > 0 {
+            counts.add_rows(None, rows[0]);
+        }
+        for (&row, &n) in self.representatives.iter().zip(&rows[1..]) {
+            counts.add_rows(keys.service(row as usize), n);
         }
     }
 
@@ -216,8 +231,7 @@ fn sort_batch(
         return Ok((batch, keys, ranks));
     }
     let indices = UInt32Array::from_iter_values(order.iter().map(|&(_, r)| r as u32));
-    let sorted =
-        take_record_batch(&batch, &indices).map_err(|e| Error::arrow("sorting a batch", e))?;
+    let sorted = take_rows(&batch, &indices).map_err(|e| Error::arrow("sorting a batch", e))?;
     let keys = key.keys(&sorted)?;
     Ok((sorted, keys, ranks.permuted(&order)))
 }
@@ -251,6 +265,7 @@ pub struct RunFormation<'a> {
     buffer: Buffer,
     spilling: Option<JoinHandle<Result<SortedRun>>>,
     runs: Vec<SortedRun>,
+    services: ServiceCounts,
 }
 
 impl<'a> RunFormation<'a> {
@@ -278,6 +293,7 @@ impl<'a> RunFormation<'a> {
             buffer: Buffer::default(),
             spilling: None,
             runs: Vec::new(),
+            services: ServiceCounts::default(),
         }
     }
 
@@ -288,6 +304,9 @@ impl<'a> RunFormation<'a> {
         }
         let keys = self.key.keys(&batch)?;
         let (batch, keys, ranks) = sort_batch(self.key, batch, keys)?;
+        if self.key.has_service() {
+            ranks.count_into(&keys, &mut self.services);
+        }
         let bytes = crate::budget::batch_memory_bytes(&batch)
             + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
         self.buffer.bytes += bytes;
@@ -335,6 +354,11 @@ impl<'a> RunFormation<'a> {
             self.settings.compression = SpillCompression::Lz4;
         }
         Ok(())
+    }
+
+    /// Rows per service of every batch pushed so far (empty for a time-only key).
+    pub fn take_service_counts(&mut self) -> ServiceCounts {
+        std::mem::take(&mut self.services)
     }
 
     /// The compression the next runs use.

@@ -1,0 +1,418 @@
+//! Gathering rows from batches into a new batch: the copy at the heart of every sort step.
+//!
+//! Arrow's `take` and `interleave` gather a list or map column element by element: one index
+//! and one small copy per entry of every child. A row's entries are contiguous in its list's
+//! child, so here a list-like column (list, large list, map) is gathered one row range at a
+//! time; every other column goes to Arrow's kernels. The result is the same array either way.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanBufferBuilder, GenericListArray, MapArray, MutableArrayData,
+    OffsetSizeTrait, RecordBatch, RecordBatchOptions, StringArray, StructArray, UInt32Array,
+    make_array,
+};
+use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer};
+use arrow::compute::{interleave, take};
+use arrow::datatypes::{DataType, FieldRef};
+use arrow::error::ArrowError;
+
+/// Rows `picks` = (batch, row) of `batches` (which share one schema), in pick order.
+pub fn interleave_rows(
+    batches: &[&RecordBatch],
+    picks: &[(usize, usize)],
+) -> Result<RecordBatch, ArrowError> {
+    let Some(first) = batches.first() else {
+        return Err(ArrowError::InvalidArgumentError(
+            "gathering rows from no batches".into(),
+        ));
+    };
+    let schema = first.schema();
+    let columns = (0..schema.fields().len())
+        .map(|c| {
+            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+            gather_column(&arrays, picks)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(picks.len())),
+    )
+}
+
+/// Rows `indices` of `batch`, in index order.
+pub fn take_rows(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch, ArrowError> {
+    let mut picks: Option<Vec<(usize, usize)>> = None;
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|column| {
+            if is_list_like(column.data_type()) {
+                let picks = picks.get_or_insert_with(|| {
+                    indices.values().iter().map(|&i| (0, i as usize)).collect()
+                });
+                gather_column(&[column.as_ref()], picks)
+            } else {
+                take(column.as_ref(), indices, None)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new_with_options(
+        batch.schema(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(indices.len())),
+    )
+}
+
+fn is_list_like(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::List(_) | DataType::LargeList(_) | DataType::Map(_, _)
+    )
+}
+
+/// One column of the picked rows; `arrays` are that column of every source batch.
+fn gather_column(arrays: &[&dyn Array], picks: &[(usize, usize)]) -> Result<ArrayRef, ArrowError> {
+    match arrays.first().map(|a| a.data_type()) {
+        Some(DataType::List(field)) => gather_lists::<i32>(field, arrays, picks),
+        Some(DataType::LargeList(field)) => gather_lists::<i64>(field, arrays, picks),
+        Some(DataType::Map(field, ordered)) => {
+            let maps: Vec<&MapArray> = arrays.iter().map(|a| a.as_map()).collect();
+            let lists: Vec<ListView<'_, i32>> = maps
+                .iter()
+                .map(|m| ListView {
+                    offsets: m.value_offsets(),
+                    values: m.entries(),
+                    nulls: m.nulls(),
+                })
+                .collect();
+            let (offsets, entries, nulls) = gather_ranges(&lists, picks)?;
+            Ok(Arc::new(MapArray::try_new(
+                Arc::clone(field),
+                offsets,
+                entries.as_struct().clone(),
+                nulls,
+                *ordered,
+            )?))
+        }
+        _ => interleave(arrays, picks),
+    }
+}
+
+/// The parts of a list-like array the gather reads.
+struct ListView<'a, O> {
+    offsets: &'a [O],
+    values: &'a dyn Array,
+    nulls: Option<&'a NullBuffer>,
+}
+
+type Gathered<O> = (OffsetBuffer<O>, ArrayRef, Option<NullBuffer>);
+
+fn gather_lists<O: OffsetSizeTrait>(
+    field: &FieldRef,
+    arrays: &[&dyn Array],
+    picks: &[(usize, usize)],
+) -> Result<ArrayRef, ArrowError> {
+    let views: Vec<ListView<'_, O>> = arrays
+        .iter()
+        .map(|a| {
+            let list = a.as_list::<O>();
+            ListView {
+                offsets: list.value_offsets(),
+                values: list.values().as_ref(),
+                nulls: list.nulls(),
+            }
+        })
+        .collect();
+    let (offsets, values, nulls) = gather_ranges(&views, picks)?;
+    Ok(Arc::new(GenericListArray::<O>::try_new(
+        Arc::clone(field),
+        offsets,
+        values,
+        nulls,
+    )?))
+}
+
+/// Copies each picked row's child range in one step.
+fn gather_ranges<O: OffsetSizeTrait>(
+    lists: &[ListView<'_, O>],
+    picks: &[(usize, usize)],
+) -> Result<Gathered<O>, ArrowError> {
+    let mut ranges = Vec::with_capacity(picks.len());
+    let mut offsets = Vec::with_capacity(picks.len() + 1);
+    let mut length = 0usize;
+    offsets.push(O::usize_as(0));
+    for &(list, row) in picks {
+        let list_offsets = lists
+            .get(list)
+            .ok_or_else(|| ArrowError::InvalidArgumentError(format!("no array {list}")))?
+            .offsets;
+        let (Some(start), Some(end)) = (list_offsets.get(row), list_offsets.get(row + 1)) else {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "row {row} out of bounds"
+            )));
+        };
+        let (start, end) = (start.as_usize(), end.as_usize());
+        if end > start {
+            ranges.push((list, start..end));
+            length += end - start;
+        }
+        offsets.push(O::from_usize(length).ok_or(ArrowError::OffsetOverflowError(length))?);
+    }
+    let children: Vec<&dyn Array> = lists.iter().map(|l| l.values).collect();
+    let values = gather_child_ranges(&children, &ranges, length)?;
+    let nulls = lists.iter().any(|l| l.nulls.is_some()).then(|| {
+        NullBuffer::from_iter(
+            picks
+                .iter()
+                .map(|&(list, row)| lists[list].nulls.is_none_or(|n| n.is_valid(row))),
+        )
+    });
+    Ok((OffsetBuffer::new(offsets.into()), values, nulls))
+}
+
+/// Element ranges (array, range) of `arrays`, concatenated into one array of `length`.
+fn gather_child_ranges(
+    arrays: &[&dyn Array],
+    ranges: &[(usize, Range<usize>)],
+    length: usize,
+) -> Result<ArrayRef, ArrowError> {
+    match arrays.first().map(|a| a.data_type()) {
+        Some(DataType::Utf8) => {
+            let strings: Vec<&StringArray> = arrays.iter().map(|a| a.as_string()).collect();
+            let (offsets, bytes, nulls) = gather_byte_ranges(&strings, ranges, length)?;
+            // SAFETY: the offsets are the sources' own, shifted by the same amount as their
+            // bytes, which are copied whole from value boundaries of valid UTF-8 arrays.
+            Ok(Arc::new(unsafe {
+                StringArray::new_unchecked(offsets, bytes, nulls)
+            }))
+        }
+        Some(DataType::Struct(fields)) => {
+            let structs: Vec<&StructArray> = arrays.iter().map(|a| a.as_struct()).collect();
+            let columns = (0..fields.len())
+                .map(|f| {
+                    let children: Vec<&dyn Array> =
+                        structs.iter().map(|s| s.column(f).as_ref()).collect();
+                    gather_child_ranges(&children, ranges, length)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let nulls = range_nulls(arrays, ranges, length);
+            Ok(Arc::new(StructArray::try_new_with_length(
+                fields.clone(),
+                columns,
+                nulls,
+                length,
+            )?))
+        }
+        _ => {
+            let data: Vec<_> = arrays.iter().map(|a| a.to_data()).collect();
+            let mut values = MutableArrayData::new(data.iter().collect(), false, length);
+            for (array, range) in ranges {
+                values.try_extend(*array, range.start, range.end)?;
+            }
+            Ok(make_array(values.freeze()))
+        }
+    }
+}
+
+/// The offsets, bytes and nulls of string ranges: one copy of bytes per range.
+fn gather_byte_ranges(
+    arrays: &[&StringArray],
+    ranges: &[(usize, Range<usize>)],
+    length: usize,
+) -> Result<(OffsetBuffer<i32>, Buffer, Option<NullBuffer>), ArrowError> {
+    let mut byte_length = 0usize;
+    for (array, range) in ranges {
+        let offsets = arrays[*array].value_offsets();
+        byte_length += (offsets[range.end] - offsets[range.start]) as usize;
+    }
+    let mut offsets = Vec::with_capacity(length + 1);
+    let mut bytes = Vec::with_capacity(byte_length);
+    offsets.push(0i32);
+    for (array, range) in ranges {
+        let source = arrays[*array].value_offsets();
+        let (first, last) = (source[range.start], source[range.end]);
+        let shift = i32::try_from(bytes.len())
+            .map_err(|_| ArrowError::OffsetOverflowError(bytes.len()))?
+            - first;
+        bytes.extend_from_slice(&arrays[*array].value_data()[first as usize..last as usize]);
+        offsets.extend(
+            source[range.start + 1..=range.end]
+                .iter()
+                .map(|o| o + shift),
+        );
+    }
+    let dyn_arrays: Vec<&dyn Array> = arrays.iter().map(|a| *a as &dyn Array).collect();
+    Ok((
+        OffsetBuffer::new(offsets.into()),
+        Buffer::from_vec(bytes),
+        range_nulls(&dyn_arrays, ranges, length),
+    ))
+}
+
+/// The validity of the gathered ranges, or `None` when no source has nulls.
+fn range_nulls(
+    arrays: &[&dyn Array],
+    ranges: &[(usize, Range<usize>)],
+    length: usize,
+) -> Option<NullBuffer> {
+    if arrays.iter().all(|a| a.logical_nulls().is_none()) {
+        return None;
+    }
+    let mut validity = BooleanBufferBuilder::new(length);
+    for (array, range) in ranges {
+        match arrays[*array].nulls() {
+            Some(nulls) => validity.append_packed_range(
+                nulls.offset() + range.start..nulls.offset() + range.end,
+                nulls.buffer().as_slice(),
+            ),
+            None => validity.append_n(range.len(), true),
+        }
+    }
+    Some(NullBuffer::new(validity.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int32Array, Int32Builder, ListBuilder, MapBuilder, StringBuilder};
+    use arrow::compute::interleave_record_batch;
+    use arrow::datatypes::{Field, Schema};
+
+    fn batch(seed: i32) -> RecordBatch {
+        let mut map = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+        let mut list = ListBuilder::new(Int32Builder::new());
+        for row in 0..7 {
+            let n = (row + seed) % 4;
+            if n == 3 {
+                map.append(false).unwrap();
+                list.append_null();
+                continue;
+            }
+            for e in 0..n {
+                map.keys().append_value(format!("k{e}"));
+                if e == 1 {
+                    map.values().append_null();
+                } else {
+                    map.values().append_value(format!("v{seed}-{row}-{e}"));
+                }
+                list.values().append_value(seed * 100 + row * 10 + e);
+            }
+            map.append(true).unwrap();
+            list.append(true);
+        }
+        let map: ArrayRef = Arc::new(map.finish());
+        let list: ArrayRef = Arc::new(list.finish());
+        let id: ArrayRef = Arc::new(Int32Array::from_iter_values((0..7).map(|r| seed * 10 + r)));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("map", map.data_type().clone(), true),
+            Field::new("list", list.data_type().clone(), true),
+        ]));
+        RecordBatch::try_new(schema, vec![id, map, list]).unwrap()
+    }
+
+    #[test]
+    fn interleaving_matches_arrow() {
+        // Sliced sources too: their offsets do not start at zero.
+        let (a, b) = (batch(1), batch(2).slice(2, 5));
+        let picks = [
+            (1, 4),
+            (0, 0),
+            (0, 6),
+            (1, 0),
+            (0, 3),
+            (1, 2),
+            (0, 2),
+            (1, 1),
+        ];
+        let ours = interleave_rows(&[&a, &b], &picks).unwrap();
+        let arrows = interleave_record_batch(&[&a, &b], &picks).unwrap();
+        assert_eq!(ours, arrows);
+        assert_eq!(interleave_rows(&[&a, &b], &[]).unwrap().num_rows(), 0);
+    }
+
+    #[test]
+    fn taking_matches_arrow() {
+        let a = batch(3).slice(1, 6);
+        let indices = UInt32Array::from(vec![5, 0, 3, 3, 1, 4, 2]);
+        let ours = take_rows(&a, &indices).unwrap();
+        let arrows = arrow::compute::take_record_batch(&a, &indices).unwrap();
+        assert_eq!(ours, arrows);
+    }
+
+    type Row = Option<Vec<(String, Option<String>)>>;
+
+    /// A batch of a map column and a list-of-strings column holding the same entries.
+    fn nested_batch(rows: &[Row]) -> RecordBatch {
+        let mut map = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+        let mut list = ListBuilder::new(StringBuilder::new());
+        for row in rows {
+            match row {
+                None => {
+                    map.append(false).unwrap();
+                    list.append_null();
+                }
+                Some(entries) => {
+                    for (k, v) in entries {
+                        map.keys().append_value(k);
+                        map.values().append_option(v.as_deref());
+                        list.values().append_option(v.as_deref());
+                    }
+                    map.append(true).unwrap();
+                    list.append(true);
+                }
+            }
+        }
+        let map: ArrayRef = Arc::new(map.finish());
+        let list: ArrayRef = Arc::new(list.finish());
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("map", map.data_type().clone(), true),
+            Field::new("list", list.data_type().clone(), true),
+        ]));
+        RecordBatch::try_new(schema, vec![map, list]).unwrap()
+    }
+
+    fn row() -> impl proptest::strategy::Strategy<Value = Row> {
+        let entry = ("[a-c]{0,3}", proptest::option::of("[x-zé]{0,4}"));
+        proptest::option::weighted(0.8, proptest::collection::vec(entry, 0..4))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn gathers_what_arrow_gathers(
+            a in proptest::collection::vec(row(), 1..12),
+            b in proptest::collection::vec(row(), 2..12),
+            picks in proptest::collection::vec((0usize..2, 0usize..1000), 0..40),
+        ) {
+            // The second source is sliced: its offsets do not start at zero.
+            let (a, b) = (nested_batch(&a), nested_batch(&b));
+            let b = b.slice(1, b.num_rows() - 1);
+            let sources = [&a, &b];
+            let picks: Vec<(usize, usize)> = picks
+                .into_iter()
+                .map(|(s, r)| (s, r % sources[s].num_rows()))
+                .collect();
+            let ours = interleave_rows(&sources, &picks).unwrap();
+            proptest::prop_assert_eq!(&ours, &interleave_record_batch(&sources, &picks).unwrap());
+            let indices = UInt32Array::from_iter_values(
+                picks.iter().filter(|p| p.0 == 1).map(|p| p.1 as u32),
+            );
+            let taken = take_rows(&b, &indices).unwrap();
+            proptest::prop_assert_eq!(
+                &taken,
+                &arrow::compute::take_record_batch(&b, &indices).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn a_row_out_of_bounds_is_an_error() {
+        let a = batch(1);
+        let map = a.column(1).as_ref();
+        assert!(gather_column(&[map], &[(0, 7)]).is_err());
+        assert!(gather_column(&[map], &[(1, 0)]).is_err());
+    }
+}
