@@ -65,8 +65,10 @@ impl RunWriter {
         let options = IpcWriteOptions::default()
             .try_with_compression(codec)
             .map_err(|e| Error::arrow("configuring the run writer", e))?;
+        // Small enough that batch bodies (hundreds of KB) bypass the buffer instead of being
+        // copied into it; the small message headers are still gathered.
         let writer = StreamWriter::try_new_with_options(
-            BufWriter::with_capacity(1 << 20, file),
+            BufWriter::with_capacity(64 << 10, file),
             schema,
             options,
         )
