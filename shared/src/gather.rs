@@ -18,10 +18,72 @@ use arrow::compute::{interleave, take};
 use arrow::datatypes::{DataType, FieldRef};
 use arrow::error::ArrowError;
 
+/// Shortest mean stretch (consecutive rows of one batch among the picks) for which copying
+/// stretches beats gathering row by row.
+const MIN_MEAN_STRETCH: usize = 32;
+
 /// Rows `picks` = (batch, row) of `batches` (which share one schema), in pick order.
+///
+/// Picks of sorted sequences often come in stretches of consecutive rows of one batch (log
+/// files cover successive time windows, so one service's rows of a run follow each other):
+/// then each stretch is copied as one slice per column. Otherwise rows are gathered one by
+/// one. Both give the same rows.
+pub fn gather_rows(
+    batches: &[&RecordBatch],
+    picks: &[(usize, usize)],
+) -> Result<RecordBatch, ArrowError> {
+    let stretches = stretches(batches, picks)?;
+    if stretches.len() * MIN_MEAN_STRETCH > picks.len() {
+        return interleave_rows(batches, picks);
+    }
+    copy_stretches(batches, &stretches, picks.len())
+}
+
+/// The rows of `stretches` (`rows` in all), one slice copy per stretch and column.
+fn copy_stretches(
+    batches: &[&RecordBatch],
+    stretches: &[(usize, Range<usize>)],
+    rows: usize,
+) -> Result<RecordBatch, ArrowError> {
+    by_column(batches, rows, |arrays| {
+        gather_child_ranges(arrays, stretches, rows)
+    })
+}
+
+/// The picks as maximal stretches (batch, rows) of consecutive rows of one batch.
+fn stretches(
+    batches: &[&RecordBatch],
+    picks: &[(usize, usize)],
+) -> Result<Vec<(usize, Range<usize>)>, ArrowError> {
+    let mut stretches: Vec<(usize, Range<usize>)> = Vec::new();
+    for &(batch, row) in picks {
+        let rows = batches.get(batch).map_or(0, |b| b.num_rows());
+        if row >= rows {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "row {row} of batch {batch} out of bounds"
+            )));
+        }
+        match stretches.last_mut() {
+            Some((b, range)) if *b == batch && range.end == row => range.end += 1,
+            _ => stretches.push((batch, row..row + 1)),
+        }
+    }
+    Ok(stretches)
+}
+
+/// Rows `picks` = (batch, row) of `batches` (which share one schema), gathered row by row.
 pub fn interleave_rows(
     batches: &[&RecordBatch],
     picks: &[(usize, usize)],
+) -> Result<RecordBatch, ArrowError> {
+    by_column(batches, picks.len(), |arrays| gather_column(arrays, picks))
+}
+
+/// A batch of `rows` rows whose every column is `gather` of that column of all `batches`.
+fn by_column(
+    batches: &[&RecordBatch],
+    rows: usize,
+    gather: impl Fn(&[&dyn Array]) -> Result<ArrayRef, ArrowError>,
 ) -> Result<RecordBatch, ArrowError> {
     let Some(first) = batches.first() else {
         return Err(ArrowError::InvalidArgumentError(
@@ -32,13 +94,13 @@ pub fn interleave_rows(
     let columns = (0..schema.fields().len())
         .map(|c| {
             let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-            gather_column(&arrays, picks)
+            gather(&arrays)
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new_with_options(
         schema,
         columns,
-        &RecordBatchOptions::new().with_row_count(Some(picks.len())),
+        &RecordBatchOptions::new().with_row_count(Some(rows)),
     )
 }
 
@@ -277,7 +339,10 @@ fn range_nulls(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int32Array, Int32Builder, ListBuilder, MapBuilder, StringBuilder};
+    use arrow::array::{
+        FixedSizeBinaryArray, Int32Array, Int32Builder, Int64Array, ListBuilder, MapBuilder,
+        StringBuilder,
+    };
     use arrow::compute::interleave_record_batch;
     use arrow::datatypes::{Field, Schema};
 
@@ -368,11 +433,27 @@ mod tests {
         }
         let map: ArrayRef = Arc::new(map.finish());
         let list: ArrayRef = Arc::new(list.finish());
+        let sizes: ArrayRef = Arc::new(Int64Array::from_iter(
+            rows.iter().map(|r| r.as_ref().map(|e| e.len() as i64)),
+        ));
+        let names: ArrayRef =
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| {
+                r.as_ref().and_then(|e| e.first()).map(|(k, _)| k.clone())
+            })));
+        let tags: ArrayRef = Arc::new(
+            FixedSizeBinaryArray::try_from_iter(
+                (0..rows.len()).map(|i| [i as u8, rows.len() as u8]),
+            )
+            .unwrap(),
+        );
         let schema = Arc::new(Schema::new(vec![
             Field::new("map", map.data_type().clone(), true),
             Field::new("list", list.data_type().clone(), true),
+            Field::new("size", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("tag", DataType::FixedSizeBinary(2), false),
         ]));
-        RecordBatch::try_new(schema, vec![map, list]).unwrap()
+        RecordBatch::try_new(schema, vec![map, list, sizes, names, tags]).unwrap()
     }
 
     fn row() -> impl proptest::strategy::Strategy<Value = Row> {
@@ -386,6 +467,7 @@ mod tests {
             a in proptest::collection::vec(row(), 1..12),
             b in proptest::collection::vec(row(), 2..12),
             picks in proptest::collection::vec((0usize..2, 0usize..1000), 0..40),
+            spans in proptest::collection::vec((0usize..2, 0usize..1000, 1usize..12), 0..8),
         ) {
             // The second source is sliced: its offsets do not start at zero.
             let (a, b) = (nested_batch(&a), nested_batch(&b));
@@ -400,6 +482,22 @@ mod tests {
             let indices = UInt32Array::from_iter_values(
                 picks.iter().filter(|p| p.0 == 1).map(|p| p.1 as u32),
             );
+            // Stretches of consecutive rows take the copying path.
+            let stretched: Vec<(usize, usize)> = spans
+                .into_iter()
+                .flat_map(|(s, start, len)| {
+                    let rows = sources[s].num_rows();
+                    let start = start % rows;
+                    (start..(start + len).min(rows)).map(move |r| (s, r))
+                })
+                .collect();
+            for picks in [&picks, &stretched] {
+                let arrows = interleave_record_batch(&sources, picks).unwrap();
+                proptest::prop_assert_eq!(&gather_rows(&sources, picks).unwrap(), &arrows);
+                let stretches = stretches(&sources, picks).unwrap();
+                let copied = copy_stretches(&sources, &stretches, picks.len());
+                proptest::prop_assert_eq!(&copied.unwrap(), &arrows);
+            }
             let taken = take_rows(&b, &indices).unwrap();
             proptest::prop_assert_eq!(
                 &taken,
@@ -414,5 +512,7 @@ mod tests {
         let map = a.column(1).as_ref();
         assert!(gather_column(&[map], &[(0, 7)]).is_err());
         assert!(gather_column(&[map], &[(1, 0)]).is_err());
+        assert!(gather_rows(&[&a], &[(0, 7)]).is_err());
+        assert!(gather_rows(&[&a], &[(1, 0)]).is_err());
     }
 }

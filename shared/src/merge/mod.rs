@@ -15,7 +15,7 @@ use cursor::{Advance, Cursor};
 
 use crate::budget::MemoryGauge;
 use crate::error::{Error, Result};
-use crate::gather::interleave_rows;
+use crate::gather::gather_rows;
 use crate::key::SortKey;
 use crate::runs::{RunReader, RunWriter, ScratchDir, SortedRun, SpillCompression};
 use crate::sink::ChunkSink;
@@ -204,8 +204,7 @@ fn emit(
     sink: &mut dyn ChunkSink,
 ) -> Result<()> {
     let refs: Vec<&RecordBatch> = slots.iter().collect();
-    let chunk =
-        interleave_rows(&refs, picks).map_err(|e| Error::arrow("gathering merged rows", e))?;
+    let chunk = gather_rows(&refs, picks).map_err(|e| Error::arrow("gathering merged rows", e))?;
     sink.write_chunk(&chunk)?;
     picks.clear();
     // Keep only the batches cursors still read from.

@@ -20,7 +20,7 @@ use arrow::datatypes::SchemaRef;
 use crate::alignment::ServiceCounts;
 use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
-use crate::gather::{interleave_rows, take_rows};
+use crate::gather::{gather_rows, take_rows};
 use crate::key::{BatchKeys, SortKey};
 use crate::runs::{RunWriter, ScratchDir, SortedRun, SpillCompression};
 use crate::sink::ChunkSink;
@@ -76,7 +76,7 @@ impl Buffer {
         let order = self.sorted_order();
         let batches: Vec<&RecordBatch> = self.batches.iter().map(|b| &b.batch).collect();
         for chunk in order.chunks(chunk_rows.max(1)) {
-            let out = interleave_rows(&batches, chunk)
+            let out = gather_rows(&batches, chunk)
                 .map_err(|e| Error::arrow("gathering sorted rows", e))?;
             sink.write_chunk(&out)?;
         }
