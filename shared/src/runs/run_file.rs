@@ -6,7 +6,7 @@
 //! through its rows, so its encoding cannot affect output bytes.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Read};
 use std::path::{Path, PathBuf};
 
 use arrow::array::RecordBatch;
@@ -117,13 +117,23 @@ impl RunWriter {
 /// Reads a run back, batch by batch.
 pub struct RunReader {
     path: PathBuf,
-    reader: StreamReader<BufReader<File>>,
+    reader: StreamReader<BufReader<ReleasingFile>>,
 }
 
 impl RunReader {
     /// Opens a run file.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::scratch(path, e))?;
+        // Writable so the part already read can be released (see `ReleasingFile`).
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::scratch(path, e))?;
+        let file = ReleasingFile {
+            file,
+            read: 0,
+            released: 0,
+        };
         let reader = StreamReader::try_new(BufReader::with_capacity(64 << 10, file), None)
             .map_err(|e| Error::arrow(format!("opening run {}", path.display()), e))?;
         Ok(Self {
@@ -142,6 +152,47 @@ impl Iterator for RunReader {
             .map(|r| r.map_err(|e| Error::arrow(format!("reading run {}", self.path.display()), e)))
     }
 }
+
+/// Bytes read between two releases of a run's read part.
+const RELEASE_STEP: u64 = 8 << 20;
+
+/// A run file read front to back that gives the part already read back to the file system
+/// as it goes (a hole punched over it, on Linux). A merge then frees scratch space and page
+/// cache while it runs, on the merging thread, instead of all at once when the scratch
+/// directory is removed after the last run ends, which would delay the commit.
+struct ReleasingFile {
+    file: File,
+    read: u64,
+    released: u64,
+}
+
+impl Read for ReleasingFile {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.read += n as u64;
+        if self.read - self.released >= RELEASE_STEP {
+            // Whole pages only; everything below `read` has been copied out already.
+            let end = self.read & !4095;
+            release(&self.file, self.released, end);
+            self.released = end;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn release(file: &File, start: u64, end: u64) {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    let (Ok(offset), Ok(len)) = (i64::try_from(start), i64::try_from(end - start)) else {
+        return;
+    };
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    // A file system without hole punching keeps the bytes until the file is removed.
+    let _ = fallocate(file, flags, offset, len);
+}
+
+#[cfg(not(target_os = "linux"))]
+fn release(_file: &File, _start: u64, _end: u64) {}
 
 #[cfg(test)]
 mod tests {
@@ -182,5 +233,41 @@ mod tests {
                 .collect();
             assert_eq!(read, vec![batch.clone(), batch.slice(1, 2)]);
         }
+    }
+
+    /// Reading a run gives its space back as it goes: by the end, most of the file is a hole,
+    /// and every batch still reads back whole.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reading_a_run_releases_what_was_read() {
+        use std::os::unix::fs::MetadataExt;
+        let schema = Arc::new(Schema::new(vec![Field::new("t", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from_iter_values(0..(1 << 17)))],
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.arrow");
+        let mut writer = RunWriter::create(path.clone(), &schema, SpillCompression::None).unwrap();
+        for _ in 0..32 {
+            writer.write(&batch).unwrap();
+        }
+        let run = writer.finish().unwrap();
+        assert!(run.file_bytes > 4 * RELEASE_STEP);
+        let allocated = |path: &Path| std::fs::metadata(path).unwrap().blocks() * 512;
+        assert!(allocated(&path) >= run.file_bytes);
+        let mut reader = RunReader::open(&path).unwrap();
+        for _ in 0..32 {
+            assert_eq!(reader.next().unwrap().unwrap(), batch);
+        }
+        assert!(reader.next().is_none());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), run.file_bytes);
+        assert!(
+            allocated(&path) <= RELEASE_STEP + (1 << 20),
+            "{} of {} bytes still allocated",
+            allocated(&path),
+            run.file_bytes
+        );
     }
 }
