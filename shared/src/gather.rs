@@ -72,7 +72,7 @@ fn stretches(
 }
 
 /// Rows `picks` = (batch, row) of `batches` (which share one schema), gathered row by row.
-pub fn interleave_rows(
+fn interleave_rows(
     batches: &[&RecordBatch],
     picks: &[(usize, usize)],
 ) -> Result<RecordBatch, ArrowError> {
@@ -244,7 +244,8 @@ fn gather_child_ranges(
     match arrays.first().map(|a| a.data_type()) {
         Some(DataType::Utf8) => {
             let strings: Vec<&StringArray> = arrays.iter().map(|a| a.as_string()).collect();
-            let (offsets, bytes, nulls) = gather_byte_ranges(&strings, ranges, length)?;
+            let (offsets, bytes) = gather_byte_ranges(&strings, ranges, length)?;
+            let nulls = range_nulls(arrays, ranges, length);
             // SAFETY: the offsets are the sources' own, shifted by the same amount as their
             // bytes, which are copied whole from value boundaries of valid UTF-8 arrays.
             Ok(Arc::new(unsafe {
@@ -279,12 +280,12 @@ fn gather_child_ranges(
     }
 }
 
-/// The offsets, bytes and nulls of string ranges: one copy of bytes per range.
+/// The offsets and bytes of string ranges: one copy of bytes per range.
 fn gather_byte_ranges(
     arrays: &[&StringArray],
     ranges: &[(usize, Range<usize>)],
     length: usize,
-) -> Result<(OffsetBuffer<i32>, Buffer, Option<NullBuffer>), ArrowError> {
+) -> Result<(OffsetBuffer<i32>, Buffer), ArrowError> {
     let mut byte_length = 0usize;
     for (array, range) in ranges {
         let offsets = arrays[*array].value_offsets();
@@ -306,12 +307,7 @@ fn gather_byte_ranges(
                 .map(|o| o + shift),
         );
     }
-    let dyn_arrays: Vec<&dyn Array> = arrays.iter().map(|a| *a as &dyn Array).collect();
-    Ok((
-        OffsetBuffer::new(offsets.into()),
-        Buffer::from_vec(bytes),
-        range_nulls(&dyn_arrays, ranges, length),
-    ))
+    Ok((OffsetBuffer::new(offsets.into()), Buffer::from_vec(bytes)))
 }
 
 /// The validity of the gathered ranges, or `None` when no source has nulls.
@@ -320,7 +316,7 @@ fn range_nulls(
     ranges: &[(usize, Range<usize>)],
     length: usize,
 ) -> Option<NullBuffer> {
-    if arrays.iter().all(|a| a.logical_nulls().is_none()) {
+    if arrays.iter().all(|a| a.nulls().is_none()) {
         return None;
     }
     let mut validity = BooleanBufferBuilder::new(length);
