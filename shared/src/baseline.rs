@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use object_store::path::Path;
 
-use crate::config::CompactOptions;
+use crate::config::{CompactOptions, read_target_bytes};
 use crate::error::{Error, Result};
 use crate::input::{SizedBatches, StagedInput, check_input};
 use crate::manifest::{live_set, load_latest};
@@ -75,7 +75,7 @@ pub async fn rewrite_plain(
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
     let (properties, blocks) = partition_output_settings(&unified, options, rg_bytes, &scratch)?;
     let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone());
-    let read_target = (options.budget_bytes / 16).clamp(64 << 10, 8 << 20);
+    let read_target = read_target_bytes(options.budget_bytes);
     let rows = tokio::task::block_in_place(|| -> Result<u64> {
         let mut writer =
             OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties, blocks)?;

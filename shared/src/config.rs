@@ -38,6 +38,12 @@ pub const OUTPUT_CHUNK_ROWS: usize = 1024;
 /// chunks queued for the writer stay small whatever the row width.
 pub const OUTPUT_CHUNK_BYTES: u64 = 1 << 20;
 
+/// Decoded bytes per batch read from an input under budget `budget_bytes`: a sixteenth of
+/// it, between 64 KiB and 8 MiB. The sort and the plain rewrite read alike.
+pub fn read_target_bytes(budget_bytes: u64) -> u64 {
+    (budget_bytes / 16).clamp(64 << 10, 8 << 20)
+}
+
 /// Rows per output chunk for rows of `row_bytes` (the widest input's encoded bytes per
 /// row). It depends on the inputs alone, never on the budget or the runs, so output bytes
 /// never depend on them either.

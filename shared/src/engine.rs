@@ -13,7 +13,7 @@ use arrow::array::RecordBatch;
 
 use crate::alignment::{AligningSink, ServiceCounts};
 use crate::budget::{Charge, MemoryGauge, batch_memory_bytes};
-use crate::config::output_chunk_rows;
+use crate::config::{output_chunk_rows, read_target_bytes};
 use crate::error::{Error, Result};
 use crate::input::{CheckedInput, SizedBatches, count_services};
 use crate::key::SortKey;
@@ -86,7 +86,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let started = Instant::now();
     let key = SortKey::new(job.unified);
     let schema = &job.unified.schema;
-    let read_target = (job.budget_bytes / 16).clamp(64 << 10, 8 << 20);
+    let read_target = read_target_bytes(job.budget_bytes);
     // The reader of an input holds a page and a dictionary per column beside the rows it
     // returns (about 100 MB for a file of 50 wide columns), and in the merge the writer holds
     // as much again (a page and a compressor per column): leave that room inside B, keeping
