@@ -18,9 +18,10 @@ pub const ALLOCATOR_MMAP_BYTES: i32 = 1 << 20;
 /// One arena ([`ALLOCATOR_ARENAS`]) and a fixed [`ALLOCATOR_TRIM_BYTES`] keep RSS near the
 /// live peak: memory one thread frees is reused by the next that allocates, and the
 /// per-thread caches keep small allocations off the arena's lock (measured: no slower than
-/// two arenas, and 5-40 MB less peak RSS on every stress shape, 38 MB on the 1 GiB wide file). Fixing the trim threshold also fixes the mapping threshold, at 128 KiB unless set:
-/// every buffer above it would be a fresh mapping whose pages fault in one by one, about
-/// 400,000 faults (a third of a second of CPU) per 3 million rows sorted. At
+/// two arenas, and 5-40 MB less peak RSS on every stress shape, 38 MB on the 1 GiB wide
+/// file). Fixing the trim threshold also fixes the mapping threshold, at 128 KiB unless
+/// set: every buffer above it would be a fresh mapping whose pages fault in one by one,
+/// about 400,000 faults (a third of a second of CPU) per 3 million rows sorted. At
 /// [`ALLOCATOR_MMAP_BYTES`] the run and chunk buffers of a merge are reused from the arenas
 /// instead, for a few MB of RSS. Binaries call this first thing in `main`; off glibc it does
 /// nothing.
