@@ -86,9 +86,16 @@ impl Drop for Charge {
 /// Bytes of memory a batch holds: the capacity of every distinct allocation behind its
 /// arrays, counted once even when several arrays share one (as IPC and Parquet readers do).
 pub fn batch_memory_bytes(batch: &arrow::array::RecordBatch) -> u64 {
+    arrays_memory_bytes(batch.columns())
+}
+
+/// [`batch_memory_bytes`] of some arrays.
+pub fn arrays_memory_bytes<'a>(
+    arrays: impl IntoIterator<Item = &'a arrow::array::ArrayRef>,
+) -> u64 {
     let mut seen = std::collections::HashSet::new();
     let mut total = 0u64;
-    for column in batch.columns() {
+    for column in arrays {
         add_array_data(&column.to_data(), &mut seen, &mut total);
     }
     total

@@ -432,6 +432,7 @@ async fn sort_and_write(
             budget_bytes: options.budget_bytes,
             spill_compression,
             fan_in: options.merge_fan_in,
+            code_strings: options.code_strings,
             scratch,
             gauge,
             deadline: options.deadline,

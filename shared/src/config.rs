@@ -92,6 +92,10 @@ pub struct CompactOptions {
     /// Most rows per output row group; a row group closes at this or at the byte threshold,
     /// whichever comes first (default: no row cap).
     pub max_rows_per_row_group: Option<u64>,
+    /// Carry repetitive string columns as codes while sorting (see
+    /// [`StringCoder`](crate::runs::StringCoder)). The output is byte-identical either way;
+    /// off only to measure or to compare.
+    pub code_strings: bool,
 }
 
 impl CompactOptions {
@@ -110,6 +114,7 @@ impl CompactOptions {
             scratch_limit_bytes: None,
             row_groups_per_block: DEFAULT_ROW_GROUPS_PER_BLOCK,
             max_rows_per_row_group: None,
+            code_strings: true,
         }
     }
 

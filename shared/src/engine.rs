@@ -6,6 +6,7 @@
 //! count set by the inputs' row width alone) of the same total order, so output bytes never
 //! depend on the budget or the spill pattern.
 
+use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 use std::time::Instant;
 
@@ -19,9 +20,12 @@ use crate::input::{CheckedInput, SizedBatches, count_services};
 use crate::key::SortKey;
 use crate::merge::{MergeSettings, RunSource, merge_runs};
 use crate::runs::RunFormation;
-use crate::runs::{ScratchDir, SpillCompression};
+use crate::runs::{ScratchDir, SpillCompression, StringCoder};
 use crate::schema::{UnifiedSchema, conform};
 use crate::sink::ChunkSink;
+
+/// The share of B (one part in this many) for the dictionaries of coded string columns.
+const STRING_CODES_SHARE: u64 = 32;
 
 /// One sort job: what to read and under which limits.
 pub struct SortJob<'a> {
@@ -37,6 +41,8 @@ pub struct SortJob<'a> {
     pub spill_compression: SpillCompression,
     /// Merge fan-in cap.
     pub fan_in: usize,
+    /// Whether repetitive string columns travel as codes (see [`StringCoder`]).
+    pub code_strings: bool,
     /// Scratch directory.
     pub scratch: &'a ScratchDir,
     /// Decoded-bytes gauge.
@@ -93,14 +99,20 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     // at least a quarter of B for rows. One decoded batch also waits for the sorter (see
     // `decode_inputs`).
     let reader_bytes = job.inputs.iter().map(|i| i.reader_bytes_estimate).max();
+    let codes_bytes = if job.code_strings {
+        job.budget_bytes / STRING_CODES_SHARE
+    } else {
+        0
+    };
     let rows_budget = job
         .budget_bytes
         .saturating_sub(reader_bytes.unwrap_or(0) + read_target)
-        .max(job.budget_bytes / 4);
+        .max(job.budget_bytes / 4)
+        - codes_bytes;
     let share = rows_budget / (job.fan_in as u64 + 1);
+    let mut coder = StringCoder::new(job.unified, codes_bytes, job.gauge);
     let mut formation = RunFormation::new(
         &key,
-        schema.clone(),
         rows_budget,
         share,
         job.spill_compression,
@@ -130,13 +142,14 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     // order, which is all the key's tie-break needs.
     std::thread::scope(|scope| -> Result<(), SortFailure> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        scope.spawn(move || decode_inputs(job, read_target, tx));
+        let coder = &mut coder;
+        scope.spawn(move || decode_inputs(job, read_target, coder, tx));
         let mut rows_read = 0u64;
         for decoded in rx {
-            let (batch, queued) = decoded?;
+            let (batch, text_bytes, queued) = decoded?;
             drop(queued);
             rows_read += batch.num_rows() as u64;
-            formation.push(conform(&batch, schema)?)?;
+            formation.push(batch, text_bytes)?;
             check_deadline(job.deadline)?;
             if let Some(progress) = job.progress {
                 progress(rows_read);
@@ -156,7 +169,9 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         }
         _ => sink,
     };
-    let formed = formation.finish(chunk_rows, !presorted_sources.is_empty(), sink)?;
+    let decoder = Arc::new(coder.decoder());
+    drop(coder);
+    let formed = formation.finish(chunk_rows, !presorted_sources.is_empty(), sink, &decoder)?;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         runs = formed.runs.len(),
@@ -180,12 +195,12 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     };
     let merged = merge_runs(
         sources,
-        schema,
         &key,
         settings,
         job.scratch,
         job.gauge,
         sink,
+        &decoder,
     )?;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -200,17 +215,25 @@ fn is_presorted(job: &SortJob<'_>, position: usize) -> bool {
     job.presorted.get(position).copied().unwrap_or(false)
 }
 
-/// A decoded batch waiting in the channel, charged to the gauge until it is taken.
-type Decoded = Result<(RecordBatch, Charge), SortFailure>;
+/// A decoded and coded batch waiting in the channel with the bytes of text its codes stand
+/// for, charged to the gauge until it is taken.
+type Decoded = Result<(RecordBatch, u64, Charge), SortFailure>;
 
-/// Reads the inputs that are not presorted, in ordinal order, into `tx`; a read error ends
-/// the stream with [`SortFailure::BadInput`]. Stops early when the receiver is gone.
-fn decode_inputs(job: &SortJob<'_>, read_target: u64, tx: SyncSender<Decoded>) {
+/// Reads the inputs that are not presorted, in ordinal order, conforms and codes them
+/// (`coder`) into `tx`; a read error ends the stream with [`SortFailure::BadInput`]. Stops
+/// early when the receiver is gone.
+fn decode_inputs(
+    job: &SortJob<'_>,
+    read_target: u64,
+    coder: &mut StringCoder,
+    tx: SyncSender<Decoded>,
+) {
     for (position, input) in job.inputs.iter().enumerate() {
         if is_presorted(job, position) {
             continue;
         }
-        let reader = match SizedBatches::open(input, read_target) {
+        let dictionaries = coder.coded_columns();
+        let reader = match SizedBatches::open_with_dictionaries(input, read_target, &dictionaries) {
             Ok(reader) => reader,
             Err(e) => {
                 let _ = tx.send(Err(SortFailure::BadInput {
@@ -221,12 +244,19 @@ fn decode_inputs(job: &SortJob<'_>, read_target: u64, tx: SyncSender<Decoded>) {
             }
         };
         let mut row = 0u64;
-        for batch in reader {
+        let mut frozen = coder.frozen_columns();
+        let mut reader = reader;
+        while let Some(batch) = reader.next() {
             let decoded = match batch {
                 Ok(batch) => {
                     row += batch.num_rows() as u64;
-                    let charge = Charge::new(job.gauge, batch_memory_bytes(&batch));
-                    Ok((batch, charge))
+                    coder
+                        .code(&batch)
+                        .map_err(SortFailure::Failed)
+                        .map(|(batch, text_bytes)| {
+                            let charge = Charge::new(job.gauge, batch_memory_bytes(&batch));
+                            (batch, text_bytes, charge)
+                        })
                 }
                 Err(e) => Err(SortFailure::BadInput {
                     position,
@@ -236,6 +266,17 @@ fn decode_inputs(job: &SortJob<'_>, read_target: u64, tx: SyncSender<Decoded>) {
             let failed = decoded.is_err();
             if tx.send(decoded).is_err() || failed {
                 return;
+            }
+            if coder.frozen_columns() != frozen {
+                // A column stopped being coded: read it as plain strings again.
+                frozen = coder.frozen_columns();
+                if let Err(e) = reader.read_as_dictionaries(&coder.coded_columns()) {
+                    let _ = tx.send(Err(SortFailure::BadInput {
+                        position,
+                        reason: e.to_string(),
+                    }));
+                    return;
+                }
             }
         }
     }

@@ -2,13 +2,17 @@
 
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use object_store::path::Path;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
 use parquet::file::metadata::ParquetMetaData;
 
 use crate::config::KeyColumns;
@@ -222,6 +226,8 @@ const MAX_RESIZES: u32 = 8;
 pub struct SizedBatches {
     local: PathBuf,
     key: String,
+    /// Strings read as Arrow dictionaries (see `read_as_dictionaries`).
+    dictionaries: DictionaryColumns,
     target_bytes: u64,
     rows_read: usize,
     batch_rows: usize,
@@ -232,9 +238,21 @@ pub struct SizedBatches {
 impl SizedBatches {
     /// Opens a checked input for reading.
     pub fn open(input: &CheckedInput, target_bytes: u64) -> Result<Self> {
+        Self::open_with_dictionaries(input, target_bytes, &DictionaryColumns::default())
+    }
+
+    /// Opens a checked input for reading, with `dictionaries` read as dictionaries: a
+    /// dictionary-encoded column chunk then comes with its dictionary and keys instead of
+    /// one string per row.
+    pub fn open_with_dictionaries(
+        input: &CheckedInput,
+        target_bytes: u64,
+        dictionaries: &DictionaryColumns,
+    ) -> Result<Self> {
         let mut batches = Self {
             local: input.staged.local.clone(),
             key: input.staged.key.to_string(),
+            dictionaries: dictionaries.clone(),
             target_bytes: target_bytes.max(1),
             rows_read: 0,
             batch_rows: PROBE_ROWS,
@@ -245,22 +263,37 @@ impl SizedBatches {
         Ok(batches)
     }
 
+    /// From the next batch on, reads `dictionaries` as dictionaries (and no others).
+    pub fn read_as_dictionaries(&mut self, dictionaries: &DictionaryColumns) -> Result<()> {
+        if &self.dictionaries != dictionaries {
+            self.dictionaries = dictionaries.clone();
+            self.reopen()?;
+        }
+        Ok(())
+    }
+
     fn reopen(&mut self) -> Result<()> {
         let file = File::open(&self.local).map_err(|e| Error::scratch(&self.local, e))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| {
-                b.with_batch_size(self.batch_rows)
-                    .with_offset(self.rows_read)
-                    .build()
-            })
-            .map_err(|e| Error::parquet(self.key.clone(), e))?;
+        let parquet = |e| Error::parquet(self.key.clone(), e);
+        let mut metadata =
+            ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(parquet)?;
+        if let Some(hint) = dictionary_hint(metadata.schema(), &self.dictionaries) {
+            let options = ArrowReaderOptions::new().with_schema(hint);
+            metadata = ArrowReaderMetadata::try_new(Arc::clone(metadata.metadata()), options)
+                .map_err(parquet)?;
+        }
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata)
+            .with_batch_size(self.batch_rows)
+            .with_offset(self.rows_read)
+            .build()
+            .map_err(parquet)?;
         self.reader = Some(reader);
         Ok(())
     }
 
     fn resize(&mut self, batch: &RecordBatch) -> Result<()> {
         let rows = batch.num_rows().max(1) as u64;
-        let bytes = crate::budget::batch_memory_bytes(batch);
+        let bytes = decoded_bytes(batch);
         let per_row = (bytes / rows).max(1);
         let ideal = (self.target_bytes / per_row).clamp(1, MAX_BATCH_ROWS as u64) as usize;
         let far_off = ideal > self.batch_rows * 2 || ideal * 2 < self.batch_rows;
@@ -291,6 +324,77 @@ impl Iterator for SizedBatches {
         }
         Some(Ok(batch))
     }
+}
+
+/// Strings to read as Arrow dictionaries, by column name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DictionaryColumns {
+    /// Top-level `Utf8` columns.
+    pub strings: Vec<String>,
+    /// Map columns whose `Utf8` keys are wanted as a dictionary.
+    pub map_keys: Vec<String>,
+    /// Map columns whose `Utf8` values are wanted as a dictionary.
+    pub map_values: Vec<String>,
+}
+
+/// `schema` with `columns` as dictionaries (`None`: none of them is in it).
+fn dictionary_hint(schema: &SchemaRef, columns: &DictionaryColumns) -> Option<SchemaRef> {
+    let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let named = |names: &[String], field: &Field| names.iter().any(|n| n == field.name());
+    let mut hinted = false;
+    let mut hint = |field: &Field| -> Field {
+        hinted = true;
+        field.clone().with_data_type(dictionary.clone())
+    };
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8 if named(&columns.strings, f) => hint(f),
+            DataType::Map(entries, sorted) => match entries.data_type() {
+                DataType::Struct(children) if children.len() == 2 => {
+                    let wanted = [named(&columns.map_keys, f), named(&columns.map_values, f)];
+                    let children: Vec<Field> = children
+                        .iter()
+                        .zip(wanted)
+                        .map(|(child, wanted)| match child.data_type() {
+                            DataType::Utf8 if wanted => hint(child),
+                            _ => child.as_ref().clone(),
+                        })
+                        .collect();
+                    let entries = entries
+                        .as_ref()
+                        .clone()
+                        .with_data_type(DataType::Struct(children.into()));
+                    f.as_ref()
+                        .clone()
+                        .with_data_type(DataType::Map(Arc::new(entries), *sorted))
+                }
+                _ => f.as_ref().clone(),
+            },
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    hinted.then(|| Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
+}
+
+/// Decoded bytes of a batch as rows: a dictionary column whose dictionary is shared by the
+/// batches of a row group counts its keys and at most one value per row.
+fn decoded_bytes(batch: &RecordBatch) -> u64 {
+    let mut plain = Vec::new();
+    let mut bytes = 0u64;
+    for column in batch.columns() {
+        match column.as_any_dictionary_opt() {
+            Some(dictionary) => {
+                let values = dictionary.values();
+                let per_value = values.get_array_memory_size() / values.len().max(1);
+                let keys = dictionary.keys().get_array_memory_size();
+                bytes += (keys + per_value * column.len().min(values.len())) as u64;
+            }
+            None => plain.push(column),
+        }
+    }
+    bytes + crate::budget::arrays_memory_bytes(plain)
 }
 
 /// Rows per service of one input, reading only its service column.

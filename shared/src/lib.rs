@@ -37,6 +37,8 @@
 //! - **manifest**: the per-partition record of compacted, retired and quarantined files.
 //! - **budget (B)**: bytes of decoded rows the sort may hold.
 //! - **run**: a sorted sequence of rows spilled to scratch ([`runs`]).
+//! - **string codes**: repetitive strings carried as integers through the sort
+//!   ([`runs::StringCoder`]).
 //! - **row group threshold**: the output writer's rotation size ([`threshold`]).
 //!
 //! # Data flow
@@ -60,7 +62,7 @@
 //! | [`schema`] | the union of input schemas |
 //! | [`key`] | the clustering key and its order |
 //! | [`budget`] | decoded-bytes accounting |
-//! | [`runs`] | run formation, run files, the scratch directory |
+//! | [`runs`] | run formation, run files, the scratch directory, string codes |
 //! | [`merge`] | the k-way merge |
 //! | [`engine`] | phase 1 and phase 2 of the sort together |
 //! | [`threshold`] | the adaptive row-group threshold |

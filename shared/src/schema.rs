@@ -188,25 +188,27 @@ pub fn unify(
 /// Conforms one decoded batch to the unified schema: casts encodings, fills missing columns
 /// with nulls and puts the columns in the output order.
 pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    let columns = target
+        .fields()
+        .iter()
+        .map(|field| conform_column(batch, field))
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(Arc::clone(target), columns)
+        .map_err(|e| Error::arrow("assembling a conformed batch", e))
+}
+
+/// The column of `batch` named like `field`, cast to its type (all nulls when missing).
+pub fn conform_column(batch: &RecordBatch, field: &Field) -> Result<ArrayRef> {
     let options = CastOptions {
         safe: false,
         ..Default::default()
     };
-    let rows = batch.num_rows();
-    let columns = target
-        .fields()
-        .iter()
-        .map(|field| -> Result<ArrayRef> {
-            match batch.column_by_name(field.name()) {
-                Some(col) if col.data_type() == field.data_type() => Ok(Arc::clone(col)),
-                Some(col) => cast_with_options(col, field.data_type(), &options)
-                    .map_err(|e| Error::arrow(format!("converting column {:?}", field.name()), e)),
-                None => Ok(new_null_array(field.data_type(), rows)),
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    RecordBatch::try_new(Arc::clone(target), columns)
-        .map_err(|e| Error::arrow("assembling a conformed batch", e))
+    match batch.column_by_name(field.name()) {
+        Some(col) if col.data_type() == field.data_type() => Ok(Arc::clone(col)),
+        Some(col) => cast_with_options(col, field.data_type(), &options)
+            .map_err(|e| Error::arrow(format!("converting column {:?}", field.name()), e)),
+        None => Ok(new_null_array(field.data_type(), batch.num_rows())),
+    }
 }
 
 #[cfg(test)]

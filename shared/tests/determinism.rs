@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use object_store::memory::InMemory;
-use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
 use ourios_compaction::partition::{Layout, PartitionId};
-use ourios_compaction::report::{CompactionReport, Status};
+use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    ReversedListingStore, TestRow, get_bytes, parquet_bytes, put_bytes, rows_batch, xorshift64,
+    ReversedListingStore, TestRow, compact_to_bytes, multi_thread_runtime, parquet_bytes,
+    put_bytes, rows_batch, xorshift64,
 };
 
 fn inputs(partition: &PartitionId) -> Vec<Vec<TestRow>> {
@@ -40,12 +40,7 @@ fn compact(
     reversed: bool,
     blocks: usize,
 ) -> (CompactionReport, Vec<u8>) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
+    multi_thread_runtime(threads).block_on(async {
         let memory = Arc::new(InMemory::new());
         let store = if reversed {
             Store::from_object_store(Arc::new(ReversedListingStore::new(memory)), "reversed")
@@ -68,13 +63,7 @@ fn compact(
         if blocks > 1 {
             options.max_rows_per_row_group = Some(1500);
         }
-        let report = compact_partition(&store, &layout, &partition, &options)
-            .await
-            .expect("compaction");
-        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
-        let key = report.output.as_ref().expect("output").key.clone();
-        let bytes = get_bytes(&store, &key).await.to_vec();
-        (report, bytes)
+        compact_to_bytes(&store, &layout, &partition, &options).await
     })
 }
 

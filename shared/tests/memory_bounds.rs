@@ -20,13 +20,15 @@ use ourios_compaction::testing::{parquet_bytes, put_bytes};
 
 const MIB: u64 = 1 << 20;
 
-/// Rows with `attributes` string columns of `width` bytes each, services interleaved.
+/// Rows with `attributes` string columns of `width` bytes each, services interleaved; with
+/// `distinct`, every row's attribute values differ (so the sort cannot carry them as codes).
 fn batch(
     partition: &PartitionId,
     rows: usize,
     attributes: usize,
     width: usize,
     seed: u64,
+    distinct: bool,
 ) -> RecordBatch {
     let (start, _) = partition.time_range_nanos();
     let services = ["checkout", "auth", "search", "ads", "cart"];
@@ -50,9 +52,17 @@ fn batch(
             "lorem ipsum dolor sit amet ".repeat(width / 27 + 1)
         );
         let value = &value[..width];
-        columns.push(Arc::new(StringArray::from_iter_values(
-            (0..rows).map(|_| value),
-        )));
+        columns.push(Arc::new(StringArray::from_iter_values((0..rows).map(
+            |r| {
+                if distinct {
+                    let mut text = format!("{seed}-{r}-{value}");
+                    text.truncate(width);
+                    text
+                } else {
+                    value.to_string()
+                }
+            },
+        ))));
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("batch")
 }
@@ -93,7 +103,7 @@ async fn run(
 async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let files: Vec<RecordBatch> = (0..600)
-        .map(|i| batch(&partition, 200, 4, 250, i))
+        .map(|i| batch(&partition, 200, 4, 250, i, false))
         .collect();
     let decoded: u64 = files.iter().map(batch_memory_bytes).sum();
     // Encoded total is small: set B to twice it, as the seed's skip-spill gate would.
@@ -121,7 +131,7 @@ async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
 async fn wide_rows_merge_within_the_byte_budget() {
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let files: Vec<RecordBatch> = (0..12)
-        .map(|i| batch(&partition, 1500, 40, 250, i))
+        .map(|i| batch(&partition, 1500, 40, 250, i, true))
         .collect();
     let budget = 8 * MIB;
     for blocks in BLOCKS {
@@ -142,7 +152,7 @@ async fn wide_rows_merge_within_the_byte_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_huge_input_with_a_single_row_group_is_read_in_batches() {
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let file = batch(&partition, 200_000, 2, 200, 3);
+    let file = batch(&partition, 200_000, 2, 200, 3, false);
     let decoded = batch_memory_bytes(&file);
     let budget = 4 * MIB;
     assert!(decoded > 20 * budget, "fixture: decoded {decoded}");

@@ -14,7 +14,7 @@ use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    TestRow, get_bytes, parquet_bytes, put_bytes, read_parquet, rows_batch,
+    TestRow, get_bytes, multi_thread_runtime, parquet_bytes, put_bytes, read_parquet, rows_batch,
 };
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use proptest::prelude::*;
@@ -78,12 +78,7 @@ fn run_case(
                 .collect()
         })
         .collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
+    multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
         let layout = Layout::default();
         let dir = layout.ingest_dir(&partition);

@@ -1,13 +1,14 @@
 //! A merge cursor: one open run, its current batch and that batch's encoded keys.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 
 use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
 use crate::key::{BatchKeys, SortKey};
-use crate::runs::SortedRun;
+use crate::runs::{SortedRun, StringDecoder};
 
 /// A batch iterator over rows already in key order.
 pub type BatchIter = Box<dyn Iterator<Item = Result<RecordBatch>> + Send>;
@@ -68,11 +69,12 @@ impl Cursor {
         source: RunSource,
         key: &SortKey,
         gauge: &MemoryGauge,
+        decoder: Option<&Arc<StringDecoder>>,
     ) -> Result<Option<Self>> {
         let (name, mut batches, check_order): (String, BatchIter, bool) = match source {
             RunSource::Spilled(run) => {
                 let name = run.path.display().to_string();
-                (name, Box::new(super::open_run(&run)?), false)
+                (name, super::open_run(&run, decoder)?, false)
             }
             RunSource::Presorted { name, batches, .. } => (name, batches, true),
         };

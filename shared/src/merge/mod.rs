@@ -7,17 +7,19 @@
 
 mod cursor;
 
+use std::sync::Arc;
+
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 
 pub use cursor::RunSource;
-use cursor::{Advance, Cursor};
+use cursor::{Advance, BatchIter, Cursor};
 
 use crate::budget::MemoryGauge;
 use crate::error::{Error, Result};
 use crate::gather::gather_rows;
 use crate::key::SortKey;
-use crate::runs::{RunReader, RunWriter, ScratchDir, SortedRun, SpillCompression};
+use crate::runs::{RunReader, RunWriter, ScratchDir, SortedRun, SpillCompression, StringDecoder};
 use crate::sink::ChunkSink;
 
 /// What a merge did.
@@ -47,6 +49,11 @@ pub struct MergeSettings {
 /// Merges spilled runs into `sink`, in passes of at most `fan_in` runs; earlier sources in
 /// `sources` win ties. Intermediate runs live in `scratch` and are removed once merged.
 ///
+/// Runs may hold coded string columns (see [`StringCoder`](crate::runs::StringCoder)):
+/// runs of one schema are merged as they are and `decoder` turns the final chunks back into
+/// strings; where a pass mixes schemas (a column stopped being coded, or an already sorted
+/// input joins), the runs are decoded as they are read.
+///
 /// An intermediate pass merges only as many runs as it takes to bring the count down to
 /// the fan-in (70 runs at fan-in 64: one group of 7 from the tail, then one final merge of
 /// 64), so little data is written twice; beyond fan-in squared runs a pass merges groups of
@@ -54,12 +61,12 @@ pub struct MergeSettings {
 /// group's place, so the order of ties is unchanged.
 pub fn merge_runs(
     sources: Vec<RunSource>,
-    schema: &SchemaRef,
     key: &SortKey,
     settings: MergeSettings,
     scratch: &ScratchDir,
     gauge: &MemoryGauge,
     sink: &mut dyn ChunkSink,
+    decoder: &Arc<StringDecoder>,
 ) -> Result<MergeStats> {
     let fan_in = settings.fan_in.max(2);
     let mut stats = MergeStats::default();
@@ -94,7 +101,7 @@ pub fn merge_runs(
                 next.extend(group);
                 continue;
             }
-            let run = merge_to_run(group, schema, key, &settings, scratch, gauge)?;
+            let run = merge_to_run(group, key, &settings, scratch, gauge, decoder)?;
             stats.intermediate_runs += 1;
             stats.intermediate_bytes += run.file_bytes;
             next.push(RunSource::Spilled(run));
@@ -102,22 +109,31 @@ pub fn merge_runs(
         sources = next;
     }
     stats.passes += 1;
-    merge_pass(sources, key, settings.chunk_rows, gauge, sink)?;
+    let mut decoding = DecodingSink { decoder, sink };
+    merge_pass(
+        sources,
+        key,
+        settings.chunk_rows,
+        gauge,
+        &mut decoding,
+        decoder,
+    )?;
     Ok(stats)
 }
 
 /// Merges a group of runs into one intermediate run and removes the group's spilled files.
 fn merge_to_run(
     group: Vec<RunSource>,
-    schema: &SchemaRef,
     key: &SortKey,
     settings: &MergeSettings,
     scratch: &ScratchDir,
     gauge: &MemoryGauge,
+    decoder: &Arc<StringDecoder>,
 ) -> Result<SortedRun> {
+    let schema = common_run_schema(&group).unwrap_or_else(|| Arc::clone(decoder.unified()));
     let mut writer = RunWriter::create(
         scratch.file("merged", "arrow"),
-        schema,
+        &schema,
         settings.compression,
     )?;
     let removable: Vec<_> = group.iter().filter_map(|s| s.spilled_path()).collect();
@@ -127,7 +143,7 @@ fn merge_to_run(
         .max()
         .unwrap_or(1);
     let rows = (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, 1024);
-    merge_pass(group, key, rows as usize, gauge, &mut writer)?;
+    merge_pass(group, key, rows as usize, gauge, &mut writer, decoder)?;
     let run = writer.finish()?;
     for path in removable {
         std::fs::remove_file(&path).map_err(|e| Error::scratch(&path, e))?;
@@ -135,22 +151,58 @@ fn merge_to_run(
     Ok(run)
 }
 
-/// Opens a spilled run for merging.
-pub(crate) fn open_run(run: &SortedRun) -> Result<RunReader> {
-    RunReader::open(&run.path)
+/// Opens a spilled run for merging; with a `decoder`, its coded columns are read as strings.
+pub(crate) fn open_run(run: &SortedRun, decoder: Option<&Arc<StringDecoder>>) -> Result<BatchIter> {
+    let reader = RunReader::open(&run.path)?;
+    Ok(match decoder.cloned() {
+        None => Box::new(reader),
+        Some(decoder) => Box::new(reader.map(move |batch| decoder.decode(&batch?))),
+    })
 }
 
-/// One merge of at most fan-in runs into a sink.
+/// The schema of `sources` when all are spilled runs of one schema.
+fn common_run_schema(sources: &[RunSource]) -> Option<SchemaRef> {
+    let mut schemas = sources.iter().map(|s| match s {
+        RunSource::Spilled(run) => Some(&run.schema),
+        RunSource::Presorted { .. } => None,
+    });
+    let first = schemas.next()??;
+    schemas.all(|s| s == Some(first)).then(|| Arc::clone(first))
+}
+
+/// Decodes coded columns of the chunks it passes on.
+struct DecodingSink<'a> {
+    decoder: &'a StringDecoder,
+    sink: &'a mut dyn ChunkSink,
+}
+
+impl ChunkSink for DecodingSink<'_> {
+    fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
+        self.sink.write_chunk(&self.decoder.decode(chunk)?)
+    }
+
+    fn end_row_group(&mut self) -> Result<()> {
+        self.sink.end_row_group()
+    }
+}
+
+/// One merge of at most fan-in runs into a sink. Runs of one schema are merged as they are;
+/// otherwise `decoder` decodes them as they are read.
 fn merge_pass(
     sources: Vec<RunSource>,
     key: &SortKey,
     chunk_rows: usize,
     gauge: &MemoryGauge,
     sink: &mut dyn ChunkSink,
+    decoder: &Arc<StringDecoder>,
 ) -> Result<()> {
+    let read_decoder = match common_run_schema(&sources) {
+        Some(_) => None,
+        None => Some(decoder),
+    };
     let mut cursors = Vec::with_capacity(sources.len());
     for source in sources {
-        if let Some(c) = Cursor::open(source, key, gauge)? {
+        if let Some(c) = Cursor::open(source, key, gauge, read_decoder)? {
             cursors.push(c);
         }
     }
@@ -250,7 +302,7 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 
     use super::*;
-    use crate::runs::{RunWriter, ScratchDir};
+    use crate::runs::{RunWriter, ScratchDir, StringCoder};
     use crate::schema::UnifiedSchema;
     use crate::sink::VecSink;
 
@@ -301,8 +353,14 @@ mod tests {
         let mut sink = VecSink::default();
         let sources = runs(&scratch, &schema, count);
         let gauge = MemoryGauge::new();
+        let unified = UnifiedSchema {
+            schema: Arc::clone(&schema),
+            service_index: Some(0),
+            time_index: 1,
+        };
+        let decoder = Arc::new(StringCoder::new(&unified, 0, &gauge).decoder());
         let stats = merge_runs(
-            sources, &schema, &key, settings, &scratch, &gauge, &mut sink,
+            sources, &key, settings, &scratch, &gauge, &mut sink, &decoder,
         )
         .unwrap();
         let mut rows = Vec::new();

@@ -15,14 +15,13 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 
 use arrow::array::{RecordBatch, UInt32Array};
-use arrow::datatypes::SchemaRef;
 
 use crate::alignment::ServiceCounts;
 use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
 use crate::gather::{gather_rows, take_rows};
 use crate::key::{BatchKeys, SortKey};
-use crate::runs::{RunWriter, ScratchDir, SortedRun, SpillCompression};
+use crate::runs::{RunWriter, ScratchDir, SortedRun, SpillCompression, StringDecoder};
 use crate::sink::ChunkSink;
 
 /// Bytes charged per buffered row for the sort: a 16-byte packed key, an 8-byte position,
@@ -31,6 +30,8 @@ const SORT_BYTES_PER_ROW: u64 = 36;
 
 struct Buffered {
     batch: RecordBatch,
+    /// Bytes of text the batch's coded columns stand for.
+    text_bytes: u64,
     keys: BatchKeys,
     ranks: ServiceRanks,
     charge: Charge,
@@ -41,6 +42,7 @@ struct Buffered {
 struct Buffer {
     batches: Vec<Buffered>,
     bytes: u64,
+    text_bytes: u64,
     rows: usize,
 }
 
@@ -59,6 +61,7 @@ impl Buffer {
         let mut rest = std::mem::take(&mut self.batches).into_iter();
         for buffered in rest.by_ref() {
             front.bytes += buffered.charge.bytes();
+            front.text_bytes += buffered.text_bytes;
             front.rows += buffered.batch.num_rows();
             front.batches.push(buffered);
             if front.bytes >= bytes {
@@ -67,18 +70,28 @@ impl Buffer {
         }
         self.batches = rest.collect();
         self.bytes -= front.bytes;
+        self.text_bytes -= front.text_bytes;
         self.rows -= front.rows;
         front
     }
 
-    /// Writes the rows in key order to `sink`, `chunk_rows` at a time, and empties the buffer.
-    fn drain_sorted(&mut self, chunk_rows: usize, sink: &mut dyn ChunkSink) -> Result<()> {
+    /// Writes the rows in key order to `sink`, `chunk_rows` at a time, and empties the buffer;
+    /// with a `decoder`, coded columns go out as strings.
+    fn drain_sorted(
+        &mut self,
+        chunk_rows: usize,
+        sink: &mut dyn ChunkSink,
+        decoder: Option<&StringDecoder>,
+    ) -> Result<()> {
         let order = self.sorted_order();
         let batches: Vec<&RecordBatch> = self.batches.iter().map(|b| &b.batch).collect();
         for chunk in order.chunks(chunk_rows.max(1)) {
             let out = gather_rows(&batches, chunk)
                 .map_err(|e| Error::arrow("gathering sorted rows", e))?;
-            sink.write_chunk(&out)?;
+            match decoder {
+                Some(decoder) => sink.write_chunk(&decoder.decode(&out)?)?,
+                None => sink.write_chunk(&out)?,
+            }
         }
         *self = Buffer::default();
         Ok(())
@@ -239,17 +252,21 @@ fn sort_batch(
 /// How runs are written.
 #[derive(Debug, Clone)]
 struct RunSettings {
-    schema: SchemaRef,
     batch_target_bytes: u64,
     compression: SpillCompression,
 }
 
 /// Sorts a buffer and writes it as one run file.
 fn spill_buffer(mut buffer: Buffer, path: PathBuf, settings: &RunSettings) -> Result<SortedRun> {
-    let avg_row_bytes = (buffer.bytes / buffer.rows.max(1) as u64).max(1);
+    // Sized by the rows' width once decoded, which is how the merge will hold them.
+    let decoded_bytes = buffer.bytes + buffer.text_bytes;
+    let avg_row_bytes = (decoded_bytes / buffer.rows.max(1) as u64).max(1);
     let rows_per_batch = (settings.batch_target_bytes / avg_row_bytes).clamp(1, 1024) as usize;
-    let mut writer = RunWriter::create(path, &settings.schema, settings.compression)?;
-    buffer.drain_sorted(rows_per_batch, &mut writer)?;
+    let Some(schema) = buffer.batches.first().map(|b| b.batch.schema()) else {
+        return Err(Error::invariant("spilling an empty buffer"));
+    };
+    let mut writer = RunWriter::create(path, &schema, settings.compression)?;
+    buffer.drain_sorted(rows_per_batch, &mut writer, None)?;
     let run = writer.finish()?;
     tracing::debug!(rows = run.rows, bytes = run.file_bytes, "spilled run");
     Ok(run)
@@ -273,7 +290,6 @@ impl<'a> RunFormation<'a> {
     /// `run_batch_target_bytes` decoded bytes.
     pub fn new(
         key: &'a SortKey,
-        schema: SchemaRef,
         budget_bytes: u64,
         run_batch_target_bytes: u64,
         compression: SpillCompression,
@@ -283,7 +299,6 @@ impl<'a> RunFormation<'a> {
         Self {
             key,
             settings: RunSettings {
-                schema,
                 batch_target_bytes: run_batch_target_bytes.max(1),
                 compression,
             },
@@ -297,10 +312,25 @@ impl<'a> RunFormation<'a> {
         }
     }
 
-    /// Adds a conformed batch; spills a run when the buffer passes its share of the budget.
-    pub fn push(&mut self, batch: RecordBatch) -> Result<()> {
+    /// Adds a conformed batch whose coded columns stand for `text_bytes` of text (see
+    /// [`StringCoder`](crate::runs::StringCoder)); spills a run when the buffer passes its
+    /// share of the budget.
+    pub fn push(&mut self, batch: RecordBatch, text_bytes: u64) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
+        }
+        let schema_changed = self
+            .buffer
+            .batches
+            .last()
+            .is_some_and(|last| last.batch.schema() != batch.schema());
+        if schema_changed {
+            // A column stopped being coded: a run holds one schema, so the buffer so far
+            // becomes a run of its own.
+            self.wait_for_spill()?;
+            self.choose_compression()?;
+            let buffer = std::mem::take(&mut self.buffer);
+            self.spill_in_background(buffer);
         }
         let keys = self.key.keys(&batch)?;
         let (batch, keys, ranks) = sort_batch(self.key, batch, keys)?;
@@ -311,8 +341,10 @@ impl<'a> RunFormation<'a> {
             + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
         self.buffer.bytes += bytes;
         self.buffer.rows += batch.num_rows();
+        self.buffer.text_bytes += text_bytes;
         self.buffer.batches.push(Buffered {
             batch,
+            text_bytes,
             keys,
             ranks,
             charge: Charge::new(self.gauge, bytes),
@@ -377,17 +409,19 @@ impl<'a> RunFormation<'a> {
     }
 
     /// Ends phase 1. With no run spilled (and `must_spill` false), writes the sorted buffer
-    /// straight to `sink` and returns no runs; otherwise spills the remainder and returns
-    /// every run in order.
+    /// straight to `sink`, decoding coded columns with `decoder`, and returns no runs;
+    /// otherwise spills the remainder and returns every run in order (still coded).
     pub fn finish(
         mut self,
         output_chunk_rows: usize,
         must_spill: bool,
         sink: &mut dyn ChunkSink,
+        decoder: &StringDecoder,
     ) -> Result<FormedRuns> {
         self.wait_for_spill()?;
         if self.runs.is_empty() && !must_spill {
-            self.buffer.drain_sorted(output_chunk_rows, sink)?;
+            self.buffer
+                .drain_sorted(output_chunk_rows, sink, Some(decoder))?;
             return Ok(FormedRuns {
                 runs: Vec::new(),
                 spill_bytes: 0,

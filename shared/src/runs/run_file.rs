@@ -8,6 +8,7 @@
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -39,12 +40,15 @@ pub struct SortedRun {
     pub max_batch_bytes: u64,
     /// Largest average decoded bytes per row over its batches, to size later merges.
     pub max_row_bytes: u64,
+    /// The schema of its batches (coded columns are `UInt32`, see `StringCoder`).
+    pub schema: SchemaRef,
 }
 
 /// Writes one sorted run.
 pub struct RunWriter {
     path: PathBuf,
     writer: StreamWriter<BufWriter<File>>,
+    schema: SchemaRef,
     rows: u64,
     max_batch_bytes: u64,
     max_row_bytes: u64,
@@ -76,6 +80,7 @@ impl RunWriter {
         Ok(Self {
             path,
             writer,
+            schema: Arc::clone(schema),
             rows: 0,
             max_batch_bytes: 0,
             max_row_bytes: 0,
@@ -110,6 +115,7 @@ impl RunWriter {
             file_bytes,
             max_batch_bytes: self.max_batch_bytes,
             max_row_bytes: self.max_row_bytes,
+            schema: self.schema,
         })
     }
 }
@@ -199,7 +205,6 @@ mod tests {
     use super::*;
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
-    use std::sync::Arc;
 
     #[test]
     fn runs_round_trip_plain_and_lz4() {

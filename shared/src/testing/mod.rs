@@ -29,6 +29,37 @@ pub fn xorshift64(seed: u64) -> impl FnMut() -> u64 {
     }
 }
 
+/// A multi-threaded Tokio runtime with `threads` workers (the sort needs `block_in_place`).
+pub fn multi_thread_runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("a test runtime starts")
+}
+
+/// Compacts `partition`, requires status `compacted`, and returns the report and the
+/// output file's bytes.
+pub async fn compact_to_bytes(
+    store: &Store,
+    layout: &crate::partition::Layout,
+    partition: &crate::partition::PartitionId,
+    options: &crate::config::CompactOptions,
+) -> (crate::report::CompactionReport, Vec<u8>) {
+    let report = crate::compact::compact_partition(store, layout, partition, options)
+        .await
+        .expect("the compaction runs");
+    assert_eq!(
+        report.status,
+        crate::report::Status::Compacted,
+        "{:?}",
+        report.error
+    );
+    let key = report.output.as_ref().expect("an output").key.clone();
+    let bytes = get_bytes(store, &key).await.to_vec();
+    (report, bytes)
+}
+
 /// One test row: service (nullable), time, and a tag that identifies the row.
 pub type TestRow = (Option<String>, i64, i64);
 
