@@ -9,13 +9,16 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanBufferBuilder, GenericListArray, MapArray, MutableArrayData,
-    OffsetSizeTrait, RecordBatch, RecordBatchOptions, StringArray, StructArray, UInt32Array,
-    make_array,
+    Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanBufferBuilder, FixedSizeBinaryArray,
+    GenericListArray, MapArray, MutableArrayData, OffsetSizeTrait, PrimitiveArray, RecordBatch,
+    RecordBatchOptions, StringArray, StructArray, UInt32Array, make_array,
 };
 use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer};
 use arrow::compute::{interleave, take};
-use arrow::datatypes::{DataType, FieldRef};
+use arrow::datatypes::{
+    DataType, FieldRef, Float64Type, Int32Type, Int64Type, TimeUnit, TimestampNanosecondType,
+    UInt32Type, UInt64Type,
+};
 use arrow::error::ArrowError;
 
 /// Shortest mean stretch (consecutive rows of one batch among the picks) for which copying
@@ -159,8 +162,41 @@ fn gather_column(arrays: &[&dyn Array], picks: &[(usize, usize)]) -> Result<Arra
                 *ordered,
             )?))
         }
+        Some(DataType::FixedSizeBinary(size)) => gather_fixed_size(*size, arrays, picks),
         _ => interleave(arrays, picks),
     }
+}
+
+/// Fixed-size binary rows, one copy per row (Arrow's `interleave` extends a generic builder
+/// per row for this type).
+fn gather_fixed_size(
+    size: i32,
+    arrays: &[&dyn Array],
+    picks: &[(usize, usize)],
+) -> Result<ArrayRef, ArrowError> {
+    let width = usize::try_from(size).unwrap_or(0);
+    let arrays: Vec<&FixedSizeBinaryArray> =
+        arrays.iter().map(|a| a.as_fixed_size_binary()).collect();
+    let mut bytes = Vec::with_capacity(picks.len() * width);
+    for &(array, row) in picks {
+        match arrays.get(array) {
+            Some(a) if row < a.len() => bytes.extend_from_slice(a.value(row)),
+            _ => {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "row {row} of array {array} out of bounds"
+                )));
+            }
+        }
+    }
+    let nulls = arrays
+        .iter()
+        .any(|a| a.nulls().is_some())
+        .then(|| NullBuffer::from_iter(picks.iter().map(|&(a, r)| arrays[a].is_valid(r))));
+    Ok(Arc::new(FixedSizeBinaryArray::try_new(
+        size,
+        Buffer::from_vec(bytes),
+        nulls,
+    )?))
 }
 
 /// The parts of a list-like array the gather reads.
@@ -269,6 +305,31 @@ fn gather_child_ranges(
                 length,
             )?))
         }
+        Some(DataType::UInt32) => gather_primitive_ranges::<UInt32Type>(arrays, ranges, length),
+        Some(DataType::Int32) => gather_primitive_ranges::<Int32Type>(arrays, ranges, length),
+        Some(DataType::Int64) => gather_primitive_ranges::<Int64Type>(arrays, ranges, length),
+        Some(DataType::UInt64) => gather_primitive_ranges::<UInt64Type>(arrays, ranges, length),
+        Some(DataType::Float64) => gather_primitive_ranges::<Float64Type>(arrays, ranges, length),
+        Some(DataType::Timestamp(TimeUnit::Nanosecond, _)) => {
+            gather_primitive_ranges::<TimestampNanosecondType>(arrays, ranges, length)
+        }
+        Some(DataType::FixedSizeBinary(size)) => {
+            let width = usize::try_from(*size).unwrap_or(0);
+            let mut bytes = Vec::with_capacity(length * width);
+            for (array, range) in ranges {
+                let data = arrays[*array].as_fixed_size_binary().value_data();
+                let slice = data
+                    .get(range.start * width..range.end * width)
+                    .ok_or_else(|| out_of_bounds(range))?;
+                bytes.extend_from_slice(slice);
+            }
+            let nulls = range_nulls(arrays, ranges, length);
+            Ok(Arc::new(FixedSizeBinaryArray::try_new(
+                *size,
+                Buffer::from_vec(bytes),
+                nulls,
+            )?))
+        }
         _ => {
             let data: Vec<_> = arrays.iter().map(|a| a.to_data()).collect();
             let mut values = MutableArrayData::new(data.iter().collect(), false, length);
@@ -278,6 +339,33 @@ fn gather_child_ranges(
             Ok(make_array(values.freeze()))
         }
     }
+}
+
+fn out_of_bounds(range: &Range<usize>) -> ArrowError {
+    ArrowError::InvalidArgumentError(format!("rows {range:?} out of bounds"))
+}
+
+/// Ranges of a primitive array type, one slice copy each.
+fn gather_primitive_ranges<T: ArrowPrimitiveType>(
+    arrays: &[&dyn Array],
+    ranges: &[(usize, Range<usize>)],
+    length: usize,
+) -> Result<ArrayRef, ArrowError> {
+    let mut values: Vec<T::Native> = Vec::with_capacity(length);
+    for (array, range) in ranges {
+        let source = arrays[*array].as_primitive::<T>().values();
+        let slice = source
+            .get(range.clone())
+            .ok_or_else(|| out_of_bounds(range))?;
+        values.extend_from_slice(slice);
+    }
+    let nulls = range_nulls(arrays, ranges, length);
+    let data_type = arrays.first().map(|a| a.data_type().clone());
+    let array = PrimitiveArray::<T>::try_new(values.into(), nulls)?;
+    Ok(Arc::new(match data_type {
+        Some(data_type) => array.with_data_type(data_type),
+        None => array,
+    }))
 }
 
 /// The offsets and bytes of string ranges: one copy of bytes per range.
@@ -336,8 +424,7 @@ fn range_nulls(
 mod tests {
     use super::*;
     use arrow::array::{
-        FixedSizeBinaryArray, Int32Array, Int32Builder, Int64Array, ListBuilder, MapBuilder,
-        StringBuilder,
+        Int32Array, Int32Builder, Int64Array, ListBuilder, MapBuilder, StringBuilder, UInt32Builder,
     };
     use arrow::compute::interleave_record_batch;
     use arrow::datatypes::{Field, Schema};
@@ -406,29 +493,37 @@ mod tests {
 
     type Row = Option<Vec<(String, Option<String>)>>;
 
-    /// A batch of a map column and a list-of-strings column holding the same entries.
+    /// A batch of a map column, a list-of-strings column and a list of codes (the values'
+    /// lengths) holding the same entries.
     fn nested_batch(rows: &[Row]) -> RecordBatch {
         let mut map = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
         let mut list = ListBuilder::new(StringBuilder::new());
+        let mut codes = ListBuilder::new(UInt32Builder::new());
         for row in rows {
             match row {
                 None => {
                     map.append(false).unwrap();
                     list.append_null();
+                    codes.append_null();
                 }
                 Some(entries) => {
                     for (k, v) in entries {
                         map.keys().append_value(k);
                         map.values().append_option(v.as_deref());
                         list.values().append_option(v.as_deref());
+                        codes
+                            .values()
+                            .append_option(v.as_ref().map(|v| v.len() as u32));
                     }
                     map.append(true).unwrap();
                     list.append(true);
+                    codes.append(true);
                 }
             }
         }
         let map: ArrayRef = Arc::new(map.finish());
         let list: ArrayRef = Arc::new(list.finish());
+        let codes: ArrayRef = Arc::new(codes.finish());
         let sizes: ArrayRef = Arc::new(Int64Array::from_iter(
             rows.iter().map(|r| r.as_ref().map(|e| e.len() as i64)),
         ));
@@ -437,8 +532,9 @@ mod tests {
                 r.as_ref().and_then(|e| e.first()).map(|(k, _)| k.clone())
             })));
         let tags: ArrayRef = Arc::new(
-            FixedSizeBinaryArray::try_from_iter(
-                (0..rows.len()).map(|i| [i as u8, rows.len() as u8]),
+            FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                (0..rows.len()).map(|i| (i % 5 != 3).then_some([i as u8, rows.len() as u8])),
+                2,
             )
             .unwrap(),
         );
@@ -447,9 +543,10 @@ mod tests {
             Field::new("list", list.data_type().clone(), true),
             Field::new("size", DataType::Int64, true),
             Field::new("name", DataType::Utf8, true),
-            Field::new("tag", DataType::FixedSizeBinary(2), false),
+            Field::new("tag", DataType::FixedSizeBinary(2), true),
+            Field::new("codes", codes.data_type().clone(), true),
         ]));
-        RecordBatch::try_new(schema, vec![map, list, sizes, names, tags]).unwrap()
+        RecordBatch::try_new(schema, vec![map, list, sizes, names, tags, codes]).unwrap()
     }
 
     fn row() -> impl proptest::strategy::Strategy<Value = Row> {
