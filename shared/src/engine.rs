@@ -20,7 +20,7 @@ use crate::input::{CheckedInput, SizedBatches, count_services};
 use crate::key::SortKey;
 use crate::merge::{MergeSettings, RunSource, merge_runs};
 use crate::runs::RunFormation;
-use crate::runs::{ScratchDir, SpillCompression, StringCoder};
+use crate::runs::{ScratchDir, SpillCompression, StringCoder, StringDecoder};
 use crate::schema::{UnifiedSchema, conform};
 use crate::sink::ChunkSink;
 
@@ -146,10 +146,10 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         scope.spawn(move || decode_inputs(job, read_target, coder, tx));
         let mut rows_read = 0u64;
         for decoded in rx {
-            let (batch, text_bytes, queued) = decoded?;
+            let (batch, text_bytes, frozen, queued) = decoded?;
             drop(queued);
             rows_read += batch.num_rows() as u64;
-            formation.push(batch, text_bytes)?;
+            formation.push(batch, text_bytes, frozen.as_ref())?;
             check_deadline(job.deadline)?;
             if let Some(progress) = job.progress {
                 progress(rows_read);
@@ -216,8 +216,9 @@ fn is_presorted(job: &SortJob<'_>, position: usize) -> bool {
 }
 
 /// A decoded and coded batch waiting in the channel with the bytes of text its codes stand
-/// for, charged to the gauge until it is taken.
-type Decoded = Result<(RecordBatch, u64, Charge), SortFailure>;
+/// for and the decoder of parts that stopped being coded with it, charged to the gauge until
+/// it is taken.
+type Decoded = Result<(RecordBatch, u64, Option<StringDecoder>, Charge), SortFailure>;
 
 /// Reads the inputs that are not presorted, in ordinal order, conforms and codes them
 /// (`coder`) into `tx`; a read error ends the stream with [`SortFailure::BadInput`]. Stops
@@ -255,7 +256,7 @@ fn decode_inputs(
                         .map_err(SortFailure::Failed)
                         .map(|(batch, text_bytes)| {
                             let charge = Charge::new(job.gauge, batch_memory_bytes(&batch));
-                            (batch, text_bytes, charge)
+                            (batch, text_bytes, coder.take_frozen(), charge)
                         })
                 }
                 Err(e) => Err(SortFailure::BadInput {

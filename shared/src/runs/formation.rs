@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 
 use arrow::array::{RecordBatch, UInt32Array};
+use arrow::datatypes::SchemaRef;
 
 use crate::alignment::ServiceCounts;
 use crate::budget::{Charge, MemoryGauge};
@@ -52,6 +53,31 @@ impl Buffer {
         let keys: Vec<(&BatchKeys, &ServiceRanks)> =
             self.batches.iter().map(|b| (&b.keys, &b.ranks)).collect();
         key_order(&keys, true)
+    }
+
+    /// Puts every batch in the form of `schema` with `frozen`, recharging what they hold.
+    fn convert(
+        &mut self,
+        frozen: &StringDecoder,
+        schema: &SchemaRef,
+        gauge: &MemoryGauge,
+    ) -> Result<()> {
+        let (mut bytes, mut text_bytes) = (0, 0);
+        for buffered in &mut self.batches {
+            let before = buffered.charge.bytes();
+            buffered.batch = frozen.decode_to(&buffered.batch, schema)?;
+            let after = crate::budget::batch_memory_bytes(&buffered.batch)
+                + SORT_BYTES_PER_ROW * buffered.batch.num_rows() as u64;
+            // The strings now held are no longer text to come.
+            let decoded = after.saturating_sub(before);
+            buffered.text_bytes = buffered.text_bytes.saturating_sub(decoded);
+            buffered.charge = Charge::new(gauge, after);
+            bytes += after;
+            text_bytes += buffered.text_bytes;
+        }
+        self.bytes = bytes;
+        self.text_bytes = text_bytes;
+        Ok(())
     }
 
     /// Moves the leading batches, up to about `bytes` of them (at least one), into a buffer
@@ -314,8 +340,14 @@ impl<'a> RunFormation<'a> {
 
     /// Adds a conformed batch whose coded columns stand for `text_bytes` of text (see
     /// [`StringCoder`](crate::runs::StringCoder)); spills a run when the buffer passes its
-    /// share of the budget.
-    pub fn push(&mut self, batch: RecordBatch, text_bytes: u64) -> Result<()> {
+    /// share of the budget. `frozen` decodes the parts that stopped being coded with this
+    /// batch, if any.
+    pub fn push(
+        &mut self,
+        batch: RecordBatch,
+        text_bytes: u64,
+        frozen: Option<&StringDecoder>,
+    ) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -325,12 +357,25 @@ impl<'a> RunFormation<'a> {
             .last()
             .is_some_and(|last| last.batch.schema() != batch.schema());
         if schema_changed {
-            // A column stopped being coded: a run holds one schema, so the buffer so far
-            // becomes a run of its own.
-            self.wait_for_spill()?;
-            self.choose_compression()?;
-            let buffer = std::mem::take(&mut self.buffer);
-            self.spill_in_background(buffer);
+            // A part stopped being coded, and a run holds one schema. Parts freeze early
+            // (within a few batches of seeing their values), while the buffer is small:
+            // then its batches take the new form; otherwise the buffer becomes a run.
+            let has_spilled = !self.runs.is_empty() || self.spilling.is_some();
+            let limit = match has_spilled {
+                true => self.budget_bytes / 2,
+                false => self.budget_bytes,
+            };
+            match frozen {
+                Some(frozen) if self.buffer.bytes + self.buffer.text_bytes <= limit => {
+                    self.buffer.convert(frozen, &batch.schema(), self.gauge)?;
+                }
+                _ => {
+                    self.wait_for_spill()?;
+                    self.choose_compression()?;
+                    let buffer = std::mem::take(&mut self.buffer);
+                    self.spill_in_background(buffer);
+                }
+            }
         }
         let keys = self.key.keys(&batch)?;
         let (batch, keys, ranks) = sort_batch(self.key, batch, keys)?;

@@ -114,6 +114,8 @@ pub struct StringCoder {
     charge: Option<Charge>,
     /// The schema of the last coded batch, reused while the same parts are coded.
     schema: Option<(Vec<u8>, SchemaRef)>,
+    /// Parts frozen since the last [`StringCoder::take_frozen`].
+    newly_frozen: Vec<usize>,
 }
 
 /// The key and value fields of a map type whose keys and values are strings or not.
@@ -171,6 +173,7 @@ impl StringCoder {
             gauge: gauge.clone(),
             charge: None,
             schema: None,
+            newly_frozen: Vec::new(),
         }
     }
 
@@ -271,6 +274,7 @@ impl StringCoder {
         let part = &mut self.parts[p];
         part.frozen = true;
         part.recent = None;
+        self.newly_frozen.push(p);
         tracing::debug!(
             column = %self.unified.field(part.index).name(),
             part = ?part.part,
@@ -440,12 +444,29 @@ impl StringCoder {
         Ok(code)
     }
 
+    /// A decoder of the parts frozen since the last call (their dictionaries no longer
+    /// change): what turns batches coded before a freeze into the form of the batches after
+    /// it. `None` when no part froze.
+    pub fn take_frozen(&mut self) -> Option<StringDecoder> {
+        if self.newly_frozen.is_empty() {
+            return None;
+        }
+        let frozen = std::mem::take(&mut self.newly_frozen);
+        Some(self.decoder_of(|p| frozen.contains(&p)))
+    }
+
     /// The decoder of everything coded so far, charged to the gauge while it lives.
     pub fn decoder(&self) -> StringDecoder {
+        self.decoder_of(|_| true)
+    }
+
+    fn decoder_of(&self, wanted: impl Fn(usize) -> bool) -> StringDecoder {
         let parts: Vec<DecodedPart> = self
             .parts
             .iter()
-            .map(|p| DecodedPart {
+            .enumerate()
+            .filter(|&(p, _)| wanted(p))
+            .map(|(_, p)| DecodedPart {
                 index: p.index,
                 part: p.part,
                 values: Arc::new(StringArray::from_iter_values(p.values.iter().map(|v| &**v))),
@@ -604,43 +625,50 @@ impl StringDecoder {
         if batch.schema() == self.unified {
             return Ok(batch.clone());
         }
+        self.decode_to(batch, &self.unified)
+    }
+
+    /// `batch` in the form of `target`: the parts of this decoder that `batch` carries as
+    /// codes and `target` as strings are decoded; all else stays as it is.
+    pub fn decode_to(&self, batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
         let decoding = |e| Error::arrow("decoding a coded column", e);
         let mut columns = batch.columns().to_vec();
         for p in &self.parts {
-            let Some(column) = columns.get_mut(p.index) else {
+            let (Some(column), Some(target_field)) =
+                (columns.get_mut(p.index), target.fields().get(p.index))
+            else {
                 continue;
             };
             match p.part {
                 Part::Column => {
-                    if column.data_type() == &DataType::UInt32 {
+                    let coded = column.data_type() == &DataType::UInt32;
+                    if coded && target_field.data_type() != &DataType::UInt32 {
                         *column =
                             take(p.values.as_ref(), column.as_ref(), None).map_err(decoding)?;
                     }
                 }
                 Part::MapKeys | Part::MapValues => {
                     let at = if p.part == Part::MapKeys { 0 } else { 1 };
-                    let Some(map) = column.as_map_opt() else {
+                    let (Some(map), Some((_, target_children, _))) =
+                        (column.as_map_opt(), map_fields(target_field.data_type()))
+                    else {
                         continue;
                     };
                     let entries = map.entries();
-                    if entries.column(at).data_type() != &DataType::UInt32 {
+                    let coded = entries.column(at).data_type() == &DataType::UInt32;
+                    if !coded || target_children[at].data_type() == &DataType::UInt32 {
                         continue;
                     }
                     let mut children = entries.columns().to_vec();
                     let mut fields: Vec<FieldRef> = entries.fields().iter().cloned().collect();
                     children[at] =
                         take(p.values.as_ref(), children[at].as_ref(), None).map_err(decoding)?;
-                    let Some((_, unified_children, _)) =
-                        map_fields(self.unified.field(p.index).data_type())
-                    else {
-                        return Err(Error::invariant("a coded map column is not a map"));
-                    };
-                    fields[at] = Arc::clone(&unified_children[at]);
+                    fields[at] = Arc::clone(&target_children[at]);
                     *column = rebuild_map(map, fields.into(), children)?;
                 }
             }
         }
-        RecordBatch::try_new(Arc::clone(&self.unified), columns)
+        RecordBatch::try_new(Arc::clone(target), columns)
             .map_err(|e| Error::arrow("decoding a coded batch", e))
     }
 }
@@ -763,10 +791,18 @@ mod tests {
         // ...but not more than a quarter of the rows: this batch finds out and keeps its
         // strings, and so does every later one.
         let second = distinct_bodies(1, MIN_VALUES);
+        assert!(coder.take_frozen().is_none(), "nothing froze yet");
         let (raw, _) = coder.code(&second).unwrap();
         assert_eq!(raw.column(2).data_type(), &DataType::UInt32, "hosts repeat");
         assert_eq!(raw.column(3).data_type(), &DataType::Utf8);
         assert_eq!(coder.coded_columns().strings, ["host"]);
+        // What froze turns the earlier batch into the later batches' form.
+        let frozen = coder.take_frozen().expect("body froze");
+        let converted = frozen.decode_to(&coded, &raw.schema()).unwrap();
+        assert_eq!(converted.schema(), raw.schema());
+        assert_eq!(converted.column(2), coded.column(2), "hosts stay coded");
+        assert_eq!(converted.column(3).as_ref(), first.column(2).as_ref());
+        assert!(coder.take_frozen().is_none(), "taken once");
         let (later, _) = coder.code(&first).unwrap();
         assert_eq!(later.column(3).data_type(), &DataType::Utf8);
         let decoder = coder.decoder();
