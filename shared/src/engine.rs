@@ -234,19 +234,19 @@ fn decode_inputs(
             continue;
         }
         let dictionaries = coder.coded_columns();
-        let reader = match SizedBatches::open_with_dictionaries(input, read_target, &dictionaries) {
-            Ok(reader) => reader,
-            Err(e) => {
-                let _ = tx.send(Err(SortFailure::BadInput {
-                    position,
-                    reason: e.to_string(),
-                }));
-                return;
-            }
-        };
+        let mut reader =
+            match SizedBatches::open_with_dictionaries(input, read_target, &dictionaries) {
+                Ok(reader) => reader,
+                Err(e) => {
+                    let _ = tx.send(Err(SortFailure::BadInput {
+                        position,
+                        reason: e.to_string(),
+                    }));
+                    return;
+                }
+            };
         let mut row = 0u64;
         let mut frozen = coder.frozen_columns();
-        let mut reader = reader;
         while let Some(batch) = reader.next() {
             let decoded = match batch {
                 Ok(batch) => {

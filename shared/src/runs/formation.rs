@@ -293,7 +293,9 @@ fn spill_buffer(mut buffer: Buffer, path: PathBuf, settings: &RunSettings) -> Re
     };
     let mut writer = RunWriter::create(path, &schema, settings.compression)?;
     buffer.drain_sorted(rows_per_batch, &mut writer, None)?;
-    let run = writer.finish()?;
+    let mut run = writer.finish()?;
+    // The writer saw coded rows; a merge that decodes them holds them at their full width.
+    run.max_row_bytes = run.max_row_bytes.max(avg_row_bytes);
     tracing::debug!(rows = run.rows, bytes = run.file_bytes, "spilled run");
     Ok(run)
 }
