@@ -545,14 +545,22 @@ fn map_with_part(
     let at = if part == Part::MapKeys { 0 } else { 1 };
     fields[at] = Arc::new(fields[at].as_ref().clone().with_data_type(DataType::UInt32));
     children[at] = codes;
-    rebuild_map(source, fields.into(), children)
+    rebuild_map(source, source.data_type(), fields.into(), children)
 }
 
-/// `map` with new entry children.
-fn rebuild_map(map: &MapArray, fields: Fields, children: Vec<ArrayRef>) -> Result<ArrayRef> {
+/// `map` with new entry children (`fields`), named and ordered like the map type `like`
+/// (writers name a map's entries differently: `key_value`, `entries`, ...).
+fn rebuild_map(
+    map: &MapArray,
+    like: &DataType,
+    fields: Fields,
+    children: Vec<ArrayRef>,
+) -> Result<ArrayRef> {
     let assembling = |e| Error::arrow("assembling a coded map", e);
-    let DataType::Map(entries_field, sorted) = map.data_type() else {
-        return Err(Error::invariant("rebuilding a map that is not a map"));
+    let DataType::Map(entries_field, sorted) = like else {
+        return Err(Error::invariant(
+            "rebuilding a map like a type that is not a map",
+        ));
     };
     let entries = StructArray::try_new(fields.clone(), children, map.entries().nulls().cloned())
         .map_err(assembling)?;
@@ -595,7 +603,7 @@ fn conform_map_strings(map: &ArrayRef, field: &Field) -> Result<ArrayRef> {
             arrays.push(conformed);
         }
     }
-    rebuild_map(source, fields.into(), arrays)
+    rebuild_map(source, field.data_type(), fields.into(), arrays)
 }
 
 /// One decoded part: where it goes and its values, indexed by code.
@@ -664,7 +672,7 @@ impl StringDecoder {
                     children[at] =
                         take(p.values.as_ref(), children[at].as_ref(), None).map_err(decoding)?;
                     fields[at] = Arc::clone(&target_children[at]);
-                    *column = rebuild_map(map, fields.into(), children)?;
+                    *column = rebuild_map(map, target_field.data_type(), fields.into(), children)?;
                 }
             }
         }
@@ -893,7 +901,14 @@ mod tests {
         let keys = cast(map.keys(), &dictionary).unwrap();
         let mut fields: Vec<FieldRef> = map.entries().fields().iter().cloned().collect();
         fields[0] = Arc::new(fields[0].as_ref().clone().with_data_type(dictionary));
-        rebuild_map(&map, fields.into(), vec![keys, Arc::clone(map.values())]).unwrap()
+        let like = map.data_type().clone();
+        rebuild_map(
+            &map,
+            &like,
+            fields.into(),
+            vec![keys, Arc::clone(map.values())],
+        )
+        .unwrap()
     }
 
     #[test]
@@ -925,6 +940,24 @@ mod tests {
             ]),
             // No map in this file.
             batch(vec![("time_unix_nano", times(2))]),
+            // Another writer's names for the entries, keys and values.
+            batch(vec![
+                ("time_unix_nano", times(1)),
+                ("attrs", {
+                    use arrow::array::{MapBuilder, MapFieldNames, StringBuilder};
+                    let names = MapFieldNames {
+                        entry: "entries".into(),
+                        key: "k".into(),
+                        value: "v".into(),
+                    };
+                    let mut builder =
+                        MapBuilder::new(Some(names), StringBuilder::new(), StringBuilder::new());
+                    builder.keys().append_value("pid");
+                    builder.values().append_value("7");
+                    builder.append(true).unwrap();
+                    Arc::new(builder.finish()) as ArrayRef
+                }),
+            ]),
         ];
         let mut coded = Vec::new();
         for input in &inputs {
@@ -940,7 +973,7 @@ mod tests {
             "one schema for all batches"
         );
         assert_eq!(coder.parts[0].values.len(), 2, "pid, comp");
-        assert_eq!(coder.parts[1].values.len(), 2, "1, x");
+        assert_eq!(coder.parts[1].values.len(), 3, "1, x, 7");
         let decoder = coder.decoder();
         for (coded, input) in coded.iter().zip(&inputs) {
             let decoded = decoder.decode(coded).unwrap();
