@@ -246,7 +246,6 @@ fn decode_inputs(
                 }
             };
         let mut row = 0u64;
-        let mut frozen = coder.frozen_columns();
         while let Some(batch) = reader.next() {
             let decoded = match batch {
                 Ok(batch) => {
@@ -265,12 +264,12 @@ fn decode_inputs(
                 }),
             };
             let failed = decoded.is_err();
+            let froze = matches!(&decoded, Ok((_, _, Some(_), _)));
             if tx.send(decoded).is_err() || failed {
                 return;
             }
-            if coder.frozen_columns() != frozen {
+            if froze {
                 // A column stopped being coded: read it as plain strings again.
-                frozen = coder.frozen_columns();
                 if let Err(e) = reader.read_as_dictionaries(&coder.coded_columns()) {
                     let _ = tx.send(Err(SortFailure::BadInput {
                         position,

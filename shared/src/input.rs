@@ -18,7 +18,7 @@ use parquet::file::metadata::ParquetMetaData;
 use crate::config::KeyColumns;
 use crate::error::{Error, Result};
 use crate::partition::PartitionId;
-use crate::schema::check_key_columns;
+use crate::schema::{check_key_columns, map_with_child_types};
 use crate::writer::SORT_KEY_METADATA;
 
 /// An input file with a local copy the engine can read page by page.
@@ -342,37 +342,27 @@ fn dictionary_hint(schema: &SchemaRef, columns: &DictionaryColumns) -> Option<Sc
     let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
     let named = |names: &[String], field: &Field| names.iter().any(|n| n == field.name());
     let mut hinted = false;
-    let mut hint = |field: &Field| -> Field {
-        hinted = true;
-        field.clone().with_data_type(dictionary.clone())
-    };
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .map(|f| match f.data_type() {
-            DataType::Utf8 if named(&columns.strings, f) => hint(f),
-            DataType::Map(entries, sorted) => match entries.data_type() {
-                DataType::Struct(children) if children.len() == 2 => {
-                    let wanted = [named(&columns.map_keys, f), named(&columns.map_values, f)];
-                    let children: Vec<Field> = children
-                        .iter()
-                        .zip(wanted)
-                        .map(|(child, wanted)| match child.data_type() {
-                            DataType::Utf8 if wanted => hint(child),
-                            _ => child.as_ref().clone(),
-                        })
-                        .collect();
-                    let entries = entries
-                        .as_ref()
-                        .clone()
-                        .with_data_type(DataType::Struct(children.into()));
-                    f.as_ref()
-                        .clone()
-                        .with_data_type(DataType::Map(Arc::new(entries), *sorted))
+        .map(|f| {
+            let wanted = [named(&columns.map_keys, f), named(&columns.map_values, f)];
+            let hinted_type = match f.data_type() {
+                DataType::Utf8 if named(&columns.strings, f) => Some(dictionary.clone()),
+                DataType::Map(_, _) if wanted.contains(&true) => {
+                    map_with_child_types(f.data_type(), |at, child| match child.data_type() {
+                        DataType::Utf8 if wanted[at] => dictionary.clone(),
+                        other => other.clone(),
+                    })
                 }
-                _ => f.as_ref().clone(),
-            },
-            _ => f.as_ref().clone(),
+                _ => None,
+            };
+            hinted |= hinted_type.is_some();
+            let field = f.as_ref().clone();
+            match hinted_type {
+                Some(data_type) => field.with_data_type(data_type),
+                None => field,
+            }
         })
         .collect();
     hinted.then(|| Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
 use crate::config::KeyColumns;
 use crate::error::{Error, Result};
@@ -195,6 +195,37 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
         .collect::<Result<Vec<_>>>()?;
     RecordBatch::try_new(Arc::clone(target), columns)
         .map_err(|e| Error::arrow("assembling a conformed batch", e))
+}
+
+/// The entries field, the key and value fields, and the ordering of a map type.
+pub fn map_fields(data_type: &DataType) -> Option<(&FieldRef, &Fields, bool)> {
+    let DataType::Map(entries, sorted) = data_type else {
+        return None;
+    };
+    let DataType::Struct(children) = entries.data_type() else {
+        return None;
+    };
+    (children.len() == 2).then_some((entries, children, *sorted))
+}
+
+/// The map type `data_type` with its key and value fields' types changed by `child_type`
+/// (given each child's position, 0 for keys and 1 for values); names, nullability and
+/// ordering stay. `None` when `data_type` is not a map.
+pub fn map_with_child_types(
+    data_type: &DataType,
+    child_type: impl Fn(usize, &FieldRef) -> DataType,
+) -> Option<DataType> {
+    let (entries, children, sorted) = map_fields(data_type)?;
+    let children: Fields = children
+        .iter()
+        .enumerate()
+        .map(|(at, child)| Arc::new(child.as_ref().clone().with_data_type(child_type(at, child))))
+        .collect();
+    let entries = entries
+        .as_ref()
+        .clone()
+        .with_data_type(DataType::Struct(children));
+    Some(DataType::Map(Arc::new(entries), sorted))
 }
 
 /// The column of `batch` named like `field`, cast to its type (all nulls when missing).

@@ -362,8 +362,7 @@ impl<'a> RunFormation<'a> {
             // A part stopped being coded, and a run holds one schema. Parts freeze early
             // (within a few batches of seeing their values), while the buffer is small:
             // then its batches take the new form; otherwise the buffer becomes a run.
-            let has_spilled = !self.runs.is_empty() || self.spilling.is_some();
-            let limit = match has_spilled {
+            let limit = match self.has_spilled() {
                 true => self.budget_bytes / 2,
                 false => self.budget_bytes,
             };
@@ -396,7 +395,7 @@ impl<'a> RunFormation<'a> {
             ranks,
             charge: Charge::new(self.gauge, bytes),
         });
-        let has_spilled = !self.runs.is_empty() || self.spilling.is_some();
+        let has_spilled = self.has_spilled();
         if !has_spilled && self.buffer.bytes > self.budget_bytes {
             // The partition does not fit: from here on runs are formed from halves. The
             // first half spills on the spill thread while the second is already full, so
@@ -413,6 +412,11 @@ impl<'a> RunFormation<'a> {
             self.spill_in_background(buffer);
         }
         Ok(())
+    }
+
+    /// Whether a run has been spilled or is being spilled.
+    fn has_spilled(&self) -> bool {
+        !self.runs.is_empty() || self.spilling.is_some()
     }
 
     /// Hands `buffer` to the spill thread. INVARIANT: no spill is in progress.

@@ -30,7 +30,7 @@ use hashbrown::HashTable;
 use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
 use crate::input::DictionaryColumns;
-use crate::schema::{UnifiedSchema, conform_column};
+use crate::schema::{UnifiedSchema, conform_column, map_fields, map_with_child_types};
 
 /// A column keeps its codes while its dictionary holds at most this many values, whatever
 /// the rows coded so far.
@@ -51,6 +51,15 @@ enum Part {
 }
 
 impl Part {
+    /// The position of this part among a map's entry fields (0 keys, 1 values).
+    fn child(self) -> Option<usize> {
+        match self {
+            Part::Column => None,
+            Part::MapKeys => Some(0),
+            Part::MapValues => Some(1),
+        }
+    }
+
     /// The bit of this part in a column's form (which parts of it a batch carries as codes).
     fn bit(self) -> u8 {
         match self {
@@ -118,17 +127,6 @@ pub struct StringCoder {
     newly_frozen: Vec<usize>,
 }
 
-/// The key and value fields of a map type whose keys and values are strings or not.
-fn map_fields(data_type: &DataType) -> Option<(&FieldRef, &Fields, bool)> {
-    let DataType::Map(entries, sorted) = data_type else {
-        return None;
-    };
-    let DataType::Struct(children) = entries.data_type() else {
-        return None;
-    };
-    (children.len() == 2).then_some((entries, children, *sorted))
-}
-
 impl StringCoder {
     /// A coder for the top-level string columns of `unified` other than the service column
     /// (the sort key reads that one as text) and the string keys and values of its map
@@ -191,18 +189,11 @@ impl StringCoder {
         columns
     }
 
-    /// How many parts have stopped being coded.
-    pub fn frozen_columns(&self) -> usize {
-        self.parts.iter().filter(|p| p.frozen).count()
-    }
-
     /// Conforms `batch` to the unified schema, with the parts still coded as `UInt32` codes,
     /// and says how many bytes of text the codes stand for (what decoding the batch adds).
     /// Batches share one schema until a part freezes.
     pub fn code(&mut self, batch: &RecordBatch) -> Result<(RecordBatch, u64)> {
-        let width = self.unified.fields().len();
-        let mut forms = vec![0u8; width];
-        let mut coded: Vec<Option<ArrayRef>> = vec![None; width];
+        let mut coded = vec![ColumnCodes::None; self.unified.fields().len()];
         let mut text_bytes = 0;
         for p in 0..self.parts.len() {
             if self.parts[p].frozen {
@@ -210,51 +201,37 @@ impl StringCoder {
             }
             let (index, part) = (self.parts[p].index, self.parts[p].part);
             let field = self.unified.field(index);
-            let column = match batch.column_by_name(field.name()) {
-                Some(column) => Some(Arc::clone(column)),
-                // A map missing from the file: a null map, whose (no) entries are coded.
-                None if part != Part::Column => {
-                    Some(new_null_array(field.data_type(), batch.num_rows()))
-                }
-                None => None,
-            };
-            let column = column.as_ref();
-            let strings = match (part, column) {
-                (_, None) => None,
-                (Part::Column, Some(column)) => Some(Arc::clone(column)),
-                (Part::MapKeys, Some(column)) => column.as_map_opt().map(|m| Arc::clone(m.keys())),
-                (Part::MapValues, Some(column)) => {
-                    column.as_map_opt().map(|m| Arc::clone(m.values()))
+            let strings = match part.child() {
+                None => batch.column_by_name(field.name()).cloned(),
+                Some(at) => {
+                    let map = map_source(batch, field);
+                    map.as_map_opt().map(|m| Arc::clone(m.entries().column(at)))
                 }
             };
             match self.code_strings(p, strings.as_ref(), batch.num_rows())? {
                 Coded::Codes(codes, bytes) => {
                     self.parts[p].coded += codes.len() as u64;
                     text_bytes += bytes;
-                    forms[index] |= part.bit();
-                    if part == Part::Column {
-                        coded[index] = Some(codes);
-                    } else {
-                        let map = coded[index].take();
-                        coded[index] = Some(map_with_part(map, column, part, codes)?);
-                    }
+                    coded[index].add(part, codes);
                 }
                 Coded::Frozen(why) => self.freeze(p, why),
             }
         }
+        let forms: Vec<u8> = coded.iter().map(ColumnCodes::form).collect();
         let columns = coded
             .into_iter()
             .zip(self.unified.fields())
-            .zip(&forms)
-            .map(|((codes, field), &form)| match codes {
-                Some(codes) if form == Part::Column.bit() => Ok(codes),
-                Some(map) => conform_map_strings(&map, field),
-                None => match batch.column_by_name(field.name()) {
+            .map(|(codes, field)| match codes {
+                ColumnCodes::Column(codes) => Ok(codes),
+                ColumnCodes::Map(children) => {
+                    conform_map(&map_source(batch, field), field, children)
+                }
+                ColumnCodes::None => match batch.column_by_name(field.name()) {
                     // A map read with dictionary keys or values none of which are coded now.
                     Some(map)
                         if map.as_map_opt().is_some() && map.data_type() != field.data_type() =>
                     {
-                        conform_map_strings(map, field)
+                        conform_map(map, field, [None, None])
                     }
                     _ => conform_column(batch, field),
                 },
@@ -489,6 +466,55 @@ fn codes_array(codes: Vec<u32>, valid: Vec<bool>) -> ArrayRef {
     Arc::new(UInt32Array::new(codes.into(), nulls))
 }
 
+/// What one column of a batch carries as codes.
+#[derive(Clone)]
+enum ColumnCodes {
+    None,
+    /// A string column's codes.
+    Column(ArrayRef),
+    /// The codes of a map's keys and values (`None`: that part goes as strings).
+    Map([Option<ArrayRef>; 2]),
+}
+
+impl ColumnCodes {
+    fn add(&mut self, part: Part, codes: ArrayRef) {
+        match part.child() {
+            None => *self = ColumnCodes::Column(codes),
+            Some(at) => {
+                if !matches!(self, ColumnCodes::Map(_)) {
+                    *self = ColumnCodes::Map([None, None]);
+                }
+                if let ColumnCodes::Map(children) = self {
+                    children[at] = Some(codes);
+                }
+            }
+        }
+    }
+
+    /// The parts carried as codes, as [`Part`] bits.
+    fn form(&self) -> u8 {
+        match self {
+            ColumnCodes::None => 0,
+            ColumnCodes::Column(_) => Part::Column.bit(),
+            ColumnCodes::Map(children) => [Part::MapKeys, Part::MapValues]
+                .iter()
+                .zip(children)
+                .filter(|(_, codes)| codes.is_some())
+                .map(|(part, _)| part.bit())
+                .sum(),
+        }
+    }
+}
+
+/// The batch's column for the map `field`, or a null map when the file lacks it (whose
+/// entries, none, are coded like any other).
+fn map_source(batch: &RecordBatch, field: &Field) -> ArrayRef {
+    match batch.column_by_name(field.name()) {
+        Some(column) => Arc::clone(column),
+        None => new_null_array(field.data_type(), batch.num_rows()),
+    }
+}
+
 /// The field of a column carried in `form` (a set of [`Part`] bits).
 fn coded_field(field: &FieldRef, form: u8) -> FieldRef {
     if form == 0 {
@@ -497,55 +523,17 @@ fn coded_field(field: &FieldRef, form: u8) -> FieldRef {
     if form == Part::Column.bit() {
         return Arc::new(Field::new(field.name(), DataType::UInt32, true));
     }
-    let Some((entries, children, sorted)) = map_fields(field.data_type()) else {
-        return Arc::clone(field);
-    };
-    let children: Fields = children
-        .iter()
-        .zip([Part::MapKeys, Part::MapValues])
-        .map(|(child, part)| {
-            if form & part.bit() != 0 {
-                Arc::new(child.as_ref().clone().with_data_type(DataType::UInt32))
-            } else {
-                Arc::clone(child)
-            }
-        })
-        .collect();
-    let entries = entries
-        .as_ref()
-        .clone()
-        .with_data_type(DataType::Struct(children));
-    Arc::new(
-        field
-            .as_ref()
-            .clone()
-            .with_data_type(DataType::Map(Arc::new(entries), sorted)),
-    )
-}
-
-/// A map with one part (keys or values) replaced by `codes`: `map` if another part was
-/// already replaced, else the batch's `column`.
-fn map_with_part(
-    map: Option<ArrayRef>,
-    column: Option<&ArrayRef>,
-    part: Part,
-    codes: ArrayRef,
-) -> Result<ArrayRef> {
-    let Some(source) = map.as_ref().or(column) else {
-        return Err(Error::invariant("coding the parts of a missing map"));
-    };
-    let Some(source) = source.as_map_opt() else {
-        return Err(Error::invariant(
-            "coding the parts of a column that is not a map",
-        ));
-    };
-    let entries = source.entries();
-    let mut children = entries.columns().to_vec();
-    let mut fields: Vec<FieldRef> = entries.fields().iter().cloned().collect();
-    let at = if part == Part::MapKeys { 0 } else { 1 };
-    fields[at] = Arc::new(fields[at].as_ref().clone().with_data_type(DataType::UInt32));
-    children[at] = codes;
-    rebuild_map(source, source.data_type(), fields.into(), children)
+    let coded = map_with_child_types(field.data_type(), |at, child| {
+        let part = [Part::MapKeys, Part::MapValues][at];
+        match form & part.bit() {
+            0 => child.data_type().clone(),
+            _ => DataType::UInt32,
+        }
+    });
+    match coded {
+        Some(data_type) => Arc::new(field.as_ref().clone().with_data_type(data_type)),
+        None => Arc::clone(field),
+    }
 }
 
 /// `map` with new entry children (`fields`), named and ordered like the map type `like`
@@ -557,50 +545,52 @@ fn rebuild_map(
     children: Vec<ArrayRef>,
 ) -> Result<ArrayRef> {
     let assembling = |e| Error::arrow("assembling a coded map", e);
-    let DataType::Map(entries_field, sorted) = like else {
+    let types: Vec<DataType> = fields.iter().map(|f| f.data_type().clone()).collect();
+    let Some(DataType::Map(entries_field, sorted)) =
+        map_with_child_types(like, |at, _| types[at].clone())
+    else {
         return Err(Error::invariant(
             "rebuilding a map like a type that is not a map",
         ));
     };
-    let entries = StructArray::try_new(fields.clone(), children, map.entries().nulls().cloned())
+    let entries = StructArray::try_new(fields, children, map.entries().nulls().cloned())
         .map_err(assembling)?;
-    let entries_field = entries_field
-        .as_ref()
-        .clone()
-        .with_data_type(DataType::Struct(fields));
     let map = MapArray::try_new(
-        Arc::new(entries_field),
+        entries_field,
         map.offsets().clone(),
         entries,
         map.nulls().cloned(),
-        *sorted,
+        sorted,
     )
     .map_err(assembling)?;
     Ok(Arc::new(map))
 }
 
-/// A map whose coded parts are in place: its other parts conformed to `field`'s strings
-/// (they may arrive as dictionaries or other string encodings) and its names to `field`'s.
-fn conform_map_strings(map: &ArrayRef, field: &Field) -> Result<ArrayRef> {
+/// The map `map` in the form of `field` with `codes` in place: each part with codes gets
+/// them, every other part is conformed to `field`'s strings (it may arrive as a dictionary or
+/// another string encoding), and the names are `field`'s.
+fn conform_map(map: &ArrayRef, field: &Field, codes: [Option<ArrayRef>; 2]) -> Result<ArrayRef> {
     let (Some(source), Some((_, children, _))) = (map.as_map_opt(), map_fields(field.data_type()))
     else {
         return Err(Error::invariant("conforming a map that is not a map"));
     };
-    let entries = source.entries();
     let mut fields = Vec::with_capacity(2);
     let mut arrays = Vec::with_capacity(2);
-    for (child, target) in entries.columns().iter().zip(children.iter()) {
-        if child.data_type() == &DataType::UInt32 {
-            fields.push(Arc::new(
-                target.as_ref().clone().with_data_type(DataType::UInt32),
-            ));
-            arrays.push(Arc::clone(child));
-        } else {
-            let conformed = cast(child, target.data_type()).map_err(|e| {
-                Error::arrow(format!("converting map column {:?}", field.name()), e)
-            })?;
-            fields.push(Arc::clone(target));
-            arrays.push(conformed);
+    for ((child, target), codes) in source.entries().columns().iter().zip(children).zip(codes) {
+        match codes {
+            Some(codes) => {
+                fields.push(Arc::new(
+                    target.as_ref().clone().with_data_type(DataType::UInt32),
+                ));
+                arrays.push(codes);
+            }
+            None => {
+                let conformed = cast(child, target.data_type()).map_err(|e| {
+                    Error::arrow(format!("converting map column {:?}", field.name()), e)
+                })?;
+                fields.push(Arc::clone(target));
+                arrays.push(conformed);
+            }
         }
     }
     rebuild_map(source, field.data_type(), fields.into(), arrays)
@@ -656,7 +646,7 @@ impl StringDecoder {
                     }
                 }
                 Part::MapKeys | Part::MapValues => {
-                    let at = if p.part == Part::MapKeys { 0 } else { 1 };
+                    let at = usize::from(p.part == Part::MapValues);
                     let (Some(map), Some((_, target_children, _))) =
                         (column.as_map_opt(), map_fields(target_field.data_type()))
                     else {
@@ -860,7 +850,7 @@ mod tests {
         ]);
         let (raw, _) = coder.code(&input).unwrap();
         assert_eq!(raw.column(3).data_type(), &DataType::Utf8);
-        assert_eq!(coder.frozen_columns(), 1);
+        assert_eq!(coder.coded_columns().strings, ["host"], "body froze");
     }
 
     #[test]
