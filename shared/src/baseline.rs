@@ -8,7 +8,7 @@ use object_store::path::Path;
 
 use crate::config::{CompactOptions, read_target_bytes};
 use crate::error::{Error, Result};
-use crate::input::{SizedBatches, StagedInput, check_input};
+use crate::input::{DictionaryColumns, RowWidth, SizedBatches, StagedInput, check_input};
 use crate::manifest::{live_set, load_latest};
 use crate::partition::{Layout, PartitionId};
 use crate::runs::ScratchDir;
@@ -81,10 +81,15 @@ pub async fn rewrite_plain(
             OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties, blocks)?;
         // The same two-thread split as the compactor: decode here, encode on the sink thread.
         with_sink_thread(&mut writer, |sink| -> Result<()> {
+            let mut width = RowWidth::default();
+            let plain = DictionaryColumns::default();
             for input in &checked {
-                for batch in SizedBatches::open(input, read_target)? {
+                let mut batches =
+                    SizedBatches::open_with_dictionaries(input, read_target, &plain, &width)?;
+                for batch in batches.by_ref() {
                     sink.write_chunk(&conform(&batch?, &unified.schema)?)?;
                 }
+                width = batches.width().clone();
             }
             Ok(())
         })??;

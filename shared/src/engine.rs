@@ -16,7 +16,7 @@ use crate::alignment::{AligningSink, ServiceCounts};
 use crate::budget::{Charge, MemoryGauge, batch_memory_bytes};
 use crate::config::{output_chunk_rows, read_target_bytes};
 use crate::error::{Error, Result};
-use crate::input::{CheckedInput, SizedBatches, count_services};
+use crate::input::{CheckedInput, RowWidth, SizedBatches, count_services};
 use crate::key::SortKey;
 use crate::merge::{MergeSettings, RunSource, merge_runs};
 use crate::runs::RunFormation;
@@ -229,13 +229,14 @@ fn decode_inputs(
     coder: &mut StringCoder,
     tx: SyncSender<Decoded>,
 ) {
+    let mut width = RowWidth::default();
     for (position, input) in job.inputs.iter().enumerate() {
         if is_presorted(job, position) {
             continue;
         }
         let dictionaries = coder.coded_columns();
         let mut reader =
-            match SizedBatches::open_with_dictionaries(input, read_target, &dictionaries) {
+            match SizedBatches::open_with_dictionaries(input, read_target, &dictionaries, &width) {
                 Ok(reader) => reader,
                 Err(e) => {
                     let _ = tx.send(Err(SortFailure::BadInput {
@@ -279,6 +280,7 @@ fn decode_inputs(
                 }
             }
         }
+        width = reader.width().clone();
     }
 }
 

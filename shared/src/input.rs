@@ -222,7 +222,9 @@ const MAX_RESIZES: u32 = 8;
 /// decoded bytes. Footer sizes cannot say how wide a row decodes (dictionary pages of long
 /// repeated strings encode to almost nothing), so the width is measured on the batches
 /// themselves: a small first batch sets the batch size, and the reader is reopened at the
-/// current row whenever a batch comes out far off its target.
+/// current row whenever a batch comes out far off its target. Each reopen decompresses the
+/// current page of every column again, so an input of a stream starts from the width its
+/// predecessor measured (see [`RowWidth`]) instead of probing.
 pub struct SizedBatches {
     local: PathBuf,
     key: String,
@@ -233,34 +235,84 @@ pub struct SizedBatches {
     batch_rows: usize,
     resizes: u32,
     reader: Option<ParquetRecordBatchReader>,
+    /// The input's schema and encoded row width, and the width of its last batch.
+    width: RowWidth,
+}
+
+/// The decoded width of the rows of one input, measured on its last batch, and what its
+/// footer said of them: the next input of a stream with the same schema and no wider
+/// encoded rows starts at that width instead of probing its first rows.
+#[derive(Debug, Clone, Default)]
+pub struct RowWidth {
+    schema: Option<SchemaRef>,
+    encoded_row_bytes: u64,
+    decoded_row_bytes: Option<u64>,
+}
+
+impl RowWidth {
+    /// Rows of the first batch of `input` for batches of `target_bytes`: from this width
+    /// when it was measured on an input with the same schema, scaled up when `input`'s
+    /// encoded rows are wider; else a small probing batch.
+    fn first_batch_rows(&self, input: &CheckedInput, target_bytes: u64) -> usize {
+        let (Some(schema), Some(decoded)) = (&self.schema, self.decoded_row_bytes) else {
+            return PROBE_ROWS;
+        };
+        if schema != &input.schema {
+            return PROBE_ROWS;
+        }
+        let growth = input
+            .row_bytes_estimate
+            .div_ceil(self.encoded_row_bytes.max(1))
+            .max(1);
+        let row_bytes = decoded.saturating_mul(growth).max(1);
+        (target_bytes / row_bytes).clamp(1, MAX_BATCH_ROWS as u64) as usize
+    }
 }
 
 impl SizedBatches {
     /// Opens a checked input for reading.
     pub fn open(input: &CheckedInput, target_bytes: u64) -> Result<Self> {
-        Self::open_with_dictionaries(input, target_bytes, &DictionaryColumns::default())
+        Self::open_with_dictionaries(
+            input,
+            target_bytes,
+            &DictionaryColumns::default(),
+            &RowWidth::default(),
+        )
     }
 
     /// Opens a checked input for reading, with `dictionaries` read as dictionaries: a
     /// dictionary-encoded column chunk then comes with its dictionary and keys instead of
-    /// one string per row.
+    /// one string per row. `previous` is the [`SizedBatches::width`] of the input read
+    /// before this one, if any.
     pub fn open_with_dictionaries(
         input: &CheckedInput,
         target_bytes: u64,
         dictionaries: &DictionaryColumns,
+        previous: &RowWidth,
     ) -> Result<Self> {
+        let target_bytes = target_bytes.max(1);
         let mut batches = Self {
             local: input.staged.local.clone(),
             key: input.staged.key.to_string(),
             dictionaries: dictionaries.clone(),
-            target_bytes: target_bytes.max(1),
+            target_bytes,
             rows_read: 0,
-            batch_rows: PROBE_ROWS,
+            batch_rows: previous.first_batch_rows(input, target_bytes),
             resizes: 0,
             reader: None,
+            width: RowWidth {
+                schema: Some(Arc::clone(&input.schema)),
+                encoded_row_bytes: input.row_bytes_estimate,
+                decoded_row_bytes: None,
+            },
         };
         batches.reopen()?;
         Ok(batches)
+    }
+
+    /// The width of this input's rows as measured so far, for the next input of a stream.
+    pub fn width(&self) -> &RowWidth {
+        &self.width
     }
 
     /// From the next batch on, reads `dictionaries` as dictionaries (and no others).
@@ -295,6 +347,7 @@ impl SizedBatches {
         let rows = batch.num_rows().max(1) as u64;
         let bytes = decoded_bytes(batch);
         let per_row = (bytes / rows).max(1);
+        self.width.decoded_row_bytes = Some(per_row);
         let ideal = (self.target_bytes / per_row).clamp(1, MAX_BATCH_ROWS as u64) as usize;
         let far_off = ideal > self.batch_rows * 2 || ideal * 2 < self.batch_rows;
         if far_off && self.resizes < MAX_RESIZES {
@@ -413,4 +466,114 @@ pub fn count_services(
         counts.add(&services);
     }
     Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use parquet::arrow::ArrowWriter;
+
+    const TARGET: u64 = 256 << 10;
+
+    /// Stages and checks a file of `rows` rows whose body is `width` distinct bytes a row.
+    fn input(
+        dir: &std::path::Path,
+        name: &str,
+        rows: usize,
+        width: usize,
+        extra: bool,
+    ) -> CheckedInput {
+        let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+        let (start, _) = partition.time_range_nanos();
+        let mut columns: Vec<(&str, ArrayRef)> = vec![
+            (
+                "time_unix_nano",
+                Arc::new(Int64Array::from_iter_values(
+                    (0..rows as i64).map(|r| start + r),
+                )),
+            ),
+            (
+                "body",
+                Arc::new(StringArray::from_iter_values(
+                    (0..rows).map(|r| format!("{r:0width$}")),
+                )),
+            ),
+        ];
+        if extra {
+            columns.push((
+                "extra",
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+            ));
+        }
+        let batch = RecordBatch::try_from_iter(columns).expect("batch");
+        let local = dir.join(name);
+        let file = File::create(&local).expect("create");
+        let mut writer = ArrowWriter::try_new(file, batch.schema(), None).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+        let staged = StagedInput {
+            key: Path::from(name),
+            name: name.to_string(),
+            size: std::fs::metadata(&local).expect("metadata").len(),
+            local,
+            is_compacted: false,
+        };
+        check_input(staged, &partition, &KeyColumns::default()).expect("checked")
+    }
+
+    /// Reads every batch; returns their row counts, the widest batch's decoded bytes and
+    /// what the reader measured.
+    fn read(input: &CheckedInput, previous: &RowWidth) -> (Vec<usize>, u64, RowWidth) {
+        let plain = DictionaryColumns::default();
+        let mut batches =
+            SizedBatches::open_with_dictionaries(input, TARGET, &plain, previous).expect("open");
+        let (mut rows, mut widest) = (Vec::new(), 0);
+        for batch in batches.by_ref() {
+            let batch = batch.expect("batch");
+            rows.push(batch.num_rows());
+            widest = widest.max(decoded_bytes(&batch));
+        }
+        (rows, widest, batches.width().clone())
+    }
+
+    #[test]
+    fn an_input_like_the_previous_one_starts_at_its_width() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = input(dir.path(), "a.parquet", 20_000, 100, false);
+        let (rows, _, width) = read(&first, &RowWidth::default());
+        assert_eq!(rows[0], PROBE_ROWS, "the first input of a stream probes");
+        assert_eq!(rows.iter().sum::<usize>(), 20_000);
+
+        let alike = input(dir.path(), "b.parquet", 20_000, 100, false);
+        let (rows, widest, _) = read(&alike, &width);
+        assert!(rows[0] > 8 * PROBE_ROWS, "no probe: {rows:?}");
+        assert!(
+            rows[..rows.len() - 1].iter().all(|&r| r == rows[0]),
+            "never resized: {rows:?}"
+        );
+        assert_eq!(rows.iter().sum::<usize>(), 20_000);
+        assert!(widest <= 2 * TARGET, "batches near the target: {widest}");
+    }
+
+    #[test]
+    fn a_wider_input_starts_no_wider_than_its_target() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let narrow = input(dir.path(), "a.parquet", 20_000, 40, false);
+        let (_, _, width) = read(&narrow, &RowWidth::default());
+        let wide = input(dir.path(), "b.parquet", 5_000, 1_000, false);
+        let (rows, widest, _) = read(&wide, &width);
+        assert!(widest <= 2 * TARGET, "first of {rows:?}: {widest} bytes");
+        assert_eq!(rows.iter().sum::<usize>(), 5_000);
+    }
+
+    #[test]
+    fn another_schema_probes_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = input(dir.path(), "a.parquet", 20_000, 100, false);
+        let (_, _, width) = read(&first, &RowWidth::default());
+        let other = input(dir.path(), "b.parquet", 20_000, 100, true);
+        let (rows, _, _) = read(&other, &width);
+        assert_eq!(rows[0], PROBE_ROWS);
+    }
 }

@@ -307,41 +307,37 @@ impl StringCoder {
                 return Err(Error::invariant("a coded dictionary was not kept"));
             };
             let key_nulls = dictionary.keys().logical_nulls();
-            // Readers give Int32 keys; any other key type is normalised first.
-            let int32_keys = dictionary.keys().as_primitive_opt::<Int32Type>();
-            let normalized = match int32_keys {
-                Some(_) => Vec::new(),
-                None => dictionary.normalized_keys(),
-            };
-            let key_at = |row: usize| match int32_keys {
-                Some(keys) => usize::try_from(keys.values()[row]).unwrap_or(usize::MAX),
-                None => normalized[row],
-            };
-            let texts = recent.texts.as_string::<i32>();
-            // Null rows are null keys (a Parquet dictionary holds no nulls): their null
-            // buffer is the codes' own unless the dictionary does hold a null value.
-            let mut valid = (texts.null_count() > 0).then(|| Vec::with_capacity(strings));
-            let mut codes = Vec::with_capacity(strings);
-            let mut text_bytes = 0u64;
-            for row in 0..strings {
-                if key_nulls.as_ref().is_some_and(|n| n.is_null(row)) {
-                    codes.push(0);
-                    if let Some(valid) = &mut valid {
-                        valid.push(false);
-                    }
-                    continue;
+            // Readers give Int32 keys; any other key type is cast first.
+            let cast_keys;
+            let keys = match dictionary.keys().as_primitive_opt::<Int32Type>() {
+                Some(keys) => keys,
+                None => {
+                    cast_keys = cast(dictionary.keys(), &DataType::Int32).map_err(converting)?;
+                    cast_keys.as_primitive::<Int32Type>()
                 }
-                let key = key_at(row);
+            };
+            let keys = keys
+                .values()
+                .iter()
+                .map(|&k| usize::try_from(k).unwrap_or(usize::MAX));
+            let is_valid = |row: usize| key_nulls.as_ref().is_none_or(|n| n.is_valid(row));
+            let texts = recent.texts.as_string::<i32>();
+            // First the values the rows use for the first time, in row order (codes are
+            // handed out in first-seen order), so that a row group's dictionary costs only
+            // the values its rows hold.
+            for (row, key) in keys.clone().enumerate() {
                 let Some(&known) = recent.codes.get(key) else {
+                    if !is_valid(row) {
+                        continue;
+                    }
                     return Err(Error::Invariant {
                         message: format!("column {name:?}: dictionary key {key} out of range"),
                     });
                 };
-                // Values are coded as rows use them, so a row group's dictionary costs only
-                // the values its rows hold.
-                let code = if known != UNSEEN {
-                    known
-                } else if texts.is_null(key) {
+                if known != UNSEEN || !is_valid(row) {
+                    continue;
+                }
+                recent.codes[key] = if texts.is_null(key) {
                     NULL_VALUE
                 } else {
                     match self.intern(p, texts.value(key), most_values) {
@@ -349,19 +345,31 @@ impl StringCoder {
                         Err(why) => return Ok(Coded::Frozen(why)),
                     }
                 };
-                recent.codes[key] = code;
-                let is_null = code == NULL_VALUE;
-                if !is_null {
-                    text_bytes += texts.value_length(key) as u64;
-                }
-                codes.push(if is_null { 0 } else { code });
-                if let Some(valid) = &mut valid {
-                    valid.push(!is_null);
+            }
+            // Then every row's code: a lookup. Null rows are null keys (a Parquet dictionary
+            // holds no nulls): their null buffer is the codes' own unless the dictionary
+            // does hold a null value.
+            let offsets = texts.value_offsets();
+            let mut codes = Vec::with_capacity(strings);
+            let mut text_bytes = 0u64;
+            for (row, key) in keys.clone().enumerate() {
+                let code = recent.codes.get(key).copied().unwrap_or(UNSEEN);
+                if code < NULL_VALUE && is_valid(row) {
+                    text_bytes += (offsets[key + 1] - offsets[key]) as u64;
+                    codes.push(code);
+                } else {
+                    codes.push(0);
                 }
             }
-            let nulls = match valid {
-                Some(valid) => valid.iter().any(|v| !v).then(|| NullBuffer::from(valid)),
-                None => key_nulls,
+            let nulls = match texts.null_count() {
+                0 => key_nulls,
+                _ => {
+                    let valid = keys.enumerate().map(|(row, key)| {
+                        is_valid(row) && recent.codes.get(key).is_some_and(|&c| c < NULL_VALUE)
+                    });
+                    let valid: Vec<bool> = valid.collect();
+                    valid.iter().any(|v| !v).then(|| NullBuffer::from(valid))
+                }
             };
             self.parts[p].recent = Some(recent);
             let codes = Arc::new(UInt32Array::new(codes.into(), nulls));
