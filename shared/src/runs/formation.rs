@@ -11,6 +11,7 @@
 //! of a run then reads every batch front to back, like a merge, instead of jumping across
 //! the whole buffer.
 
+use std::ops::{BitAnd, BitOr, Shl};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
@@ -227,33 +228,84 @@ fn key_order(batches: &[(&BatchKeys, &ServiceRanks)], each_sorted: bool) -> Vec<
         }
         global[b][r] = rank;
     }
-    let rows = batches.iter().map(|(k, _)| k.len()).sum();
-    let mut positions: Vec<(u32, u32)> = Vec::with_capacity(rows);
-    let mut packed: Vec<u128> = Vec::with_capacity(rows);
-    for (b, (keys, ranks)) in batches.iter().enumerate() {
-        let global = &global[b];
-        for (r, &local) in ranks.row_ranks.iter().enumerate() {
-            // Flip the sign bit so signed times order as unsigned integers.
-            let time = (keys.time(r) as u64) ^ (1 << 63);
-            let position = positions.len() as u128;
-            let service_rank = global[local as usize];
-            packed.push((u128::from(service_rank) << 96) | (u128::from(time) << 32) | position);
-            positions.push((b as u32, r as u32));
-        }
-    }
-    if each_sorted {
-        // Finds the batches' runs and merges them.
-        packed.sort();
+    let rows: usize = batches.iter().map(|(k, _)| k.len()).sum();
+    let times = batches
+        .iter()
+        .flat_map(|(k, _)| (0..k.len()).map(|r| k.time(r)));
+    let (min_time, max_time) =
+        times.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+    let bits = |v: u64| u64::BITS - v.leading_zeros();
+    let time_bits = bits(max_time.wrapping_sub(min_time) as u64);
+    let position_bits = bits(rows.saturating_sub(1) as u64);
+    let keys = PackedKeys {
+        batches,
+        global: &global,
+        min_time,
+        time_shift: position_bits,
+        rank_shift: time_bits + position_bits,
+    };
+    // A batch's times span an hour (42 bits): with its few ranks and rows, its keys fit
+    // 64 bits, which sort faster than 128.
+    if bits(u64::from(rank)) + time_bits + position_bits < u64::BITS {
+        keys.order::<u64>(each_sorted)
     } else {
-        packed.sort_unstable();
+        PackedKeys {
+            time_shift: 32,
+            rank_shift: 96,
+            ..keys
+        }
+        .order::<u128>(each_sorted)
     }
-    packed
-        .into_iter()
-        .map(|k| {
-            let (b, r) = positions[(k & 0xffff_ffff) as usize];
-            (b as usize, r as usize)
-        })
-        .collect()
+}
+
+/// Keys packed into one integer `(rank, time - min_time, position)` at the given shifts;
+/// the position makes every key unique and breaks ties in (batch, row) order.
+struct PackedKeys<'a, 'k> {
+    batches: &'a [(&'k BatchKeys, &'k ServiceRanks)],
+    global: &'a [Vec<u32>],
+    min_time: i64,
+    time_shift: u32,
+    rank_shift: u32,
+}
+
+impl PackedKeys<'_, '_> {
+    fn order<K>(&self, each_sorted: bool) -> Vec<(usize, usize)>
+    where
+        K: Copy + Ord + From<u64> + Shl<u32, Output = K> + BitOr<Output = K> + BitAnd<Output = K>,
+        u64: TryFrom<K>,
+    {
+        let mut positions: Vec<(u32, u32)> = Vec::new();
+        let mut packed: Vec<K> = Vec::new();
+        for (b, (keys, ranks)) in self.batches.iter().enumerate() {
+            let global = &self.global[b];
+            for (r, &local) in ranks.row_ranks.iter().enumerate() {
+                let time = keys.time(r).wrapping_sub(self.min_time) as u64;
+                let rank = u64::from(global[local as usize]);
+                let position = positions.len() as u64;
+                packed.push(
+                    (K::from(rank) << self.rank_shift)
+                        | (K::from(time) << self.time_shift)
+                        | K::from(position),
+                );
+                positions.push((b as u32, r as u32));
+            }
+        }
+        if each_sorted {
+            // Finds the batches' runs and merges them.
+            packed.sort();
+        } else {
+            packed.sort_unstable();
+        }
+        let mask = K::from((1u64 << self.time_shift) - 1);
+        packed
+            .into_iter()
+            .map(|k| {
+                let position = u64::try_from(k & mask).map_or(0, |p| p as usize);
+                let (b, r) = positions[position];
+                (b as usize, r as usize)
+            })
+            .collect()
+    }
 }
 
 /// Sorts one batch by key (ties in row order), so that the gather of a whole buffer later
@@ -508,4 +560,102 @@ pub struct FormedRuns {
     pub runs: Vec<SortedRun>,
     /// Bytes spilled to scratch.
     pub spill_bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::UnifiedSchema;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn unified() -> UnifiedSchema {
+        UnifiedSchema {
+            schema: Arc::new(Schema::new(vec![
+                Field::new("service.name", DataType::Utf8, true),
+                Field::new("time_unix_nano", DataType::Int64, false),
+            ])),
+            service_index: Some(0),
+            time_index: 1,
+        }
+    }
+
+    /// A batch of `rows` rows with services drawn from `services` (null among them) and
+    /// times from `times`.
+    fn batch(rows: usize, seed: u64, services: u64, times: &dyn Fn(u64) -> i64) -> RecordBatch {
+        let mut state = seed.max(1);
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut names, mut stamps) = (Vec::new(), Vec::new());
+        for _ in 0..rows {
+            let s = next() % (services + 1);
+            names.push((s > 0).then(|| format!("svc-{s}")));
+            stamps.push(times(next()));
+        }
+        RecordBatch::try_new(
+            unified().schema,
+            vec![
+                Arc::new(StringArray::from(names)),
+                Arc::new(Int64Array::from(stamps)),
+            ],
+        )
+        .expect("batch")
+    }
+
+    /// The order a plain stable sort by (service bytes, time) gives, as (batch, row).
+    fn expected(batches: &[RecordBatch], key: &SortKey) -> Vec<(usize, usize)> {
+        let keys: Vec<BatchKeys> = batches.iter().map(|b| key.keys(b).expect("keys")).collect();
+        let mut order: Vec<(usize, usize)> = (0..batches.len())
+            .flat_map(|b| (0..batches[b].num_rows()).map(move |r| (b, r)))
+            .collect();
+        order.sort_by(|&(a, i), &(b, j)| keys[a].cmp_rows(i, &keys[b], j));
+        order
+    }
+
+    fn check(times: &dyn Fn(u64) -> i64, services: u64) {
+        let key = SortKey::new(&unified());
+        for seed in 1..20 {
+            // One unsorted batch.
+            let one = batch(500, seed, services, times);
+            let keys = key.keys(&one).expect("keys");
+            let ranks = ServiceRanks::of(&keys);
+            assert_eq!(
+                key_order(&[(&keys, &ranks)], false),
+                expected(std::slice::from_ref(&one), &key)
+            );
+            // Several sorted batches, merged.
+            let sorted: Vec<(RecordBatch, BatchKeys, ServiceRanks)> = (0..5)
+                .map(|b| {
+                    let unsorted = batch(50 + 40 * b, seed * 7 + b as u64, services, times);
+                    let keys = key.keys(&unsorted).expect("keys");
+                    sort_batch(&key, unsorted, keys).expect("sorted")
+                })
+                .collect();
+            let batches: Vec<RecordBatch> = sorted.iter().map(|(b, _, _)| b.clone()).collect();
+            let parts: Vec<(&BatchKeys, &ServiceRanks)> =
+                sorted.iter().map(|(_, k, r)| (k, r)).collect();
+            assert_eq!(key_order(&parts, true), expected(&batches, &key));
+        }
+    }
+
+    #[test]
+    fn orders_rows_within_an_hour_by_packed_64_bit_keys() {
+        // Few distinct times, so equal keys are common and ties must keep row order.
+        check(
+            &|r| 1_700_000_000_000_000_000 + (r % 40) as i64 * 90_000_000_000,
+            6,
+        );
+    }
+
+    #[test]
+    fn orders_rows_over_the_whole_time_range_by_128_bit_keys() {
+        let extremes = [i64::MIN, -1, 0, 1, i64::MAX];
+        check(&|r| extremes[(r % 5) as usize], 3);
+        check(&|r| r as i64, 200);
+    }
 }
