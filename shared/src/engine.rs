@@ -119,6 +119,15 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         job.gauge,
         job.scratch,
     );
+    // Decoded rows are at least as large as their uncompressed pages (strings read as
+    // codes aside), so inputs whose pages alone pass the budget cannot fit it.
+    let encoded_bytes: u64 = (job.inputs.iter().enumerate())
+        .filter(|&(position, _)| !is_presorted(job, position))
+        .map(|(_, input)| input.uncompressed_bytes)
+        .sum();
+    if encoded_bytes > rows_budget {
+        formation = formation.spill_from_start();
+    }
     let mut presorted_sources = Vec::new();
     let mut counts = ServiceCounts::default();
     let service_index = job.unified.service_index;
