@@ -82,7 +82,8 @@ struct LayoutResult {
     queries: std::collections::BTreeMap<&'static str, Cost>,
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+/// The median of `values` (the upper one of an even count; 0 for none).
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }

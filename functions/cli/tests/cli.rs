@@ -13,18 +13,24 @@ use serde_json::Value;
 const HOUR: &str = "2026-11-29T10";
 const MIB: u64 = 1 << 20;
 
+/// Runs the CLI with `args`, which must succeed (stderr in the panic message otherwise).
+fn run_ok(args: &[&str]) -> Output {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn generate(store: &Path, tenant: &str, extra: &[&str]) {
     let store = store.to_string_lossy();
     let mut args = vec![
         "generate", "--store", &store, "--tenant", tenant, "--hour", HOUR,
     ];
     args.extend_from_slice(extra);
-    let out = run(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&args);
 }
 
 fn compact(store: &Path, tenant: &str, extra: &[&str]) -> (Output, Value) {
@@ -342,7 +348,7 @@ fn stress_shapes_stay_under_256_mib_with_a_64_mib_budget() {
 fn bench_ranges_measures_each_layout_on_the_same_rows() {
     let dir = tempfile::tempdir().expect("dir");
     let store = dir.path().join("ranges");
-    let out = run(&[
+    let out = run_ok(&[
         "bench-ranges",
         "--store",
         &store.to_string_lossy(),
@@ -358,11 +364,6 @@ fn bench_ranges_measures_each_layout_on_the_same_rows() {
         "1",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let result = json(&out);
     assert_eq!(result["input_rows"], 80_000);
     let layouts = result["layouts"].as_array().expect("layouts");
@@ -384,5 +385,43 @@ fn bench_ranges_measures_each_layout_on_the_same_rows() {
     assert_eq!(plain["queries"]["scan_two_columns"]["rows"], 80_000);
     let scan = |l: &Value| l["queries"]["scan_two_columns"]["requests"].as_u64();
     assert!(scan(blocks) < scan(plain), "{result}");
+    assert!(!store.exists(), "the bench store is removed");
+}
+
+#[test]
+fn bench_compares_the_sorted_compaction_with_a_plain_rewrite_of_the_same_rows() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().join("bench");
+    let out = run_ok(&[
+        "bench",
+        "--store",
+        &store.to_string_lossy(),
+        "--files",
+        "6",
+        "--rows",
+        "5000",
+        "--memory-budget",
+        "2MiB",
+        "--repeat",
+        "3",
+        "--json",
+    ]);
+    let result = json(&out);
+    assert_eq!(result["input_rows"], 30_000);
+    assert!(
+        result["runs_spilled"].as_u64().expect("runs") > 1,
+        "{result}"
+    );
+    let ms = |k: &str| result[k].as_u64().unwrap_or(0);
+    assert!(
+        ms("plain_rewrite_ms") > 0 && ms("sorted_compaction_ms") > 0,
+        "{result}"
+    );
+    let ratio = result["ratio"].as_f64().expect("ratio");
+    let expected = ms("sorted_compaction_ms") as f64 / ms("plain_rewrite_ms") as f64;
+    assert!((ratio - expected).abs() < 0.01, "{result}");
+    assert!(result["paired_ratio"].as_f64().expect("paired ratio") > 0.0);
+    let rows = |side: &str| result["query"][side]["rows_matched"].as_u64();
+    assert_eq!(rows("uncompacted"), rows("compacted"), "{result}");
     assert!(!store.exists(), "the bench store is removed");
 }
