@@ -6,6 +6,8 @@
 //! from halves of the budget: a full half is handed to a spill thread (gather, write) while
 //! the next half fills, so decoding and spilling use both cores and residency stays within
 //! B plus one batch. A run may be cut inside an input, whatever the size of that input.
+//! Inputs known not to fit B form runs from halves from the first row on
+//! ([`RunFormation::spill_from_start`]).
 //!
 //! Each batch is sorted on its own as it arrives (still in cache from decoding); the gather
 //! of a run then reads every batch front to back, like a merge, instead of jumping across
