@@ -264,9 +264,13 @@ impl RowWidth {
             .row_bytes_estimate
             .div_ceil(self.encoded_row_bytes.max(1))
             .max(1);
-        let row_bytes = decoded.saturating_mul(growth).max(1);
-        (target_bytes / row_bytes).clamp(1, MAX_BATCH_ROWS as u64) as usize
+        batch_rows(target_bytes, decoded.saturating_mul(growth))
     }
+}
+
+/// Rows of a batch of `target_bytes` for rows of `row_bytes` decoded bytes.
+fn batch_rows(target_bytes: u64, row_bytes: u64) -> usize {
+    (target_bytes / row_bytes.max(1)).clamp(1, MAX_BATCH_ROWS as u64) as usize
 }
 
 impl SizedBatches {
@@ -348,7 +352,7 @@ impl SizedBatches {
         let bytes = decoded_bytes(batch);
         let per_row = (bytes / rows).max(1);
         self.width.decoded_row_bytes = Some(per_row);
-        let ideal = (self.target_bytes / per_row).clamp(1, MAX_BATCH_ROWS as u64) as usize;
+        let ideal = batch_rows(self.target_bytes, per_row);
         let far_off = ideal > self.batch_rows * 2 || ideal * 2 < self.batch_rows;
         if far_off && self.resizes < MAX_RESIZES {
             self.resizes += 1;
@@ -471,8 +475,8 @@ pub fn count_services(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::parquet_bytes;
     use arrow::array::{ArrayRef, Int64Array, StringArray};
-    use parquet::arrow::ArrowWriter;
 
     const TARGET: u64 = 256 << 10;
 
@@ -508,10 +512,7 @@ mod tests {
         }
         let batch = RecordBatch::try_from_iter(columns).expect("batch");
         let local = dir.join(name);
-        let file = File::create(&local).expect("create");
-        let mut writer = ArrowWriter::try_new(file, batch.schema(), None).expect("writer");
-        writer.write(&batch).expect("write");
-        writer.close().expect("close");
+        std::fs::write(&local, parquet_bytes(&[batch], rows)).expect("write");
         let staged = StagedInput {
             key: Path::from(name),
             name: name.to_string(),

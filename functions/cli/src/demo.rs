@@ -16,6 +16,7 @@ use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 
 use crate::args::BenchArgs;
+use crate::ranges::median;
 
 const MARKER: &str = ".ourios-demo-store";
 
@@ -163,11 +164,6 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn median(mut values: Vec<u64>) -> u64 {
-    values.sort_unstable();
-    values.get(values.len() / 2).copied().unwrap_or(0)
-}
-
 /// Sorted compaction versus a plain rewrite of the same partition, side by side.
 pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     let (dir, files, rows) = (args.store.as_path(), args.files, args.rows);
@@ -247,7 +243,7 @@ pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     let paired: Vec<f64> = (plain_ms.iter().zip(&sorted_ms))
         .map(|(&plain, &sorted)| sorted as f64 / plain.max(1) as f64)
         .collect();
-    let paired_ratio = crate::ranges::median(paired);
+    let paired_ratio = median(paired);
     let (plain_med, sorted_med) = (median(plain_ms), median(sorted_ms));
     let ratio = sorted_med as f64 / plain_med.max(1) as f64;
     let result = serde_json::json!({

@@ -82,10 +82,10 @@ struct LayoutResult {
     queries: std::collections::BTreeMap<&'static str, Cost>,
 }
 
-/// The median of `values` (the upper one of an even count; 0 for none).
-pub(crate) fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
+/// The median of `values` (the upper one of an even count; zero for none).
+pub(crate) fn median<T: Copy + Default + PartialOrd>(mut values: Vec<T>) -> T {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    values.get(values.len() / 2).copied().unwrap_or_default()
 }
 
 /// Runs `query` `repeat` times; the statistics of the last run and the median wall time.

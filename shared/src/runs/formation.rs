@@ -428,7 +428,7 @@ impl<'a> RunFormation<'a> {
             // A part stopped being coded, and a run holds one schema. Parts freeze early
             // (within a few batches of seeing their values), while the buffer is small:
             // then its batches take the new form; otherwise the buffer becomes a run.
-            let limit = match self.has_spilled() {
+            let limit = match self.forms_halves() {
                 true => self.budget_bytes / 2,
                 false => self.budget_bytes,
             };
@@ -461,15 +461,15 @@ impl<'a> RunFormation<'a> {
             ranks,
             charge: Charge::new(self.gauge, bytes),
         });
-        let has_spilled = self.has_spilled();
-        if !has_spilled && self.buffer.bytes > self.budget_bytes {
+        let halves = self.forms_halves();
+        if !halves && self.buffer.bytes > self.budget_bytes {
             // The partition does not fit: from here on runs are formed from halves. The
             // first half spills on the spill thread while the second is already full, so
             // reading waits for one half's spill instead of a whole budget's.
             self.choose_compression()?;
             let front = self.buffer.split_front(self.budget_bytes / 2);
             self.spill_in_background(front);
-        } else if has_spilled && self.buffer.bytes > self.budget_bytes / 2 {
+        } else if halves && self.buffer.bytes > self.budget_bytes / 2 {
             // INVARIANT: at most one half is spilling while the other fills, so the two
             // together stay within B plus one batch.
             self.wait_for_spill()?;
@@ -482,7 +482,7 @@ impl<'a> RunFormation<'a> {
 
     /// Whether runs are formed from halves of the budget: a run has been spilled or is
     /// being spilled, or the inputs were known not to fit.
-    fn has_spilled(&self) -> bool {
+    fn forms_halves(&self) -> bool {
         self.spill_from_start || !self.runs.is_empty() || self.spilling.is_some()
     }
 
@@ -599,13 +599,7 @@ mod tests {
     /// A batch of `rows` rows with services drawn from `services` (null among them) and
     /// times from `times`.
     fn batch(rows: usize, seed: u64, services: u64, times: &dyn Fn(u64) -> i64) -> RecordBatch {
-        let mut state = seed.max(1);
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::testing::xorshift64(seed.max(1));
         let (mut names, mut stamps) = (Vec::new(), Vec::new());
         for _ in 0..rows {
             let s = next() % (services + 1);
@@ -704,11 +698,8 @@ mod tests {
         }
         // Sorted in memory, or in two sorted runs: the same rows either way.
         let sorted = |b: &RecordBatch| {
-            let keys = key.keys(b).expect("keys");
-            let mut order: Vec<usize> = (0..b.num_rows()).collect();
-            order.sort_by(|&i, &j| keys.cmp_rows(i, &keys, j));
-            let indices = UInt32Array::from_iter_values(order.iter().map(|&i| i as u32));
-            take_rows(b, &indices).expect("take")
+            let order = expected(std::slice::from_ref(b), &key);
+            gather_rows(&[b], &order).expect("gather")
         };
         assert_eq!(sorted(&outputs[0]), outputs[0]);
         assert_eq!(sorted(&outputs[1]), outputs[0]);
