@@ -1,14 +1,149 @@
 #!/usr/bin/env bash
-# The test command: formatting, lints, then every test of the workspace in release mode
-# (the memory and end-to-end tests run real-sized partitions), with a real S3-compatible
-# server for the integration tests in tests/.
+# The test command.
 #
-# The server: $S3_ENDPOINT when set (an already running MinIO or S3-compatible server; the
-# credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), else a `minio` binary
-# from the PATH, else moto's server (`pip install 'moto[server]'`, which .ci/run does). A
-# started server listens on a free port of 127.0.0.1 only and is always stopped on exit.
+#   bash tests/run.sh           everything: formatting, lints, the infra checks (cfn-lint,
+#                               checkov, the functions' zips), the interoperability check with
+#                               pyarrow, DuckDB and Polars, and every test of the workspace in
+#                               release mode, with a real S3-compatible server started here
+#   bash tests/run.sh --quick   the inner loop: formatting and the unit, property and in-memory
+#                               tests (no S3 server, no function builds, no stress shapes)
+#   bash tests/run.sh --install only install what the full run needs, then stop
+#
+# On a fresh machine with only Rust and Python it installs what it lacks, pinned and
+# project-local, then runs: the Python tools of tests/requirements.txt into .tools/venv,
+# checkov into .tools/checkov-venv (both git-ignored; nothing goes into the system Python),
+# rustfmt, clippy and the aarch64 Rust target through rustup when rustup can. A second run
+# finds them in place and installs nothing (an environment is rebuilt only when its
+# requirements file changes).
+#
+# Already have the tools? These are used instead of installing:
+#   S3_ENDPOINT (+ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)   a running S3-compatible server
+#   a `minio` binary on the PATH                               started on a free loopback port
+#   OURIOS_PYTHON      a Python with boto3, pyarrow, duckdb and polars
+#   CFN_LINT, CHECKOV  the linters' executables; cargo-lambda on the PATH
+# A started server listens on 127.0.0.1 only and is always stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$(pwd)"
+
+mode=full
+case "${1:-}" in
+    "") ;;
+    --quick) mode=quick ;;
+    --install) mode=install ;;
+    -h | --help)
+        awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+        exit 0
+        ;;
+    *)
+        echo "usage: bash tests/run.sh [--quick | --install]" >&2
+        exit 2
+        ;;
+esac
+
+tools="$root/.tools"
+venv="$tools/venv"
+checkov_venv="$tools/checkov-venv"
+missing=()
+
+# Adds a rustup component (rustfmt, clippy) when its cargo subcommand is missing.
+ensure_rust_component() {
+    local component="$1" subcommand="$2"
+    if cargo "$subcommand" --version >/dev/null 2>&1; then
+        return 0
+    fi
+    if command -v rustup >/dev/null 2>&1 && rustup component add "$component"; then
+        return 0
+    fi
+    missing+=("$component: install it with \`rustup component add $component\` (cargo $subcommand is missing)")
+}
+
+# Creates (or refreshes) a virtual environment from a pinned requirements file. Installs
+# nothing when the environment was built from the same file before.
+ensure_venv() {
+    local dir="$1" requirements="$2" stamp want
+    stamp="$dir/.requirements.sha256"
+    want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+    if [[ -x "$dir/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        return 0
+    fi
+    echo "-- installing $requirements into ${dir#"$root"/}"
+    rm -rf "$dir"
+    python3 -m venv "$dir" &&
+        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" &&
+        echo "$want" >"$stamp"
+}
+
+if [[ "$mode" == quick ]]; then
+    ensure_rust_component rustfmt fmt
+    if [[ ${#missing[@]} -gt 0 ]]; then
+        printf 'missing: %s\n' "${missing[@]}" >&2
+        exit 1
+    fi
+    echo "== cargo fmt --check"
+    cargo fmt --all -- --check
+    # Profile `quick` (Cargo.toml): optimised dependencies, the workspace's own crates
+    # unoptimised and incremental. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
+    # release-sized partitions and are left to the full run, as is every test that needs the
+    # S3 server or cargo-lambda (the ourios-integration-tests crate).
+    echo "== cargo test --profile quick (unit, property and in-memory tests)"
+    cargo test --profile quick --workspace --exclude ourios-integration-tests -- \
+        --skip stress_ --skip bench_
+    exit 0
+fi
+
+echo "== tools (pinned, project-local; installed only when missing)"
+ensure_rust_component rustfmt fmt
+ensure_rust_component clippy clippy
+# The template's default Architecture is arm64. Where rustup cannot add the target, the infra
+# checks build and check the x86_64 zips instead (infra/tests/check.sh says so).
+if command -v rustup >/dev/null 2>&1 &&
+    ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+    rustup target add aarch64-unknown-linux-gnu ||
+        echo "-- the aarch64 Rust target is unavailable here: the infra checks use x86_64"
+fi
+
+if ! ensure_venv "$venv" tests/requirements.txt; then
+    echo "-- could not install tests/requirements.txt into .tools/venv (no route to PyPI?)" >&2
+fi
+if [[ -z "${CHECKOV:-}" ]] && ! ensure_venv "$checkov_venv" infra/tests/checkov-requirements.txt; then
+    echo "-- could not install checkov into .tools/checkov-venv (no route to PyPI?)" >&2
+fi
+if [[ -x "$venv/bin/python" ]]; then
+    # The environment's tools (python3, cargo-lambda, cfn-lint, moto) come first.
+    export PATH="$venv/bin:$PATH"
+    export VIRTUAL_ENV="$venv"
+fi
+python="${OURIOS_PYTHON:-python3}"
+export OURIOS_PYTHON="$python"
+export OURIOS_INTEROP_PYTHON="${OURIOS_INTEROP_PYTHON:-$python}"
+export CFN_LINT="${CFN_LINT:-$(command -v cfn-lint || true)}"
+export CHECKOV="${CHECKOV:-$checkov_venv/bin/checkov}"
+
+# Everything the full run needs, each with how to provide it.
+"$python" -c 'import boto3' 2>/dev/null ||
+    missing+=("boto3 in $python: let this script install tests/requirements.txt, or set OURIOS_PYTHON")
+"$OURIOS_INTEROP_PYTHON" -c 'import pyarrow, duckdb, polars' 2>/dev/null ||
+    missing+=("pyarrow, duckdb, polars in $OURIOS_INTEROP_PYTHON (pins in tests/requirements.txt): set OURIOS_PYTHON to a Python that has them")
+[[ -n "$CFN_LINT" && -x "$CFN_LINT" ]] ||
+    missing+=("cfn-lint (pin in tests/requirements.txt): set CFN_LINT to its path")
+[[ -x "$CHECKOV" ]] ||
+    missing+=("checkov (pin in infra/tests/checkov-requirements.txt): set CHECKOV to its path")
+cargo lambda --version >/dev/null 2>&1 ||
+    missing+=("cargo-lambda (pin in tests/requirements.txt): put cargo-lambda on the PATH")
+if [[ -z "${S3_ENDPOINT:-}" ]] && ! command -v minio >/dev/null 2>&1 &&
+    ! "$python" -c 'import moto.server, flask' 2>/dev/null; then
+    missing+=("an S3-compatible server: set S3_ENDPOINT (with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) to a running one, put a minio binary on the PATH, or let this script install moto[server] (tests/requirements.txt)")
+fi
+if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "cannot run the tests; missing:" >&2
+    printf '  - %s\n' "${missing[@]}" >&2
+    exit 1
+fi
+echo "python: $python ($("$python" --version 2>&1)); $(cargo lambda --version)"
+if [[ "$mode" == install ]]; then
+    exit 0
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -27,17 +162,10 @@ export OURIOS_COMPACT_BIN
 
 # Block-layout files (1, 4 and 8 row groups per block; strings, dictionaries, nulls, a struct,
 # a list, page indexes, bloom filters) must read back identically in other readers.
-# $OURIOS_INTEROP_PYTHON, else python3, needs pyarrow, duckdb and polars (.ci/run installs them).
 echo "== interop: pyarrow, DuckDB and Polars read block-layout files"
-interop_python="${OURIOS_INTEROP_PYTHON:-python3}"
-if ! "$interop_python" -c 'import pyarrow, duckdb, polars' 2>/dev/null; then
-    echo "$interop_python lacks pyarrow, duckdb or polars: pip install them (see .ci/run)," >&2
-    echo "or point OURIOS_INTEROP_PYTHON at a Python that has them" >&2
-    exit 1
-fi
 interop_dir="$(mktemp -d)"
 cargo run --release -q -p ourios-compaction --example interop_fixtures -- "$interop_dir"
-"$interop_python" tests/interop/check_readers.py "$interop_dir"
+"$OURIOS_INTEROP_PYTHON" tests/interop/check_readers.py "$interop_dir"
 rm -rf "$interop_dir"
 
 server_pid=""
@@ -54,13 +182,13 @@ stop_server() {
 trap stop_server EXIT
 
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
 wait_for() {
     local url="$1"
     for _ in $(seq 1 100); do
-        if python3 -c "import urllib.request, sys
+        if "$python" -c "import urllib.request, sys
 try:
     urllib.request.urlopen('$url', timeout=1)
 except urllib.error.HTTPError:
@@ -95,15 +223,11 @@ else
             minio server --quiet --address "127.0.0.1:$port" --console-address "127.0.0.1:$(free_port)" \
             "$server_dir/data" >"$server_dir/server.log" 2>&1 &
         server_pid=$!
-    elif python3 -c 'import moto.server, flask' 2>/dev/null; then
-        echo "== S3 server: moto $(python3 -c 'import moto; print(moto.__version__)') on $endpoint"
-        export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
-        python3 -m moto.server -H 127.0.0.1 -p "$port" >"$server_dir/server.log" 2>&1 &
-        server_pid=$!
     else
-        echo "no S3 test server: put minio on the PATH, set S3_ENDPOINT, or" >&2
-        echo "pip install 'moto[server]>=5.1,<5.3' (as .ci/run does)" >&2
-        exit 1
+        echo "== S3 server: moto $("$python" -c 'import moto; print(moto.__version__)') on $endpoint"
+        export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+        "$python" -m moto.server -H 127.0.0.1 -p "$port" >"$server_dir/server.log" 2>&1 &
+        server_pid=$!
     fi
     wait_for "$endpoint/minio/health/live"
 fi
@@ -117,7 +241,7 @@ export OURIOS_TEST_S3_BUCKET="${OURIOS_TEST_S3_BUCKET:-ourios-test}"
 export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}"
 export no_proxy="$NO_PROXY"
 
-python3 - <<'EOF'
+"$python" - <<'EOF'
 import json, os
 import boto3, botocore
 s3 = boto3.client(

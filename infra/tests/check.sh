@@ -2,8 +2,8 @@
 # The infra checks, run by tests/run.sh ("== infra"): cfn-lint and checkov on the template, the
 # template test, and the deployable zips built with cargo-lambda and checked against the template.
 #
-# Tools: cfn-lint and checkov (pip; .ci/run installs pinned versions, checkov in its own
-# virtualenv because it pins old boto3; set CHECKOV to its path), cargo-lambda (pip, with zig)
+# Tools: cfn-lint and checkov (tests/run.sh installs pinned versions into .tools/, checkov in
+# its own virtualenv because it pins old boto3; CFN_LINT and CHECKOV name them), cargo-lambda
 # and the Rust target of the template's default architecture (rustup target add
 # aarch64-unknown-linux-gnu). Without cargo-lambda the artifact build is skipped, loudly; with
 # the SAM CLI on the PATH, `sam build` runs too.
@@ -17,7 +17,7 @@ cfn_lint="${CFN_LINT:-cfn-lint}"
 checkov="${CHECKOV:-checkov}"
 for tool in "$cfn_lint" "$checkov"; do
     if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "infra: $tool is not installed; pip install 'cfn-lint==1.58.0' 'checkov==3.3.30' (see .ci/run)" >&2
+        echo "infra: $tool is not installed: bash tests/run.sh installs it (pins in tests/requirements.txt and infra/tests/checkov-requirements.txt), or set CFN_LINT / CHECKOV" >&2
         exit 1
     fi
 done

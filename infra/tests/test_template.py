@@ -4,7 +4,7 @@ The template is loaded with cfn-lint's decoder (it understands !Ref, !Sub, !If, 
 its intrinsic functions are evaluated for concrete parameter values, so the checks are about
 behaviour: which keys each rule matches, which keys each role may read, write or delete.
 
-Run: python3 -m unittest discover -s infra/tests -v   (needs `pip install cfn-lint`)
+Run: bash infra/tests/check.sh (tests/run.sh runs it with the pinned cfn-lint of .tools/venv)
 Set OURIOS_LAMBDA_ARTIFACTS to cargo-lambda's output directory (target/lambda) to also check
 the built zips; tests/run.sh does after `cargo lambda build --release --output-format zip`.
 """

@@ -2,7 +2,7 @@
 //! (DESIGN §10): ingest files land, the planner gets their seal event (from `events/`), the
 //! compactor gets the job record's event, and the live set is checked row by row.
 //!
-//! Needs `cargo lambda` on the PATH (`pip install cargo-lambda`, which `.ci/run` does) and the
+//! Needs `cargo lambda` on the PATH (`bash tests/run.sh` installs it into .tools/venv) and the
 //! S3 server `tests/run.sh` starts. It builds and runs the real function binaries through
 //! `cargo lambda watch`, then sends payloads with `cargo lambda invoke --data-file`.
 
@@ -78,7 +78,7 @@ impl Emulator {
         let child = command.spawn().unwrap_or_else(|e| {
             panic!(
                 "cannot start `cargo lambda watch` ({e}): install cargo-lambda \
-                 (`pip install cargo-lambda`, as .ci/run does) and run `bash tests/run.sh`"
+                 (`bash tests/run.sh` installs it into .tools/venv and runs this test)"
             )
         });
         let mut emulator = Self { child, port, log };

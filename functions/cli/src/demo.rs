@@ -17,6 +17,7 @@ use ourios_compaction::{Error, Result};
 
 use crate::args::BenchArgs;
 use crate::ranges::median;
+use crate::table::{Cell, Table};
 
 const MARKER: &str = ".ourios-demo-store";
 
@@ -102,10 +103,15 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
     println!("demo store: {}", dir.display());
     println!("generating 3 partitions of 24 unsorted ingest files x 5,000 rows, 16 services ...");
     println!();
-    println!(
-        "{:<46} {:>11} {:>13} {:>14} {:>20} {:>13}  status",
-        "partition", "files", "row groups", "groups read", "bytes read", "requests"
-    );
+    let mut table = Table::new(&[
+        "partition",
+        "files",
+        "row groups",
+        "groups read",
+        "bytes read",
+        "requests",
+        "status",
+    ]);
     for (tenant, hour, seed) in partitions {
         let partition = PartitionId::parse(tenant, hour)?;
         let spec = GenerateSpec {
@@ -123,21 +129,18 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
         let report = compact_partition(&store, &layout, &partition, &options).await?;
         let after = shape(&store, &layout, &partition, &window).await?;
         let status = serde_json::to_value(report.status).unwrap_or_default();
-        println!(
-            "{:<46} {:>4} -> {:<3} {:>5} -> {:<4} {:>6} -> {:<5} {:>9} -> {:<8} {:>4} -> {:<5}  {}",
-            partition.relative_dir(),
-            before.files,
-            after.files,
-            before.row_groups,
-            after.row_groups,
-            before.scanned,
-            after.scanned,
-            before.bytes_read,
-            after.bytes_read,
-            before.requests,
-            after.requests,
-            status.as_str().unwrap_or("?")
-        );
+        table.push(vec![
+            Cell::Text(partition.relative_dir()),
+            Cell::change(before.files, after.files),
+            Cell::change(before.row_groups, after.row_groups),
+            Cell::change(before.scanned, after.scanned),
+            Cell::change(before.bytes_read, after.bytes_read),
+            Cell::change(before.requests, after.requests),
+            Cell::Text(status.as_str().unwrap_or("?").to_string()),
+        ]);
+    }
+    for line in table.lines() {
+        println!("{line}");
     }
     println!();
     println!(

@@ -6,7 +6,9 @@ mod commands;
 mod demo;
 mod latency;
 mod ranges;
+mod table;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -38,8 +40,11 @@ fn main() -> ExitCode {
 fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OURIOS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org).
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();
