@@ -109,12 +109,12 @@ fi
 if [[ -z "${CHECKOV:-}" ]] && ! ensure_venv "$checkov_venv" infra/tests/checkov-requirements.txt; then
     echo "-- could not install checkov into .tools/checkov-venv (no route to PyPI?)" >&2
 fi
-if [[ -x "$venv/bin/python" ]]; then
+if [[ -f "$venv/.requirements.sha256" ]]; then
     # The environment's tools (python3, cargo-lambda, cfn-lint, moto) come first.
     export PATH="$venv/bin:$PATH"
     export VIRTUAL_ENV="$venv"
 fi
-python="${OURIOS_PYTHON:-python3}"
+python="${OURIOS_PYTHON:-$(command -v python3)}"
 export OURIOS_PYTHON="$python"
 export OURIOS_INTEROP_PYTHON="${OURIOS_INTEROP_PYTHON:-$python}"
 export CFN_LINT="${CFN_LINT:-$(command -v cfn-lint || true)}"
