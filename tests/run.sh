@@ -7,6 +7,7 @@
 #                               release mode, with a real S3-compatible server started here
 #   bash tests/run.sh --quick   the inner loop: formatting and the unit, property and in-memory
 #                               tests (no S3 server, no function builds, no stress shapes)
+#   bash tests/run.sh --quick F only those of them whose names contain F (e.g. manifest::)
 #   bash tests/run.sh --install only install what the full run needs, then stop
 #
 # On a fresh machine with only Rust and Python it installs what it lacks, pinned and
@@ -27,16 +28,20 @@ cd "$(dirname "$0")/.."
 root="$(pwd)"
 
 mode=full
+filter=()
 case "${1:-}" in
     "") ;;
-    --quick) mode=quick ;;
+    --quick)
+        mode=quick
+        filter=("${@:2}")
+        ;;
     --install) mode=install ;;
     -h | --help)
         awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
         exit 0
         ;;
     *)
-        echo "usage: bash tests/run.sh [--quick | --install]" >&2
+        echo "usage: bash tests/run.sh [--quick [FILTER...] | --install]" >&2
         exit 2
         ;;
 esac
@@ -88,7 +93,7 @@ if [[ "$mode" == quick ]]; then
     # S3 server or cargo-lambda (the ourios-integration-tests crate).
     echo "== cargo test --profile quick (unit, property and in-memory tests)"
     cargo test --profile quick --workspace --exclude ourios-integration-tests -- \
-        --skip stress_ --skip bench_
+        --skip stress_ --skip bench_ "${filter[@]}"
     exit 0
 fi
 

@@ -72,6 +72,7 @@
 //! | [`manifest`] | manifest versions, commit, the reader rule |
 //! | [`gc`] | garbage collection |
 //! | [`report`] | the job report |
+//! | [`cost`] | a job's cost in dollars: Lambda GB-seconds and S3 requests at published prices |
 //! | [`baseline`] | the unsorted rewrite the benchmark compares against |
 //! | `generate` | synthetic realistic ingest files (feature `generate`) |
 //! | [`inspect`] | footer summaries |
@@ -98,6 +99,7 @@ pub mod blocks;
 pub mod budget;
 pub mod compact;
 pub mod config;
+pub mod cost;
 pub mod counting;
 pub mod dispatch;
 pub mod engine;
