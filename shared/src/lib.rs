@@ -72,6 +72,7 @@
 //! | [`manifest`] | manifest versions, commit, the reader rule |
 //! | [`gc`] | garbage collection |
 //! | [`report`] | the job report |
+//! | [`request_counts`] | a store wrapper counting a job's requests by S3 price class |
 //! | [`cost`] | a job's cost in dollars: Lambda GB-seconds and S3 requests at published prices |
 //! | [`baseline`] | the unsorted rewrite the benchmark compares against |
 //! | `generate` | synthetic realistic ingest files (feature `generate`) |
@@ -124,6 +125,7 @@ pub mod prune;
 pub mod query;
 pub mod read_plan;
 pub mod report;
+pub mod request_counts;
 pub mod runs;
 pub mod scan;
 pub mod schema;
