@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-/// How a caller should react to an [`Error`].
+/// How a caller should react to an [`Error`]. Serialized as [`ErrorKind::name`] spells it, so
+/// reports, metrics and Lambda's `errorType` show one word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// A network or store hiccup: retrying the same call may succeed.
     Transient,
@@ -16,6 +16,80 @@ pub enum ErrorKind {
     ResourceExhausted,
     /// An internal invariant broke: a bug to report.
     Bug,
+}
+
+impl ErrorKind {
+    /// The kind as the dead-letter queue, CloudWatch and the reports show it (`InvalidInput`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Transient => "Transient",
+            ErrorKind::Conflict => "Conflict",
+            ErrorKind::InvalidInput => "InvalidInput",
+            ErrorKind::ResourceExhausted => "ResourceExhausted",
+            ErrorKind::Bug => "Bug",
+        }
+    }
+
+    /// The HTTP status a function-URL caller gets for a failure of this kind: 4xx when the
+    /// request is wrong, 5xx when a retry may succeed or the fault is ours.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorKind::InvalidInput => 400,
+            ErrorKind::Conflict => 409,
+            ErrorKind::Transient | ErrorKind::ResourceExhausted => 503,
+            ErrorKind::Bug => 500,
+        }
+    }
+}
+
+/// Why a function invocation failed: its kind (Lambda's `errorType`, so the dead-letter queue
+/// and CloudWatch show `InvalidInput`, `Transient`, ...) and a message naming what failed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InvocationError {
+    /// How a caller should react.
+    pub kind: ErrorKind,
+    /// What failed, naming the key, partition or field.
+    pub message: String,
+}
+
+impl InvocationError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for InvocationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.name(), self.message)
+    }
+}
+
+impl std::error::Error for InvocationError {}
+
+impl From<Error> for InvocationError {
+    fn from(error: Error) -> Self {
+        Self::new(error.kind(), error.to_string())
+    }
+}
+
+impl From<crate::events::NotAnEvent> for InvocationError {
+    fn from(error: crate::events::NotAnEvent) -> Self {
+        Self::new(ErrorKind::InvalidInput, error.to_string())
+    }
+}
+
+impl From<serde_json::Error> for InvocationError {
+    /// Our own answer failed to serialize: a bug, never the caller's input.
+    fn from(error: serde_json::Error) -> Self {
+        Self::new(
+            ErrorKind::Bug,
+            format!("cannot serialize the answer: {error}"),
+        )
+    }
 }
 
 /// Every failure the library reports, with the context a person needs to act on it.

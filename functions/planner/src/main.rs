@@ -5,7 +5,7 @@ mod handler;
 #[cfg(test)]
 mod tests;
 
-use lambda_runtime::{LambdaEvent, service_fn};
+use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::dispatch::invocation::Planner;
 use ourios_compaction::settings::FunctionSettings;
 use ourios_compaction::store::Store;
@@ -24,7 +24,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     };
     let planner = &planner;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        handler::handle(planner, event.payload, chrono::Utc::now()).await
+        handler::handle(planner, event.payload, chrono::Utc::now())
+            .await
+            .map_err(|e| Diagnostic {
+                error_type: e.kind.name().to_string(),
+                error_message: e.message,
+            })
     }))
     .await
 }
