@@ -14,7 +14,8 @@ use ourios_compaction::plan::ReadinessConfig;
 use ourios_compaction::settings::CompactorSettings;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::{
-    event_file_names, load_event, parquet_bytes, put_bytes, rows_batch,
+    Operation, RecordingStore, assert_role_permits, event_file_names, load_event, parquet_bytes,
+    put_bytes, rows_batch,
 };
 
 use crate::handler::{Compactor, handle};
@@ -276,5 +277,54 @@ fn deadline_from_the_runtime_header() {
     assert_eq!(
         crate::handler::deadline_instant(600_000, now_ms, now),
         Some(now + Duration::from_secs(600))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_operation_is_allowed_by_the_compactor_role() {
+    let mut operations = std::collections::BTreeSet::new();
+    for file in event_file_names() {
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let mut compactor = setup(scratch.path()).await;
+        let plain = compactor.store.clone();
+        let (recording, log) = RecordingStore::new(Arc::clone(plain.object_store()));
+        compactor.store = Store::from_object_store(Arc::new(recording), "memory://");
+        // No grace: garbage collection deletes what the commits retire, in the same job.
+        compactor.settings.gc_grace = Duration::ZERO;
+        let _ = handle(&compactor, load_event(&file), None, "r1").await;
+        // A late file: the next job merges the compacted file with it and retires both.
+        let (start, _) = partition().time_range_nanos();
+        let key = format!(
+            "{}/late.parquet",
+            Layout::default().ingest_dir(&partition())
+        );
+        let rows = [(Some("api".to_string()), start + 5, 9_999)];
+        put_bytes(&plain, &key, parquet_bytes(&[rows_batch(&rows)], 64)).await;
+        let _ = handle(&compactor, load_event("compactor-direct.json"), None, "r2").await;
+        operations.extend(log.lock().expect("log").iter().cloned());
+    }
+    let names: std::collections::BTreeSet<&str> = operations.iter().map(|o| o.operation).collect();
+    for expected in ["get", "put", "put_multipart", "delete", "list"] {
+        assert!(
+            names.contains(expected),
+            "no {expected} recorded: {operations:?}"
+        );
+    }
+    assert!(
+        operations
+            .iter()
+            .any(|o| o.operation == "delete" && o.key.starts_with("data/")),
+        "GC deleted a retired input: {operations:?}"
+    );
+    assert_role_permits("CompactorRole", &operations);
+    // The check is not vacuous: the compactor never writes ingest files.
+    let write_ingest = std::collections::BTreeSet::from([Operation {
+        operation: "put",
+        key: "data/tenant=acme/year=2026/month=11/day=29/hour=10/f1.parquet".into(),
+    }]);
+    let refused = std::panic::catch_unwind(|| assert_role_permits("CompactorRole", &write_ingest));
+    assert!(
+        refused.is_err(),
+        "an ingest write must not be allowed to the compactor"
     );
 }

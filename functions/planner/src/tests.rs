@@ -13,7 +13,8 @@ use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::plan::ReadinessConfig;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::{
-    Fault, FaultyStore, event_file_names, load_event, parquet_bytes, put_bytes, rows_batch,
+    Fault, FaultyStore, Operation, RecordingStore, assert_role_permits, event_file_names,
+    load_event, parquet_bytes, put_bytes, rows_batch,
 };
 use serde_json::{Value, json};
 
@@ -340,4 +341,40 @@ async fn http_requests_get_http_answers_with_the_error_kind_as_status() {
         .await
         .expect_err("a failed dispatch fails the invocation");
     assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_operation_is_allowed_by_the_planner_role() {
+    let mut operations = std::collections::BTreeSet::new();
+    for file in event_file_names() {
+        let planner = setup().await;
+        let (recording, log) = RecordingStore::new(Arc::clone(planner.store.object_store()));
+        let planner = Planner {
+            store: Store::from_object_store(Arc::new(recording), "memory://"),
+            ..planner
+        };
+        let _ = handle(&planner, load_event(&file), now()).await;
+        // Later, the job record is stale: a backfill replaces it (a conditional overwrite).
+        let later = Utc::now() + chrono::Duration::hours(2);
+        let _ = handle(&planner, load_event("backfill.json"), later).await;
+        operations.extend(log.lock().expect("log").iter().cloned());
+    }
+    let names: std::collections::BTreeSet<&str> = operations.iter().map(|o| o.operation).collect();
+    for expected in ["get", "put", "list", "list_with_delimiter"] {
+        assert!(
+            names.contains(expected),
+            "no {expected} recorded: {operations:?}"
+        );
+    }
+    assert_role_permits("PlannerRole", &operations);
+    // The check is not vacuous: the planner's role deletes nothing.
+    let delete = std::collections::BTreeSet::from([Operation {
+        operation: "delete",
+        key: "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json".into(),
+    }]);
+    let refused = std::panic::catch_unwind(|| assert_role_permits("PlannerRole", &delete));
+    assert!(
+        refused.is_err(),
+        "a delete must not be allowed to the planner"
+    );
 }

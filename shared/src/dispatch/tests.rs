@@ -554,3 +554,40 @@ async fn work_per_invocation_is_bounded_whatever_the_burst() {
     assert_eq!(one, forty);
     assert!(one <= 3, "{one} store operations");
 }
+
+#[tokio::test]
+async fn a_denied_read_of_a_missing_job_record_is_no_record() {
+    // S3 answers a GET of a missing key with 403 to a caller that may not list it: the first
+    // dispatch of a partition still writes its job record, and a second finds it.
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = Store::from_object_store(
+        Arc::new(crate::testing::DenyMissingStore::new(Arc::clone(&inner))),
+        "memory://",
+    );
+    let p = partition();
+    land(&store, &p, "f1.parquet", 0, 10).await;
+    assert!(job::read_job(&store, &p).await.unwrap().is_none());
+    let config = ReadinessConfig::default();
+    let first = dispatch_partition(
+        &store,
+        &Layout::default(),
+        &p,
+        closed(),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.decision, "dispatched", "{first:?}");
+    let second = dispatch_partition(
+        &store,
+        &Layout::default(),
+        &p,
+        closed(),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.decision, "job_active", "{second:?}");
+}
