@@ -50,20 +50,7 @@ impl Compactor {
     }
 }
 
-/// Deadlines below this are not Unix milliseconds (2001-09-09) but a duration: cargo-lambda's
-/// local emulator sends its timeout (e.g. `600000`) in the deadline header.
-const EPOCH_MS_FLOOR: u64 = 1_000_000_000_000;
-
-/// The invocation deadline as an `Instant`, from the runtime's deadline header read at
-/// `now_ms` (Unix milliseconds) and `now`.
-pub fn deadline_instant(deadline_ms: u64, now_ms: u64, now: Instant) -> Option<Instant> {
-    let remaining_ms = if deadline_ms < EPOCH_MS_FLOOR {
-        deadline_ms
-    } else {
-        deadline_ms.saturating_sub(now_ms)
-    };
-    now.checked_add(std::time::Duration::from_millis(remaining_ms))
-}
+pub use ourios_compaction::settings::deadline_instant;
 
 /// Handles one invocation: the report of the job (or `{"reports": [...]}` for several, or
 /// `{"ignored": [...]}` when the event held no job). A failed or timed-out job fails the

@@ -2,6 +2,8 @@
 //! answer (a JSON body, an SQS partial batch response, an HTTP response for a function-URL
 //! request, or an error of a kind naming every rejected key).
 
+use std::time::Instant;
+
 use aws_lambda_events::sqs::SqsBatchResponse;
 use chrono::{DateTime, Utc};
 use ourios_compaction::dispatch::invocation::{Handled, Planner, PlannerAnswer};
@@ -16,6 +18,7 @@ pub async fn handle(
     planner: &Planner,
     payload: Value,
     now: DateTime<Utc>,
+    deadline: Option<Instant>,
 ) -> Result<Value, InvocationError> {
     let invocation = match parse_invocation(&payload) {
         Ok(invocation) => invocation,
@@ -28,8 +31,8 @@ pub async fn handle(
         }
     };
     let result = match invocation {
-        Invocation::Http(request) => Ok(answer_http(planner, *request, now).await),
-        invocation => handle_invocation(planner, invocation, now).await,
+        Invocation::Http(request) => Ok(answer_http(planner, *request, now, deadline).await),
+        invocation => handle_invocation(planner, invocation, now, deadline).await,
     };
     if let Err(error) = &result {
         emit_error(now, error);
@@ -39,9 +42,14 @@ pub async fn handle(
 
 /// The body of a function-URL request, handled like the same notification delivered
 /// directly, answered as an HTTP response whose status follows the error's kind.
-async fn answer_http(planner: &Planner, request: HttpRequest, now: DateTime<Utc>) -> Value {
+async fn answer_http(
+    planner: &Planner,
+    request: HttpRequest,
+    now: DateTime<Utc>,
+    deadline: Option<Instant>,
+) -> Value {
     let result = match request.body {
-        Ok(Some(invocation)) => handle_invocation(planner, invocation, now).await,
+        Ok(Some(invocation)) => handle_invocation(planner, invocation, now, deadline).await,
         Ok(None) if matches!(request.method.as_str(), "GET" | "HEAD") => {
             Ok(json!({ "ready": true }))
         }
@@ -79,8 +87,9 @@ async fn handle_invocation(
     planner: &Planner,
     invocation: Invocation,
     now: DateTime<Utc>,
+    deadline: Option<Instant>,
 ) -> Result<Value, InvocationError> {
-    let answer = planner.handle(invocation, now).await?;
+    let answer = planner.handle_until(invocation, now, deadline).await?;
     match answer {
         PlannerAnswer::Notifications(handled) => {
             emit_handled(&handled, now, "notification");
@@ -125,17 +134,33 @@ async fn handle_invocation(
             Ok(serde_json::to_value(response)?)
         }
         PlannerAnswer::Backfill(report) => {
-            emit(now, 0, 0, 0, report.scheduled as u64, "backfill");
+            emit(
+                now,
+                0,
+                0,
+                report.failed as u64,
+                report.scheduled as u64,
+                "backfill",
+            );
             Ok(serde_json::to_value(report)?)
         }
-        PlannerAnswer::Sweep(partitions) => {
-            let dispatched = partitions.iter().filter(|p| p.is_dispatched()).count();
-            emit(now, 0, 0, 0, dispatched as u64, "sweep");
-            let partitions: Vec<_> = partitions
+        PlannerAnswer::Sweep(report) => {
+            let dispatched = report
+                .partitions
+                .iter()
+                .filter(|p| p.is_dispatched())
+                .count();
+            emit(now, 0, 0, report.failed as u64, dispatched as u64, "sweep");
+            let partitions: Vec<_> = report
+                .partitions
                 .into_iter()
                 .filter(|p| p.decision != "nothing_to_compact")
                 .collect();
-            Ok(json!({ "partitions": partitions }))
+            Ok(json!({
+                "partitions": partitions,
+                "failed": report.failed,
+                "complete": report.complete,
+            }))
         }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use object_store::memory::InMemory;
+use ourios_compaction::dispatch::SWEEP_CURSOR_KEY;
 use ourios_compaction::dispatch::invocation::Planner;
 use ourios_compaction::dispatch::job::read_job;
 use ourios_compaction::error::ErrorKind;
@@ -187,7 +188,7 @@ async fn every_event_file_through_the_handler() {
     assert!(files.len() >= 12, "events/ holds every shape: {files:?}");
     for file in &files {
         let planner = setup().await;
-        let result = handle(&planner, load_event(file), now()).await;
+        let result = handle(&planner, load_event(file), now(), None).await;
         match (expectation(file), result) {
             (Expect::Ok(want, job), Ok(got)) => {
                 assert_subset(&got, &want, file);
@@ -233,7 +234,7 @@ async fn replaying_every_event_file_creates_one_job() {
         "s3-put-encoded-keys.json",
         "eventbridge-scheduled-sweep.json",
     ] {
-        let _ = handle(&planner, load_event(file), now()).await;
+        let _ = handle(&planner, load_event(file), now(), None).await;
         let job = read_job(&planner.store, &partition())
             .await
             .expect("read")
@@ -286,7 +287,7 @@ async fn http_requests_get_http_answers_with_the_error_kind_as_status() {
     // MinIO's webhook posting a key that fails the grammar: 400, naming the key and its kind.
     let mut request = load_event("function-url-minio-put.json");
     request["body"] = Value::from(load_event("minio-hostile-key.json").to_string());
-    let response = handle(&planner, request, now())
+    let response = handle(&planner, request, now(), None)
         .await
         .expect("an HTTP answer");
     assert_eq!(response["statusCode"], 400, "{response}");
@@ -303,7 +304,7 @@ async fn http_requests_get_http_answers_with_the_error_kind_as_status() {
     let mut request = load_event("function-url-minio-put.json");
     request["body"] =
         Value::from("{\"backfill\": {\"from\": \"2026-11-29T00\", \"to\": \"2026-11-29T23\"}}");
-    let response = handle(&planner, request, now())
+    let response = handle(&planner, request, now(), None)
         .await
         .expect("an HTTP answer");
     assert_eq!(response["statusCode"], 400, "{response}");
@@ -312,7 +313,7 @@ async fn http_requests_get_http_answers_with_the_error_kind_as_status() {
     let mut probe = load_event("function-url-minio-put.json");
     probe["requestContext"]["http"]["method"] = Value::from("HEAD");
     probe.as_object_mut().expect("an object").remove("body");
-    let response = handle(&planner, probe, now())
+    let response = handle(&planner, probe, now(), None)
         .await
         .expect("an HTTP answer");
     assert_eq!(response["statusCode"], 200, "{response}");
@@ -327,9 +328,14 @@ async fn http_requests_get_http_answers_with_the_error_kind_as_status() {
         ),
         ..planner.clone()
     };
-    let response = handle(&failing, load_event("function-url-minio-put.json"), now())
-        .await
-        .expect("an HTTP answer");
+    let response = handle(
+        &failing,
+        load_event("function-url-minio-put.json"),
+        now(),
+        None,
+    )
+    .await
+    .expect("an HTTP answer");
     assert_eq!(response["statusCode"], 503, "{response}");
     assert!(
         response["body"]
@@ -337,7 +343,7 @@ async fn http_requests_get_http_answers_with_the_error_kind_as_status() {
             .is_some_and(|b| b.contains("\"Transient\""))
     );
     // Delivered directly, the same failure fails the invocation with that kind.
-    let err = handle(&failing, load_event("minio-put.json"), now())
+    let err = handle(&failing, load_event("minio-put.json"), now(), None)
         .await
         .expect_err("a failed dispatch fails the invocation");
     assert_eq!(err.kind, ErrorKind::Transient, "{err}");
@@ -353,10 +359,20 @@ async fn every_store_operation_is_allowed_by_the_planner_role() {
             store: Store::from_object_store(Arc::new(recording), "memory://"),
             ..planner
         };
-        let _ = handle(&planner, load_event(&file), now()).await;
+        let _ = handle(&planner, load_event(&file), now(), None).await;
         // Later, the job record is stale: a backfill replaces it (a conditional overwrite).
         let later = Utc::now() + chrono::Duration::hours(2);
-        let _ = handle(&planner, load_event("backfill.json"), later).await;
+        let _ = handle(&planner, load_event("backfill.json"), later, None).await;
+        // A sweep out of time saves where it stopped, and the next one reads it.
+        let sweep = load_event("eventbridge-scheduled-sweep.json");
+        let _ = handle(
+            &planner,
+            sweep.clone(),
+            now(),
+            Some(std::time::Instant::now()),
+        )
+        .await;
+        let _ = handle(&planner, sweep, now(), None).await;
         operations.extend(log.lock().expect("log").iter().cloned());
     }
     let names: std::collections::BTreeSet<&str> = operations.iter().map(|o| o.operation).collect();
@@ -366,6 +382,12 @@ async fn every_store_operation_is_allowed_by_the_planner_role() {
             "no {expected} recorded: {operations:?}"
         );
     }
+    assert!(
+        operations
+            .iter()
+            .any(|o| o.operation == "put" && o.key == SWEEP_CURSOR_KEY),
+        "the sweep cursor was written: {operations:?}"
+    );
     assert_role_permits("PlannerRole", &operations);
     // The check is not vacuous: the planner's role deletes nothing.
     let delete = std::collections::BTreeSet::from([Operation {

@@ -3,12 +3,15 @@
 //! as failed (DESIGN §6).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{BackfillReport, DispatchMode, PartitionOutcome, backfill, dispatch_partition, sweep};
+use super::{
+    BackfillReport, DispatchMode, Pacing, PartitionOutcome, SweepReport, backfill_until,
+    dispatch_partition, sweep_until,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Classified, Invocation, KeyScope, Record, Watch, classify};
 use crate::partition::{Layout, PartitionId};
@@ -85,7 +88,7 @@ pub enum PlannerAnswer {
     /// A backfill.
     Backfill(BackfillReport),
     /// A sweep.
-    Sweep(Vec<PartitionOutcome>),
+    Sweep(SweepReport),
 }
 
 impl Planner {
@@ -94,6 +97,17 @@ impl Planner {
         &self,
         invocation: Invocation,
         now: DateTime<Utc>,
+    ) -> Result<PlannerAnswer> {
+        self.handle_until(invocation, now, None).await
+    }
+
+    /// [`Planner::handle`] for an invocation ending at `deadline`: sweeps and backfills stop
+    /// before it and say where they stopped.
+    pub async fn handle_until(
+        &self,
+        invocation: Invocation,
+        now: DateTime<Utc>,
+        deadline: Option<Instant>,
     ) -> Result<PlannerAnswer> {
         match invocation {
             Invocation::Notifications { records, .. } => {
@@ -115,20 +129,24 @@ impl Planner {
                 })
             }
             Invocation::Backfill(request) => {
-                let report = backfill(
+                let pacing = Pacing {
+                    min_interval: self.backfill_interval,
+                    deadline,
+                };
+                let report = backfill_until(
                     &self.store,
                     &self.layout,
                     &request,
                     now,
                     &self.readiness,
-                    self.backfill_interval,
+                    pacing,
                     &|_, _| {},
                 )
                 .await?;
                 Ok(PlannerAnswer::Backfill(report))
             }
             Invocation::Sweep => Ok(PlannerAnswer::Sweep(
-                sweep(&self.store, &self.layout, now, &self.readiness).await?,
+                sweep_until(&self.store, &self.layout, now, &self.readiness, deadline).await?,
             )),
             Invocation::Compact { tenant, hour } => Err(Error::Config {
                 message: format!(
