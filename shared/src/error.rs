@@ -155,6 +155,16 @@ pub enum Error {
         source: parquet::errors::ParquetError,
     },
 
+    /// Our own output could not be encoded: never the input's fault.
+    #[error("cannot encode the {file}: {source} (internal error, please report)")]
+    Encode {
+        /// What was being encoded (the compacted output, its schema).
+        file: String,
+        /// The encoder's error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+
     /// An Arrow kernel failed (cast, sort, interleave).
     #[error("arrow error while {context}: {source}")]
     Arrow {
@@ -214,10 +224,19 @@ impl Error {
                 | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::InvalidInput,
                 _ => ErrorKind::Transient,
             },
+            // A full scratch disk stays full on a retry: a larger /tmp or budget is the fix.
+            Error::Scratch { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                ) || source.raw_os_error() == Some(libc::ENOSPC) =>
+            {
+                ErrorKind::ResourceExhausted
+            }
             Error::Scratch { .. } => ErrorKind::Transient,
             Error::ScratchFull { .. } | Error::Deadline { .. } => ErrorKind::ResourceExhausted,
             Error::Parquet { .. } => ErrorKind::InvalidInput,
-            Error::Arrow { .. } | Error::Invariant { .. } => ErrorKind::Bug,
+            Error::Arrow { .. } | Error::Invariant { .. } | Error::Encode { .. } => ErrorKind::Bug,
             Error::Conflict { .. } => ErrorKind::Conflict,
         }
     }
@@ -255,10 +274,66 @@ impl Error {
         }
     }
 
+    pub(crate) fn encode(file: impl Into<String>, source: parquet::errors::ParquetError) -> Self {
+        Error::Encode {
+            file: file.into(),
+            source,
+        }
+    }
+
     pub(crate) fn invariant(message: impl Into<String>) -> Self {
         Error::Invariant {
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_say_whether_a_retry_helps() {
+        let io = |kind| Error::scratch("/tmp/x", std::io::Error::from(kind));
+        assert_eq!(
+            io(std::io::ErrorKind::StorageFull).kind(),
+            ErrorKind::ResourceExhausted
+        );
+        assert_eq!(
+            Error::scratch("/tmp/x", std::io::Error::from_raw_os_error(libc::ENOSPC)).kind(),
+            ErrorKind::ResourceExhausted
+        );
+        assert_eq!(
+            io(std::io::ErrorKind::Interrupted).kind(),
+            ErrorKind::Transient
+        );
+        let general = || parquet::errors::ParquetError::General("x".into());
+        assert_eq!(
+            Error::encode("compacted output", general()).kind(),
+            ErrorKind::Bug
+        );
+        assert_eq!(
+            Error::parquet("data/f.parquet", general()).kind(),
+            ErrorKind::InvalidInput
+        );
+        let network = Error::store(
+            "get",
+            "k",
+            object_store::Error::Generic {
+                store: "S3",
+                source: "timeout".into(),
+            },
+        );
+        assert_eq!(network.kind(), ErrorKind::Transient);
+        let invocation = InvocationError::from(Error::Deadline {
+            partition: "p".into(),
+        });
+        assert_eq!(invocation.kind.name(), "ResourceExhausted");
+        assert_eq!(
+            serde_json::to_value(ErrorKind::InvalidInput).unwrap(),
+            serde_json::json!("InvalidInput")
+        );
+        assert_eq!(ErrorKind::Transient.http_status(), 503);
     }
 }
 
