@@ -288,6 +288,9 @@ impl Error {
     }
 }
 
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +339,3 @@ mod tests {
         assert_eq!(ErrorKind::Transient.http_status(), 503);
     }
 }
-
-/// The library's result type.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
