@@ -69,6 +69,10 @@ pub async fn handle(
     };
     let result = match request.body {
         Ok(Some(inner)) => run(compactor, inner, deadline, request_id).await,
+        // A webhook target checking that the endpoint is up.
+        Ok(None) if matches!(request.method.as_str(), "GET" | "HEAD") => {
+            Ok(json!({ "ready": true }))
+        }
         Ok(None) => Err(InvocationError::new(
             ErrorKind::InvalidInput,
             format!(

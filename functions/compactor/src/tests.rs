@@ -328,3 +328,32 @@ async fn every_store_operation_is_allowed_by_the_compactor_role() {
         "an ingest write must not be allowed to the compactor"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_get_http_answers() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let compactor = setup(scratch.path()).await;
+    let mut probe = load_event("function-url-minio-job-created.json");
+    probe["requestContext"]["http"]["method"] = serde_json::Value::from("HEAD");
+    probe.as_object_mut().expect("an object").remove("body");
+    let response = handle(&compactor, probe, None, "r1")
+        .await
+        .expect("an answer");
+    assert_eq!(response["statusCode"], 200, "{response}");
+    let mut bad = load_event("function-url-minio-job-created.json");
+    bad["body"] = serde_json::Value::from("{\"sweep\": {}}");
+    let response = handle(&compactor, bad, None, "r2")
+        .await
+        .expect("an answer");
+    assert_eq!(response["statusCode"], 400, "{response}");
+    assert!(
+        response["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("InvalidInput")),
+        "{response}"
+    );
+    let versions = list_versions(&compactor.store, &compactor.layout, &partition())
+        .await
+        .expect("versions");
+    assert!(versions.is_empty(), "nothing compacted");
+}
