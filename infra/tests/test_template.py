@@ -349,6 +349,8 @@ class TemplateTest(unittest.TestCase):
             self.assertTrue(planner.may_list(f"data/{PARTITION}/"))
             self.assertTrue(planner.may_list("data/"))  # the sweep's tenant listing
             self.assertTrue(planner.may_list(f"_compaction/manifests/{PARTITION}/"))
+            # A GET of a missing job record is 404 only to a caller that may list it.
+            self.assertTrue(planner.may_list(JOB_KEY))
             self.assertTrue(planner.may("s3:GetObject", MANIFEST_KEY))
             self.assertTrue(planner.may("s3:PutObject", JOB_KEY))
             self.assertFalse(planner.may("s3:GetObject", INGEST_KEY))

@@ -65,6 +65,7 @@ pub async fn compact_partition(
 
     let result = run_job(store, layout, partition, options, &gauge, &mut report).await;
     if let Err(e) = result {
+        report.error_kind = Some(e.kind());
         report.status = match e {
             Error::Deadline { .. } => Status::Timeout,
             Error::Conflict { .. } => Status::Conflict,

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-/// How a caller should react to an [`Error`].
+/// How a caller should react to an [`Error`]. Serialized as [`ErrorKind::name`] spells it, so
+/// reports, metrics and Lambda's `errorType` show one word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// A network or store hiccup: retrying the same call may succeed.
     Transient,
@@ -16,6 +16,80 @@ pub enum ErrorKind {
     ResourceExhausted,
     /// An internal invariant broke: a bug to report.
     Bug,
+}
+
+impl ErrorKind {
+    /// The kind as the dead-letter queue, CloudWatch and the reports show it (`InvalidInput`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Transient => "Transient",
+            ErrorKind::Conflict => "Conflict",
+            ErrorKind::InvalidInput => "InvalidInput",
+            ErrorKind::ResourceExhausted => "ResourceExhausted",
+            ErrorKind::Bug => "Bug",
+        }
+    }
+
+    /// The HTTP status a function-URL caller gets for a failure of this kind: 4xx when the
+    /// request is wrong, 5xx when a retry may succeed or the fault is ours.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorKind::InvalidInput => 400,
+            ErrorKind::Conflict => 409,
+            ErrorKind::Transient | ErrorKind::ResourceExhausted => 503,
+            ErrorKind::Bug => 500,
+        }
+    }
+}
+
+/// Why a function invocation failed: its kind (Lambda's `errorType`, so the dead-letter queue
+/// and CloudWatch show `InvalidInput`, `Transient`, ...) and a message naming what failed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InvocationError {
+    /// How a caller should react.
+    pub kind: ErrorKind,
+    /// What failed, naming the key, partition or field.
+    pub message: String,
+}
+
+impl InvocationError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for InvocationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.name(), self.message)
+    }
+}
+
+impl std::error::Error for InvocationError {}
+
+impl From<Error> for InvocationError {
+    fn from(error: Error) -> Self {
+        Self::new(error.kind(), error.to_string())
+    }
+}
+
+impl From<crate::events::NotAnEvent> for InvocationError {
+    fn from(error: crate::events::NotAnEvent) -> Self {
+        Self::new(ErrorKind::InvalidInput, error.to_string())
+    }
+}
+
+impl From<serde_json::Error> for InvocationError {
+    /// Our own answer failed to serialize: a bug, never the caller's input.
+    fn from(error: serde_json::Error) -> Self {
+        Self::new(
+            ErrorKind::Bug,
+            format!("cannot serialize the answer: {error}"),
+        )
+    }
 }
 
 /// Every failure the library reports, with the context a person needs to act on it.
@@ -81,6 +155,16 @@ pub enum Error {
         source: parquet::errors::ParquetError,
     },
 
+    /// Our own output could not be encoded: never the input's fault.
+    #[error("cannot encode the {file}: {source} (internal error, please report)")]
+    Encode {
+        /// What was being encoded (the compacted output, its schema).
+        file: String,
+        /// The encoder's error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+
     /// An Arrow kernel failed (cast, sort, interleave).
     #[error("arrow error while {context}: {source}")]
     Arrow {
@@ -140,10 +224,19 @@ impl Error {
                 | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::InvalidInput,
                 _ => ErrorKind::Transient,
             },
+            // A full scratch disk stays full on a retry: a larger /tmp or budget is the fix.
+            Error::Scratch { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                ) || source.raw_os_error() == Some(libc::ENOSPC) =>
+            {
+                ErrorKind::ResourceExhausted
+            }
             Error::Scratch { .. } => ErrorKind::Transient,
             Error::ScratchFull { .. } | Error::Deadline { .. } => ErrorKind::ResourceExhausted,
             Error::Parquet { .. } => ErrorKind::InvalidInput,
-            Error::Arrow { .. } | Error::Invariant { .. } => ErrorKind::Bug,
+            Error::Arrow { .. } | Error::Invariant { .. } | Error::Encode { .. } => ErrorKind::Bug,
             Error::Conflict { .. } => ErrorKind::Conflict,
         }
     }
@@ -181,6 +274,13 @@ impl Error {
         }
     }
 
+    pub(crate) fn encode(file: impl Into<String>, source: parquet::errors::ParquetError) -> Self {
+        Error::Encode {
+            file: file.into(),
+            source,
+        }
+    }
+
     pub(crate) fn invariant(message: impl Into<String>) -> Self {
         Error::Invariant {
             message: message.into(),
@@ -190,3 +290,52 @@ impl Error {
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_say_whether_a_retry_helps() {
+        let io = |kind| Error::scratch("/tmp/x", std::io::Error::from(kind));
+        assert_eq!(
+            io(std::io::ErrorKind::StorageFull).kind(),
+            ErrorKind::ResourceExhausted
+        );
+        assert_eq!(
+            Error::scratch("/tmp/x", std::io::Error::from_raw_os_error(libc::ENOSPC)).kind(),
+            ErrorKind::ResourceExhausted
+        );
+        assert_eq!(
+            io(std::io::ErrorKind::Interrupted).kind(),
+            ErrorKind::Transient
+        );
+        let general = || parquet::errors::ParquetError::General("x".into());
+        assert_eq!(
+            Error::encode("compacted output", general()).kind(),
+            ErrorKind::Bug
+        );
+        assert_eq!(
+            Error::parquet("data/f.parquet", general()).kind(),
+            ErrorKind::InvalidInput
+        );
+        let network = Error::store(
+            "get",
+            "k",
+            object_store::Error::Generic {
+                store: "S3",
+                source: "timeout".into(),
+            },
+        );
+        assert_eq!(network.kind(), ErrorKind::Transient);
+        let invocation = InvocationError::from(Error::Deadline {
+            partition: "p".into(),
+        });
+        assert_eq!(invocation.kind.name(), "ResourceExhausted");
+        assert_eq!(
+            serde_json::to_value(ErrorKind::InvalidInput).unwrap(),
+            serde_json::json!("InvalidInput")
+        );
+        assert_eq!(ErrorKind::Transient.http_status(), 503);
+    }
+}

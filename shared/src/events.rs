@@ -6,15 +6,19 @@
 //! EventBridge events) and differ only in which keys they accept: ingest files for the
 //! planner, job records for the compactor.
 //!
-//! INVARIANT: a key is decoded exactly once (S3 notifications only; EventBridge keys are not
-//! encoded) and then accepted or rejected as it is, never normalised.
+//! MinIO's notifications (`eventSource` `minio:s3`) are S3 notifications with an `s3:` prefix on
+//! the event name, and a function-URL / API Gateway HTTP API request (payload format 2.0) whose
+//! body is a notification is MinIO's webhook target delivering one.
+//!
+//! INVARIANT: a key is decoded exactly once (S3, SNS, SQS, EventBridge and MinIO alike) and then
+//! accepted, ignored as a writer side file, or rejected as it is, never normalised.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::partition::{Layout, METADATA_PREFIX, PartitionId};
+use crate::partition::{Layout, METADATA_PREFIX, PartitionId, is_writer_side_file};
 use crate::store::StoreUrl;
 
 /// Where the records of an invocation came from (for logs and metrics).
@@ -27,6 +31,8 @@ pub enum Source {
     Sns,
     /// An EventBridge event from S3.
     EventBridge,
+    /// A MinIO bucket notification.
+    Minio,
 }
 
 /// One record of an invocation, unwrapped but not yet classified.
@@ -112,6 +118,18 @@ pub enum Invocation {
         /// Hour as given.
         hour: String,
     },
+    /// A function-URL or API Gateway HTTP API request (MinIO's webhook target): its body,
+    /// unwrapped, or why it is not a notification. The answer is an HTTP response.
+    Http(Box<HttpRequest>),
+}
+
+/// The parts of an HTTP request event that matter: its method and what its body holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    /// `POST`, `GET`, ...
+    pub method: String,
+    /// The notification the body holds; `Ok(None)` for a request without a body (a probe).
+    pub body: Result<Option<Invocation>, NotAnEvent>,
 }
 
 /// Why a payload is not an invocation at all.
@@ -139,6 +157,15 @@ pub fn parse_invocation(payload: &Value) -> Result<Invocation, NotAnEvent> {
     if let Some(records) = object.get("Records") {
         return parse_records(records);
     }
+    if let Some(http) = object.get("requestContext").and_then(|c| c.get("http")) {
+        let method = http
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let body = parse_http_body(payload);
+        return Ok(Invocation::Http(Box::new(HttpRequest { method, body })));
+    }
     if let Some(request) = object.get("backfill") {
         let request: BackfillRequest = serde_json::from_value(request.clone())
             .map_err(|e| NotAnEvent(format!("backfill request: {e}")))?;
@@ -164,8 +191,44 @@ pub fn parse_invocation(payload: &Value) -> Result<Invocation, NotAnEvent> {
     }
 }
 
-/// `{"Records": [...]}`: an S3 notification, an SQS batch or SNS messages, told by the
-/// first record's source.
+/// The body of an HTTP request event (payload format 2.0): text, or base64 when
+/// `isBase64Encoded`; it must hold a notification (S3, MinIO or EventBridge), nothing else.
+fn parse_http_body(payload: &Value) -> Result<Option<Invocation>, NotAnEvent> {
+    let bad = |why: String| NotAnEvent(format!("HTTP request body: {why}"));
+    let text = match payload.get("body") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) => text,
+        Some(_) => return Err(bad("body is not a string".into())),
+    };
+    let is_base64 = payload
+        .get("isBase64Encoded")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let bytes = if is_base64 {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(|e| bad(format!("isBase64Encoded but not base64: {e}")))?
+    } else {
+        text.as_bytes().to_vec()
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
+    if let Some(records) = value.get("Records") {
+        return match parse_records(records).map_err(|e| bad(e.0))? {
+            Invocation::SqsBatch(_) => Err(bad("an SQS batch is not delivered over HTTP".into())),
+            notifications => Ok(Some(notifications)),
+        };
+    }
+    parse_notification(&value)
+        .map(|(source, records)| Some(Invocation::Notifications { source, records }))
+        .map_err(bad)
+}
+
+/// `{"Records": [...]}`: an S3 or MinIO notification, an SQS batch or SNS messages, told by
+/// the first record's source.
 fn parse_records(records: &Value) -> Result<Invocation, NotAnEvent> {
     let Some(records) = records.as_array() else {
         return Err(NotAnEvent("Records is not a list".into()));
@@ -221,8 +284,12 @@ fn parse_records(records: &Value) -> Result<Invocation, NotAnEvent> {
                 records: out,
             })
         }
-        _ => Ok(Invocation::Notifications {
-            source: Source::S3,
+        first_source => Ok(Invocation::Notifications {
+            source: if first_source == Some(MINIO_SOURCE) {
+                Source::Minio
+            } else {
+                Source::S3
+            },
             records: records
                 .iter()
                 .enumerate()
@@ -231,6 +298,9 @@ fn parse_records(records: &Value) -> Result<Invocation, NotAnEvent> {
         }),
     }
 }
+
+/// `eventSource` of a MinIO notification record.
+const MINIO_SOURCE: &str = "minio:s3";
 
 fn event_source(record: &Value) -> Option<&str> {
     record
@@ -262,7 +332,8 @@ fn parse_embedded(text: &str) -> Result<Vec<Record>, String> {
     parse_notification(&value).map(|(_, records)| records)
 }
 
-/// An S3 notification (`Records` of `aws:s3`), `s3:TestEvent`, or an EventBridge S3 event.
+/// An S3 notification (`Records` of `aws:s3` or `minio:s3`), `s3:TestEvent`, or an
+/// EventBridge S3 event.
 fn parse_notification(value: &Value) -> Result<(Source, Vec<Record>), String> {
     if value.get("Event").and_then(Value::as_str) == Some("s3:TestEvent") {
         let bucket = value.get("Bucket").and_then(Value::as_str).unwrap_or("");
@@ -282,7 +353,11 @@ fn parse_notification(value: &Value) -> Result<(Source, Vec<Record>), String> {
             .enumerate()
             .map(|(i, r)| parse_s3_record(i, r))
             .collect();
-        return Ok((Source::S3, parsed));
+        let source = match records.first().and_then(event_source) {
+            Some(MINIO_SOURCE) => Source::Minio,
+            _ => Source::S3,
+        };
+        return Ok((source, parsed));
     }
     if let Some(detail_type) = value.get("detail-type").and_then(Value::as_str) {
         return if value.get("source").and_then(Value::as_str) == Some("aws.s3") {
@@ -303,13 +378,17 @@ fn parse_notification(value: &Value) -> Result<(Source, Vec<Record>), String> {
     Err("expected an S3, SQS, SNS or EventBridge event, a backfill, a sweep or a job".into())
 }
 
-/// One `aws:s3` record; its key is URL-encoded.
+/// One `aws:s3` or `minio:s3` record; its key is URL-encoded (MinIO encodes `/` as `%2F`
+/// too), and MinIO's event names carry an `s3:` prefix (`s3:ObjectCreated:Put`).
 fn parse_s3_record(index: usize, record: &Value) -> Record {
     let item = format!("S3 record {index}");
-    if event_source(record) != Some("aws:s3") {
-        return broken(&item, "eventSource is not aws:s3");
+    if !matches!(event_source(record), Some("aws:s3" | MINIO_SOURCE)) {
+        return broken(&item, "eventSource is neither aws:s3 nor minio:s3");
     }
-    let event_name = record.get("eventName").and_then(Value::as_str);
+    let event_name = record
+        .get("eventName")
+        .and_then(Value::as_str)
+        .map(|name| name.strip_prefix("s3:").unwrap_or(name));
     let s3 = record.get("s3");
     let bucket = s3
         .and_then(|s| s.get("bucket"))
@@ -332,7 +411,7 @@ fn parse_s3_record(index: usize, record: &Value) -> Record {
     }
 }
 
-/// An EventBridge event from S3; its key is not encoded.
+/// An EventBridge event from S3; its key is URL-encoded like a notification's.
 fn parse_eventbridge(detail_type: &str, value: &Value) -> Record {
     let detail = value.get("detail");
     let bucket = detail
@@ -343,11 +422,15 @@ fn parse_eventbridge(detail_type: &str, value: &Value) -> Record {
         .and_then(|d| d.get("object"))
         .and_then(|o| o.get("key"))
         .and_then(Value::as_str);
-    let (Some(bucket), Some(key)) = (bucket, key) else {
+    let (Some(bucket), Some(raw_key)) = (bucket, key) else {
         return broken(
             &format!("EventBridge {detail_type:?} event"),
             "needs detail.bucket.name and detail.object.key",
         );
+    };
+    let key = match decode_s3_key(raw_key) {
+        Ok(key) => key,
+        Err(reason) => return broken(raw_key, &reason),
     };
     let reason = detail
         .and_then(|d| d.get("reason"))
@@ -360,7 +443,7 @@ fn parse_eventbridge(detail_type: &str, value: &Value) -> Record {
     Record::Object {
         event_name,
         bucket: bucket.to_string(),
-        key: key.to_string(),
+        key,
     }
 }
 
@@ -451,6 +534,9 @@ pub enum IgnoreReason {
     OutsidePrefix,
     /// An event that creates nothing (`ObjectRemoved:*`, ...).
     CreatesNothing,
+    /// A writer's side file under the ingest prefix (`_SUCCESS`, `*.crc`, `_temporary/…`):
+    /// not data (DESIGN §2).
+    WriterSideFile,
 }
 
 impl fmt::Display for IgnoreReason {
@@ -459,6 +545,7 @@ impl fmt::Display for IgnoreReason {
             IgnoreReason::TestEvent => "s3:TestEvent",
             IgnoreReason::OutsidePrefix => "outside the prefix this function watches",
             IgnoreReason::CreatesNothing => "event creates no object",
+            IgnoreReason::WriterSideFile => "writer side file, not data",
         })
     }
 }
@@ -556,6 +643,12 @@ pub fn classify(record: &Record, scope: &KeyScope, layout: &Layout, watch: Watch
         return Classified::Ignored {
             item: key.clone(),
             reason: IgnoreReason::OutsidePrefix,
+        };
+    }
+    if watch == Watch::Ingest && is_writer_side_file(&relative[watched.len() + 1..]) {
+        return Classified::Ignored {
+            item: key.clone(),
+            reason: IgnoreReason::WriterSideFile,
         };
     }
     let parsed = match watch {

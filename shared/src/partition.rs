@@ -264,6 +264,28 @@ pub fn is_ingest_file_name(name: &str) -> bool {
         && !name.chars().any(char::is_control)
 }
 
+/// True for a writer's side file, given its path under the ingest prefix: a segment (directory
+/// or file name) starting with `_` or `.` (`_SUCCESS`, `_committed_*`, `_started_*`,
+/// `_temporary/…`, `.part-0000.crc`) or a name ending in `.crc`. Side files are not data:
+/// every part of the system ignores them (DESIGN §2).
+///
+/// INVARIANT: `.` and `..` segments and empty segments are never side files: a key holding
+/// them fails the grammar and is rejected, never ignored.
+pub fn is_writer_side_file(path: &str) -> bool {
+    let segments: Vec<&str> = path.split('/').collect();
+    if segments
+        .iter()
+        .any(|s| s.is_empty() || *s == "." || *s == "..")
+    {
+        return false;
+    }
+    let side_segment = segments
+        .iter()
+        .any(|s| s.starts_with('_') || s.starts_with('.'));
+    let crc = segments.last().is_some_and(|name| name.ends_with(".crc"));
+    side_segment || crc
+}
+
 /// Parses `tenant=…/year=…/month=…/day=…/hour=…[/file]`.
 fn parse_partition_path(path: &str) -> std::result::Result<(PartitionId, Option<String>), String> {
     let segments: Vec<&str> = path.split('/').collect();

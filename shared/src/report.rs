@@ -98,6 +98,9 @@ pub struct CompactionReport {
     /// Why the job failed, conflicted or timed out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The kind of that error (`Transient`, `ResourceExhausted`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<crate::error::ErrorKind>,
 }
 
 impl CompactionReport {
@@ -121,6 +124,7 @@ impl CompactionReport {
             manifest_version: 0,
             gc_deleted: 0,
             error: None,
+            error_kind: None,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The functions' settings from named variables; `main` passes the lookup (the environment),
 //! so parsing is tested here and the environment is read in one place.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{
     DEFAULT_BUDGET_BYTES, DEFAULT_ROW_GROUPS_PER_BLOCK, budget_for_function_memory, parse_duration,
@@ -196,6 +196,21 @@ impl CompactorSettings {
             )?,
         })
     }
+}
+
+/// Deadlines below this are not Unix milliseconds (2001-09-09) but a duration: cargo-lambda's
+/// local emulator sends its timeout (e.g. `600000`) in the deadline header.
+const EPOCH_MS_FLOOR: u64 = 1_000_000_000_000;
+
+/// The invocation deadline as an `Instant`, from the runtime's deadline header read at
+/// `now_ms` (Unix milliseconds) and `now`.
+pub fn deadline_instant(deadline_ms: u64, now_ms: u64, now: Instant) -> Option<Instant> {
+    let remaining_ms = if deadline_ms < EPOCH_MS_FLOOR {
+        deadline_ms
+    } else {
+        deadline_ms.saturating_sub(now_ms)
+    };
+    now.checked_add(Duration::from_millis(remaining_ms))
 }
 
 #[cfg(test)]

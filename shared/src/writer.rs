@@ -50,7 +50,7 @@ pub fn sort_key_label(keys: &KeyColumns, has_service: bool) -> String {
 fn parquet_schema(schema: &Schema) -> Result<SchemaDescriptor> {
     ArrowSchemaConverter::new()
         .convert(schema)
-        .map_err(|e| Error::parquet("output schema", e))
+        .map_err(|e| Error::encode("output schema", e))
 }
 
 /// Leaf column index of a top-level primitive column in the Parquet schema of `schema`.
@@ -76,7 +76,7 @@ pub fn output_properties(
     let mut sorting = Vec::new();
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).map_err(|e| Error::parquet("zstd level", e))?,
+            ZstdLevel::try_new(3).map_err(|e| Error::encode("zstd level", e))?,
         ))
         .set_dictionary_enabled(true)
         .set_data_page_size_limit(page_bytes)

@@ -100,6 +100,7 @@ async fn run_locally(
     let mut report = BackfillReport {
         considered: partitions.len(),
         dry_run: request.dry_run,
+        complete: true,
         ..Default::default()
     };
     let mut compactions = Vec::new();
@@ -115,6 +116,7 @@ async fn run_locally(
                     facts.num_uncompacted_files, facts.uncompacted_bytes
                 ),
                 job_id: None,
+                error_kind: None,
             };
             if !request.dry_run {
                 // The job runner also ends any job record (a scheduled job this run did).

@@ -1,11 +1,13 @@
-//! The compactor's handler: parse the job (a job record's S3 event, or a direct
-//! `{"tenant", "hour"}`), one call to the library's job runner per partition, answer with the
-//! compaction report and log it with an embedded-metric-format line.
+//! The compactor's handler: parse the job (a job record's S3, EventBridge or MinIO event, the
+//! same inside a function-URL request, or a direct `{"tenant", "hour"}`), one call to the
+//! library's job runner per partition, answer with the compaction report and log it with an
+//! embedded-metric-format line.
 
 use std::time::Instant;
 
 use ourios_compaction::config::CompactOptions;
 use ourios_compaction::dispatch::worker::{current_job_id, run_compaction_job};
+use ourios_compaction::error::{ErrorKind, InvocationError};
 use ourios_compaction::events::{
     Classified, Invocation, KeyScope, Record, Watch, classify, parse_invocation,
 };
@@ -15,9 +17,6 @@ use ourios_compaction::settings::CompactorSettings;
 use ourios_compaction::store::Store;
 use serde_json::{Value, json};
 use tracing::Instrument;
-
-/// The error an invocation fails with: Lambda retries it, then the dead-letter destination.
-pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Everything the compactor needs, built once by `main`.
 #[derive(Debug, Clone)]
@@ -51,34 +50,63 @@ impl Compactor {
     }
 }
 
-/// Deadlines below this are not Unix milliseconds (2001-09-09) but a duration: cargo-lambda's
-/// local emulator sends its timeout (e.g. `600000`) in the deadline header.
-const EPOCH_MS_FLOOR: u64 = 1_000_000_000_000;
-
-/// The invocation deadline as an `Instant`, from the runtime's deadline header read at
-/// `now_ms` (Unix milliseconds) and `now`.
-pub fn deadline_instant(deadline_ms: u64, now_ms: u64, now: Instant) -> Option<Instant> {
-    let remaining_ms = if deadline_ms < EPOCH_MS_FLOOR {
-        deadline_ms
-    } else {
-        deadline_ms.saturating_sub(now_ms)
-    };
-    now.checked_add(std::time::Duration::from_millis(remaining_ms))
-}
+pub use ourios_compaction::settings::deadline_instant;
 
 /// Handles one invocation: the report of the job (or `{"reports": [...]}` for several, or
 /// `{"ignored": [...]}` when the event held no job). A failed or timed-out job fails the
-/// invocation, with the report in the error.
+/// invocation with the report in the error and the failure's kind as its type (Lambda retries
+/// it, then the dead-letter destination). A function-URL request gets the same answer as an
+/// HTTP response.
 pub async fn handle(
     compactor: &Compactor,
     payload: Value,
     deadline: Option<Instant>,
     request_id: &str,
-) -> Result<Value, HandlerError> {
-    let (partitions, ignored) = jobs_of(&payload, compactor)?;
+) -> Result<Value, InvocationError> {
+    let invocation = parse_invocation(&payload)?;
+    let Invocation::Http(request) = invocation else {
+        return run(compactor, invocation, deadline, request_id).await;
+    };
+    let result = match request.body {
+        Ok(Some(inner)) => run(compactor, inner, deadline, request_id).await,
+        // A webhook target checking that the endpoint is up.
+        Ok(None) if matches!(request.method.as_str(), "GET" | "HEAD") => {
+            Ok(json!({ "ready": true }))
+        }
+        Ok(None) => Err(InvocationError::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{} request without a body: send a job record's notification",
+                request.method
+            ),
+        )),
+        Err(e) => Err(e.into()),
+    };
+    let (status, body) = match result {
+        Ok(body) => (200, body),
+        Err(error) => (
+            error.kind.http_status(),
+            json!({ "error": error.message, "kind": error.kind.name() }),
+        ),
+    };
+    Ok(json!({
+        "statusCode": status,
+        "headers": { "content-type": "application/json" },
+        "body": body.to_string(),
+    }))
+}
+
+async fn run(
+    compactor: &Compactor,
+    invocation: Invocation,
+    deadline: Option<Instant>,
+    request_id: &str,
+) -> Result<Value, InvocationError> {
+    let (partitions, ignored) = jobs_of(invocation, compactor)?;
     let options = compactor.options(deadline);
     let mut reports = Vec::new();
     let mut failures = Vec::new();
+    let mut failure_kind = None;
     for partition in &partitions {
         let job_id = current_job_id(&compactor.store, partition)
             .await?
@@ -102,12 +130,16 @@ pub async fn handle(
         if !outcome.report.status.is_success()
             && outcome.report.status != ourios_compaction::report::Status::Conflict
         {
+            failure_kind = failure_kind.or(outcome.report.error_kind);
             failures.push(report.clone());
         }
         reports.push(report);
     }
     if !failures.is_empty() {
-        return Err(format!("compaction did not complete: {}", Value::Array(failures)).into());
+        return Err(InvocationError::new(
+            failure_kind.unwrap_or(ErrorKind::Bug),
+            format!("compaction did not complete: {}", Value::Array(failures)),
+        ));
     }
     Ok(match reports.len() {
         0 => json!({ "ignored": ignored }),
@@ -118,17 +150,25 @@ pub async fn handle(
 
 /// The partitions an invocation asks to compact, and what it held besides.
 fn jobs_of(
-    payload: &Value,
+    invocation: Invocation,
     compactor: &Compactor,
-) -> Result<(Vec<PartitionId>, Vec<Value>), HandlerError> {
-    let records: Vec<Record> = match parse_invocation(payload)? {
+) -> Result<(Vec<PartitionId>, Vec<Value>), InvocationError> {
+    let invalid = |message: String| InvocationError::new(ErrorKind::InvalidInput, message);
+    let records: Vec<Record> = match invocation {
         Invocation::Compact { tenant, hour } => {
             return Ok((vec![PartitionId::parse(&tenant, &hour)?], Vec::new()));
         }
         Invocation::Notifications { records, .. } => records,
         Invocation::SqsBatch(messages) => messages.into_iter().flat_map(|m| m.records).collect(),
         Invocation::Backfill(_) | Invocation::Sweep => {
-            return Err("backfills and sweeps go to the planner, not the compactor".into());
+            return Err(invalid(
+                "backfills and sweeps go to the planner, not the compactor".into(),
+            ));
+        }
+        Invocation::Http(_) => {
+            return Err(invalid(
+                "an HTTP request's body must be a notification, not another request".into(),
+            ));
         }
     };
     let mut partitions = Vec::new();
@@ -149,7 +189,10 @@ fn jobs_of(
         }
     }
     if !rejected.is_empty() {
-        return Err(format!("rejected job event record(s): {}", rejected.join("; ")).into());
+        return Err(invalid(format!(
+            "rejected job event record(s): {}",
+            rejected.join("; ")
+        )));
     }
     Ok((partitions, ignored))
 }

@@ -7,7 +7,7 @@ mod tests;
 
 use std::time::Instant;
 
-use lambda_runtime::{LambdaEvent, service_fn};
+use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::settings::{CompactorSettings, FunctionSettings};
 use ourios_compaction::store::Store;
 use serde_json::Value;
@@ -43,6 +43,10 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             &event.context.request_id,
         )
         .await
+        .map_err(|e| Diagnostic {
+            error_type: e.kind.name().to_string(),
+            error_message: e.message,
+        })
     }))
     .await
 }

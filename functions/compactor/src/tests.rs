@@ -14,7 +14,8 @@ use ourios_compaction::plan::ReadinessConfig;
 use ourios_compaction::settings::CompactorSettings;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::{
-    event_file_names, load_event, parquet_bytes, put_bytes, rows_batch,
+    Operation, RecordingStore, assert_role_permits, event_file_names, load_event, parquet_bytes,
+    put_bytes, rows_batch,
 };
 
 use crate::handler::{Compactor, handle};
@@ -80,6 +81,8 @@ enum Expect {
     Ignored(usize),
     /// Fails naming this.
     Err(&'static str),
+    /// An HTTP 200 response whose body is this outcome.
+    Http(Box<Expect>),
 }
 
 fn expectation(file: &str) -> Expect {
@@ -91,6 +94,13 @@ fn expectation(file: &str) -> Expect {
         "s3-compactor-outputs.json" => Expect::Compacted,
         // Ingest events are the planner's: the compactor watches job records only.
         "s3-put-encoded-keys.json" => Expect::Ignored(3),
+        "function-url-minio-job-created.json" => Expect::Http(Box::new(Expect::Compacted)),
+        "function-url-minio-put.json" => Expect::Http(Box::new(Expect::Ignored(1))),
+        "function-url-s3-base64.json" => Expect::Http(Box::new(Expect::Ignored(3))),
+        "s3-spark-side-files.json" => Expect::Ignored(6),
+        "eventbridge-object-created-encoded.json" | "minio-put.json" | "minio-hostile-key.json" => {
+            Expect::Ignored(1)
+        }
         "s3-test-event.json"
         | "s3-object-removed.json"
         | "sns-wrapped.json"
@@ -109,7 +119,15 @@ async fn every_event_file_through_the_handler() {
     for file in &files {
         let scratch = tempfile::tempdir().expect("tempdir");
         let compactor = setup(scratch.path()).await;
-        let result = handle(&compactor, load_event(file), None, "test-request").await;
+        let mut expect = expectation(file);
+        let mut result = handle(&compactor, load_event(file), None, "test-request").await;
+        if let Expect::Http(inner) = expect {
+            let response = result.unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(response["statusCode"], 200, "{file}: {response}");
+            let body = response["body"].as_str().expect("a body");
+            result = Ok(serde_json::from_str(body).expect("a JSON body"));
+            expect = *inner;
+        }
         let job_left = read_job(&compactor.store, &partition())
             .await
             .expect("read")
@@ -117,7 +135,7 @@ async fn every_event_file_through_the_handler() {
         let versions = list_versions(&compactor.store, &compactor.layout, &partition())
             .await
             .expect("versions");
-        match (expectation(file), result) {
+        match (expect, result) {
             (Expect::Compacted, Ok(report)) => {
                 assert_eq!(report["status"], "compacted", "{file}: {report}");
                 assert_eq!(report["inputs"]["rows"], 600, "{file}");
@@ -260,4 +278,82 @@ fn deadline_from_the_runtime_header() {
         crate::handler::deadline_instant(600_000, now_ms, now),
         Some(now + Duration::from_secs(600))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_operation_is_allowed_by_the_compactor_role() {
+    let mut operations = std::collections::BTreeSet::new();
+    for file in event_file_names() {
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let mut compactor = setup(scratch.path()).await;
+        let plain = compactor.store.clone();
+        let (recording, log) = RecordingStore::new(Arc::clone(plain.object_store()));
+        compactor.store = Store::from_object_store(Arc::new(recording), "memory://");
+        // No grace: garbage collection deletes what the commits retire, in the same job.
+        compactor.settings.gc_grace = Duration::ZERO;
+        let _ = handle(&compactor, load_event(&file), None, "r1").await;
+        // A late file: the next job merges the compacted file with it and retires both.
+        let (start, _) = partition().time_range_nanos();
+        let key = format!(
+            "{}/late.parquet",
+            Layout::default().ingest_dir(&partition())
+        );
+        let rows = [(Some("api".to_string()), start + 5, 9_999)];
+        put_bytes(&plain, &key, parquet_bytes(&[rows_batch(&rows)], 64)).await;
+        let _ = handle(&compactor, load_event("compactor-direct.json"), None, "r2").await;
+        operations.extend(log.lock().expect("log").iter().cloned());
+    }
+    let names: std::collections::BTreeSet<&str> = operations.iter().map(|o| o.operation).collect();
+    for expected in ["get", "put", "put_multipart", "delete", "list"] {
+        assert!(
+            names.contains(expected),
+            "no {expected} recorded: {operations:?}"
+        );
+    }
+    assert!(
+        operations
+            .iter()
+            .any(|o| o.operation == "delete" && o.key.starts_with("data/")),
+        "GC deleted a retired input: {operations:?}"
+    );
+    assert_role_permits("CompactorRole", &operations);
+    // The check is not vacuous: the compactor never writes ingest files.
+    let write_ingest = std::collections::BTreeSet::from([Operation {
+        operation: "put",
+        key: "data/tenant=acme/year=2026/month=11/day=29/hour=10/f1.parquet".into(),
+    }]);
+    let refused = std::panic::catch_unwind(|| assert_role_permits("CompactorRole", &write_ingest));
+    assert!(
+        refused.is_err(),
+        "an ingest write must not be allowed to the compactor"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_get_http_answers() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let compactor = setup(scratch.path()).await;
+    let mut probe = load_event("function-url-minio-job-created.json");
+    probe["requestContext"]["http"]["method"] = serde_json::Value::from("HEAD");
+    probe.as_object_mut().expect("an object").remove("body");
+    let response = handle(&compactor, probe, None, "r1")
+        .await
+        .expect("an answer");
+    assert_eq!(response["statusCode"], 200, "{response}");
+    let mut bad = load_event("function-url-minio-job-created.json");
+    bad["body"] = serde_json::Value::from("{\"sweep\": {}}");
+    let response = handle(&compactor, bad, None, "r2")
+        .await
+        .expect("an answer");
+    assert_eq!(response["statusCode"], 400, "{response}");
+    assert!(
+        response["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("InvalidInput")),
+        "{response}"
+    );
+    let versions = list_versions(&compactor.store, &compactor.layout, &partition())
+        .await
+        .expect("versions");
+    assert!(versions.is_empty(), "nothing compacted");
 }

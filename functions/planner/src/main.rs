@@ -5,9 +5,11 @@ mod handler;
 #[cfg(test)]
 mod tests;
 
-use lambda_runtime::{LambdaEvent, service_fn};
+use std::time::Instant;
+
+use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::dispatch::invocation::Planner;
-use ourios_compaction::settings::FunctionSettings;
+use ourios_compaction::settings::{FunctionSettings, deadline_instant};
 use ourios_compaction::store::Store;
 use serde_json::Value;
 
@@ -24,7 +26,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     };
     let planner = &planner;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        handler::handle(planner, event.payload, chrono::Utc::now()).await
+        let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+        let deadline = deadline_instant(event.context.deadline, now_ms, Instant::now());
+        handler::handle(planner, event.payload, chrono::Utc::now(), deadline)
+            .await
+            .map_err(|e| Diagnostic {
+                error_type: e.kind.name().to_string(),
+                error_message: e.message,
+            })
     }))
     .await
 }

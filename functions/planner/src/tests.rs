@@ -5,14 +5,17 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use object_store::memory::InMemory;
+use ourios_compaction::dispatch::SWEEP_CURSOR_KEY;
 use ourios_compaction::dispatch::invocation::Planner;
 use ourios_compaction::dispatch::job::read_job;
+use ourios_compaction::error::ErrorKind;
 use ourios_compaction::events::KeyScope;
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::plan::ReadinessConfig;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::{
-    event_file_names, load_event, parquet_bytes, put_bytes, rows_batch,
+    Fault, FaultyStore, Operation, RecordingStore, assert_role_permits, event_file_names,
+    load_event, parquet_bytes, put_bytes, rows_batch,
 };
 use serde_json::{Value, json};
 
@@ -83,6 +86,8 @@ fn assert_subset(got: &Value, want: &Value, path: &str) {
 enum Expect {
     /// Ok with this (subset of a) body; and whether a job record exists afterwards.
     Ok(Value, bool),
+    /// An HTTP response with this status and (subset of a) JSON body; and the job record.
+    Http(u16, Value, bool),
     /// An error naming each of these strings; and whether a job record exists afterwards.
     Err(&'static [&'static str], bool),
 }
@@ -97,10 +102,43 @@ fn expectation(file: &str) -> Expect {
             json!({"partitions": dispatched_acme_10(), "ignored": []}),
             true,
         ),
-        "eventbridge-object-created.json" => Expect::Ok(
+        "eventbridge-object-created.json"
+        | "eventbridge-object-created-encoded.json"
+        | "minio-put.json" => Expect::Ok(
             json!({"partitions": dispatched_acme_10(), "ignored": []}),
             true,
         ),
+        "function-url-minio-put.json" | "function-url-s3-base64.json" => Expect::Http(
+            200,
+            json!({"partitions": dispatched_acme_10(), "ignored": []}),
+            true,
+        ),
+        // The job record's notification is the compactor's, ignored here like any key
+        // outside the ingest prefix.
+        "function-url-minio-job-created.json" => Expect::Http(
+            200,
+            json!({"partitions": [], "ignored": [{
+                "key": "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json",
+                "reason": "outside the prefix this function watches"}]}),
+            false,
+        ),
+        "minio-hostile-key.json" => {
+            Expect::Err(&["1 record(s)", "hour=24/part-0004.parquet"], false)
+        }
+        "s3-spark-side-files.json" => {
+            let side = |file: &str| {
+                json!({"key": format!("data/tenant=acme/year=2026/month=11/day=29/hour=10/{file}"),
+                       "reason": "writer side file, not data"})
+            };
+            Expect::Ok(
+                json!({"partitions": [], "ignored": [
+                    side("_SUCCESS"), side("_committed_123"), side("_started_123"),
+                    side("part-0000.snappy.parquet.crc"), side(".part-0000.snappy.parquet.crc"),
+                    side("_temporary/0/_temporary/attempt_202611291059_0001_m_000000_1/part-0000.snappy.parquet"),
+                ]}),
+                false,
+            )
+        }
         "s3-test-event.json" => Expect::Ok(
             json!({"partitions": [], "ignored": [{"item": "s3:TestEvent for bucket \"logs-bucket\"", "reason": "s3:TestEvent"}]}),
             false,
@@ -150,13 +188,23 @@ async fn every_event_file_through_the_handler() {
     assert!(files.len() >= 12, "events/ holds every shape: {files:?}");
     for file in &files {
         let planner = setup().await;
-        let result = handle(&planner, load_event(file), now()).await;
+        let result = handle(&planner, load_event(file), now(), None).await;
         match (expectation(file), result) {
             (Expect::Ok(want, job), Ok(got)) => {
                 assert_subset(&got, &want, file);
                 assert_eq!(has_job(&planner).await, job, "{file}: job record");
             }
+            (Expect::Http(status, want, job), Ok(got)) => {
+                assert_eq!(got["statusCode"], status, "{file}: {got}");
+                assert_eq!(got["headers"]["content-type"], "application/json", "{file}");
+                let body: Value = serde_json::from_str(got["body"].as_str().expect("a body"))
+                    .unwrap_or_else(|e| panic!("{file}: body is not JSON ({e}): {got}"));
+                assert_subset(&body, &want, file);
+                assert_eq!(has_job(&planner).await, job, "{file}: job record");
+            }
             (Expect::Err(needles, job), Err(e)) => {
+                // Every refusal among the event files is the caller's: a retry cannot help.
+                assert_eq!(e.kind, ErrorKind::InvalidInput, "{file}: {e}");
                 let message = e.to_string();
                 for needle in needles {
                     assert!(
@@ -166,7 +214,9 @@ async fn every_event_file_through_the_handler() {
                 }
                 assert_eq!(has_job(&planner).await, job, "{file}: job record");
             }
-            (Expect::Ok(..), Err(e)) => panic!("{file}: expected success, got {e}"),
+            (Expect::Ok(..) | Expect::Http(..), Err(e)) => {
+                panic!("{file}: expected success, got {e}")
+            }
             (Expect::Err(..), Ok(v)) => panic!("{file}: expected an error, got {v}"),
         }
     }
@@ -184,7 +234,7 @@ async fn replaying_every_event_file_creates_one_job() {
         "s3-put-encoded-keys.json",
         "eventbridge-scheduled-sweep.json",
     ] {
-        let _ = handle(&planner, load_event(file), now()).await;
+        let _ = handle(&planner, load_event(file), now(), None).await;
         let job = read_job(&planner.store, &partition())
             .await
             .expect("read")
@@ -197,7 +247,8 @@ async fn replaying_every_event_file_creates_one_job() {
 #[test]
 fn event_files_parse_as_the_aws_event_types() {
     use aws_lambda_events::event::{
-        eventbridge::EventBridgeEvent, s3::S3Event, sns::SnsEvent, sqs::SqsEvent,
+        eventbridge::EventBridgeEvent, lambda_function_urls::LambdaFunctionUrlRequest, s3::S3Event,
+        sns::SnsEvent, sqs::SqsEvent,
     };
     for (file, kind) in [
         ("s3-put-encoded-keys.json", "s3"),
@@ -210,14 +261,142 @@ fn event_files_parse_as_the_aws_event_types() {
         ("eventbridge-object-created.json", "eventbridge"),
         ("eventbridge-scheduled-sweep.json", "eventbridge"),
         ("compactor-job-eventbridge.json", "eventbridge"),
+        ("eventbridge-object-created-encoded.json", "eventbridge"),
+        ("s3-spark-side-files.json", "s3"),
+        ("minio-put.json", "s3"),
+        ("minio-hostile-key.json", "s3"),
+        ("function-url-minio-put.json", "url"),
+        ("function-url-minio-job-created.json", "url"),
+        ("function-url-s3-base64.json", "url"),
     ] {
         let value = load_event(file);
         let ok = match kind {
             "s3" => serde_json::from_value::<S3Event>(value).is_ok(),
             "sqs" => serde_json::from_value::<SqsEvent>(value).is_ok(),
             "sns" => serde_json::from_value::<SnsEvent>(value).is_ok(),
+            "url" => serde_json::from_value::<LambdaFunctionUrlRequest>(value).is_ok(),
             _ => serde_json::from_value::<EventBridgeEvent>(value).is_ok(),
         };
         assert!(ok, "{file} is a realistic {kind} event");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_get_http_answers_with_the_error_kind_as_status() {
+    let planner = setup().await;
+    // MinIO's webhook posting a key that fails the grammar: 400, naming the key and its kind.
+    let mut request = load_event("function-url-minio-put.json");
+    request["body"] = Value::from(load_event("minio-hostile-key.json").to_string());
+    let response = handle(&planner, request, now(), None)
+        .await
+        .expect("an HTTP answer");
+    assert_eq!(response["statusCode"], 400, "{response}");
+    let body: Value =
+        serde_json::from_str(response["body"].as_str().expect("a body")).expect("a JSON body");
+    assert_eq!(body["kind"], "InvalidInput", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("hour=24/part-0004.parquet")),
+        "{body}"
+    );
+    // A body that is not a notification: 400, nothing dispatched.
+    let mut request = load_event("function-url-minio-put.json");
+    request["body"] =
+        Value::from("{\"backfill\": {\"from\": \"2026-11-29T00\", \"to\": \"2026-11-29T23\"}}");
+    let response = handle(&planner, request, now(), None)
+        .await
+        .expect("an HTTP answer");
+    assert_eq!(response["statusCode"], 400, "{response}");
+    assert!(!has_job(&planner).await);
+    // A probe without a body (a webhook target checking the endpoint): 200.
+    let mut probe = load_event("function-url-minio-put.json");
+    probe["requestContext"]["http"]["method"] = Value::from("HEAD");
+    probe.as_object_mut().expect("an object").remove("body");
+    let response = handle(&planner, probe, now(), None)
+        .await
+        .expect("an HTTP answer");
+    assert_eq!(response["statusCode"], 200, "{response}");
+    // A store that fails: 503, so the webhook retries; the kind says a retry may succeed.
+    let failing = Planner {
+        store: Store::from_object_store(
+            Arc::new(FaultyStore::new(
+                Arc::new(InMemory::new()),
+                Some(Fault::Crash(1)),
+            )),
+            "memory://",
+        ),
+        ..planner.clone()
+    };
+    let response = handle(
+        &failing,
+        load_event("function-url-minio-put.json"),
+        now(),
+        None,
+    )
+    .await
+    .expect("an HTTP answer");
+    assert_eq!(response["statusCode"], 503, "{response}");
+    assert!(
+        response["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("\"Transient\""))
+    );
+    // Delivered directly, the same failure fails the invocation with that kind.
+    let err = handle(&failing, load_event("minio-put.json"), now(), None)
+        .await
+        .expect_err("a failed dispatch fails the invocation");
+    assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_operation_is_allowed_by_the_planner_role() {
+    let mut operations = std::collections::BTreeSet::new();
+    for file in event_file_names() {
+        let planner = setup().await;
+        let (recording, log) = RecordingStore::new(Arc::clone(planner.store.object_store()));
+        let planner = Planner {
+            store: Store::from_object_store(Arc::new(recording), "memory://"),
+            ..planner
+        };
+        let _ = handle(&planner, load_event(&file), now(), None).await;
+        // Later, the job record is stale: a backfill replaces it (a conditional overwrite).
+        let later = Utc::now() + chrono::Duration::hours(2);
+        let _ = handle(&planner, load_event("backfill.json"), later, None).await;
+        // A sweep out of time saves where it stopped, and the next one reads it.
+        let sweep = load_event("eventbridge-scheduled-sweep.json");
+        let _ = handle(
+            &planner,
+            sweep.clone(),
+            now(),
+            Some(std::time::Instant::now()),
+        )
+        .await;
+        let _ = handle(&planner, sweep, now(), None).await;
+        operations.extend(log.lock().expect("log").iter().cloned());
+    }
+    let names: std::collections::BTreeSet<&str> = operations.iter().map(|o| o.operation).collect();
+    for expected in ["get", "put", "list", "list_with_delimiter"] {
+        assert!(
+            names.contains(expected),
+            "no {expected} recorded: {operations:?}"
+        );
+    }
+    assert!(
+        operations
+            .iter()
+            .any(|o| o.operation == "put" && o.key == SWEEP_CURSOR_KEY),
+        "the sweep cursor was written: {operations:?}"
+    );
+    assert_role_permits("PlannerRole", &operations);
+    // The check is not vacuous: the planner's role deletes nothing.
+    let delete = std::collections::BTreeSet::from([Operation {
+        operation: "delete",
+        key: "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json".into(),
+    }]);
+    let refused = std::panic::catch_unwind(|| assert_role_permits("PlannerRole", &delete));
+    assert!(
+        refused.is_err(),
+        "a delete must not be allowed to the planner"
+    );
 }

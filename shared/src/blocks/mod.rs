@@ -148,7 +148,7 @@ impl<W: Write + Send> BlockWriter<W> {
         let parquet_schema = ArrowSchemaConverter::new()
             .with_coerce_types(properties.coerce_types())
             .convert(&schema)
-            .map_err(|e| Error::parquet(OUTPUT, e))?;
+            .map_err(|e| Error::encode(OUTPUT, e))?;
         let props = Arc::new(properties);
         // The column-writer factory takes its schema and properties from a file writer; this one
         // writes nowhere.
@@ -157,14 +157,14 @@ impl<W: Write + Send> BlockWriter<W> {
             parquet_schema.root_schema_ptr(),
             Arc::clone(&props),
         )
-        .map_err(|e| Error::parquet(OUTPUT, e))?;
+        .map_err(|e| Error::encode(OUTPUT, e))?;
         let mut factory = ArrowRowGroupWriterFactory::new(&template, Arc::clone(&schema));
         if let Some(path) = &options.page_file {
             factory = factory.with_page_store_factory(Arc::new(ScratchPageStoreFactory::new(path)));
         }
         let mut out = TrackedWrite::new(sink);
         out.write_all(b"PAR1")
-            .map_err(|e| Error::parquet(OUTPUT, e.into()))?;
+            .map_err(|e| Error::encode(OUTPUT, e.into()))?;
         Ok(Self {
             out,
             arrow_schema: schema,
@@ -276,7 +276,7 @@ impl<W: Write + Send> BlockWriter<W> {
             .into_iter()
             .map(ArrowColumnWriter::close)
             .collect::<parquet::errors::Result<Vec<_>>>()
-            .map_err(|e| Error::parquet(OUTPUT, e))?;
+            .map_err(|e| Error::encode(OUTPUT, e))?;
         let ordinal = i32::try_from(self.row_groups())
             .map_err(|_| Error::invariant("more than 2^31 row groups"))?;
         if self.row_groups_per_block == 1 {
@@ -288,7 +288,7 @@ impl<W: Write + Send> BlockWriter<W> {
                 chunks,
                 true,
             )
-            .map_err(|e| Error::parquet(OUTPUT, e))?;
+            .map_err(|e| Error::encode(OUTPUT, e))?;
             self.closed.push(row_group);
             return Ok(());
         }
@@ -302,10 +302,8 @@ impl<W: Write + Send> BlockWriter<W> {
             chunks,
             false,
         )
-        .map_err(|e| Error::parquet(OUTPUT, e))?;
-        tracked
-            .into_inner()
-            .map_err(|e| Error::parquet(OUTPUT, e))?;
+        .map_err(|e| Error::encode(OUTPUT, e))?;
+        tracked.into_inner().map_err(|e| Error::encode(OUTPUT, e))?;
         self.block.push(StagedRowGroup { row_group, start });
         if self.block.len() >= self.row_groups_per_block {
             self.write_block()?;
@@ -325,16 +323,16 @@ impl<W: Write + Send> BlockWriter<W> {
                 &mut row_group.metadata,
                 &mut row_group.blooms,
             )
-            .map_err(|e| Error::parquet(OUTPUT, e))?;
+            .map_err(|e| Error::encode(OUTPUT, e))?;
         }
         let closed = std::mem::take(&mut self.closed);
         let metadata = file_metadata(&self.descr, &self.props, closed);
         let footer = render_footer(&metadata, &self.props, self.out.bytes_written())
-            .map_err(|e| Error::parquet(OUTPUT, e))?;
+            .map_err(|e| Error::encode(OUTPUT, e))?;
         self.out
             .write_all(&footer)
             .and_then(|()| self.out.flush())
-            .map_err(|e| Error::parquet(OUTPUT, e.into()))?;
+            .map_err(|e| Error::encode(OUTPUT, e.into()))?;
         Ok(metadata)
     }
 
@@ -355,7 +353,7 @@ impl<W: Write + Send> BlockWriter<W> {
             let writers = self
                 .factory
                 .create_column_writers(self.row_groups())
-                .map_err(|e| Error::parquet(OUTPUT, e))?;
+                .map_err(|e| Error::encode(OUTPUT, e))?;
             self.open = Some(OpenRowGroup { writers, rows: 0 });
         }
         self.open
@@ -387,7 +385,7 @@ impl<W: Write + Send> BlockWriter<W> {
                     .set_dictionary_page_offset(chunk.dictionary_page_offset().map(|o| o + shift))
                     .set_index_page_offset(chunk.index_page_offset().map(|o| o + shift))
                     .build()
-                    .map_err(|e| Error::parquet(OUTPUT, e))?;
+                    .map_err(|e| Error::encode(OUTPUT, e))?;
                 laid_out.push(moved);
                 if let Some(index) = staged.row_group.offset_indexes[c].as_mut() {
                     for page in &mut index.page_locations {
@@ -405,7 +403,7 @@ impl<W: Write + Send> BlockWriter<W> {
                 .set_column_metadata(laid_out)
                 .set_file_offset(file_offset)
                 .build()
-                .map_err(|e| Error::parquet(OUTPUT, e))?;
+                .map_err(|e| Error::encode(OUTPUT, e))?;
             self.closed.push(row_group);
         }
         self.staging
@@ -418,12 +416,12 @@ impl OpenRowGroup {
     fn write(&mut self, schema: &SchemaRef, batch: &RecordBatch) -> Result<()> {
         let mut writers = self.writers.iter_mut();
         for (field, column) in schema.fields().iter().zip(batch.columns()) {
-            for leaf in compute_leaves(field, column).map_err(|e| Error::parquet(OUTPUT, e))? {
+            for leaf in compute_leaves(field, column).map_err(|e| Error::encode(OUTPUT, e))? {
                 writers
                     .next()
                     .ok_or_else(|| Error::invariant("more leaves than column writers"))?
                     .write(&leaf)
-                    .map_err(|e| Error::parquet(OUTPUT, e))?;
+                    .map_err(|e| Error::encode(OUTPUT, e))?;
             }
         }
         self.rows += batch.num_rows();

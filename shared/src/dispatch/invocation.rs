@@ -3,13 +3,16 @@
 //! as failed (DESIGN §6).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{BackfillReport, DispatchMode, PartitionOutcome, backfill, dispatch_partition, sweep};
-use crate::error::{Error, Result};
+use super::{
+    BackfillReport, DispatchMode, Pacing, PartitionOutcome, SweepReport, backfill_until,
+    dispatch_partition, sweep_until,
+};
+use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Classified, Invocation, KeyScope, Record, Watch, classify};
 use crate::partition::{Layout, PartitionId};
 use crate::plan::ReadinessConfig;
@@ -43,13 +46,15 @@ pub struct IgnoredItem {
     pub reason: String,
 }
 
-/// A record that was refused, with its reason.
+/// A record that was refused, or a partition whose dispatch failed, with its reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RejectedItem {
-    /// The key or record.
+    /// The key, record or partition.
     pub item: String,
     /// Why.
     pub reason: String,
+    /// How a caller should react (`invalid_input` for a refused record).
+    pub kind: ErrorKind,
 }
 
 /// The records of an invocation, sorted and with their partitions planned.
@@ -83,7 +88,7 @@ pub enum PlannerAnswer {
     /// A backfill.
     Backfill(BackfillReport),
     /// A sweep.
-    Sweep(Vec<PartitionOutcome>),
+    Sweep(SweepReport),
 }
 
 impl Planner {
@@ -92,6 +97,17 @@ impl Planner {
         &self,
         invocation: Invocation,
         now: DateTime<Utc>,
+    ) -> Result<PlannerAnswer> {
+        self.handle_until(invocation, now, None).await
+    }
+
+    /// [`Planner::handle`] for an invocation ending at `deadline`: sweeps and backfills stop
+    /// before it and say where they stopped.
+    pub async fn handle_until(
+        &self,
+        invocation: Invocation,
+        now: DateTime<Utc>,
+        deadline: Option<Instant>,
     ) -> Result<PlannerAnswer> {
         match invocation {
             Invocation::Notifications { records, .. } => {
@@ -113,26 +129,33 @@ impl Planner {
                 })
             }
             Invocation::Backfill(request) => {
-                let report = backfill(
+                let pacing = Pacing {
+                    min_interval: self.backfill_interval,
+                    deadline,
+                };
+                let report = backfill_until(
                     &self.store,
                     &self.layout,
                     &request,
                     now,
                     &self.readiness,
-                    self.backfill_interval,
+                    pacing,
                     &|_, _| {},
                 )
                 .await?;
                 Ok(PlannerAnswer::Backfill(report))
             }
             Invocation::Sweep => Ok(PlannerAnswer::Sweep(
-                sweep(&self.store, &self.layout, now, &self.readiness).await?,
+                sweep_until(&self.store, &self.layout, now, &self.readiness, deadline).await?,
             )),
             Invocation::Compact { tenant, hour } => Err(Error::Config {
                 message: format!(
                     "the planner does not compact ({tenant} {hour}); invoke the compactor with this request"
                 ),
             }),
+            Invocation::Http(_) => Err(Error::invariant(
+                "an HTTP request reaches the planner unwrapped; its handler answers it",
+            )),
         }
     }
 
@@ -168,13 +191,17 @@ impl Planner {
                     Classified::Rejected { item, reason } => {
                         tracing::error!(item, reason, "rejected");
                         group_failed[g] = true;
-                        handled.rejected.push(RejectedItem { item, reason });
+                        handled.rejected.push(RejectedItem {
+                            item,
+                            reason,
+                            kind: ErrorKind::InvalidInput,
+                        });
                     }
                 }
             }
         }
         // Accepted partitions first, once each, whatever else the invocation holds.
-        let mut failed_partitions: BTreeMap<PartitionId, String> = BTreeMap::new();
+        let mut failed_partitions: BTreeMap<PartitionId, (String, ErrorKind)> = BTreeMap::new();
         for partition in &accepted {
             match dispatch_partition(
                 &self.store,
@@ -189,14 +216,15 @@ impl Planner {
                 Ok(outcome) => handled.partitions.push(outcome),
                 Err(e) => {
                     tracing::error!(partition = %partition, error = %e, "dispatch failed");
-                    failed_partitions.insert(partition.clone(), e.to_string());
+                    failed_partitions.insert(partition.clone(), (e.to_string(), e.kind()));
                 }
             }
         }
-        for (partition, reason) in &failed_partitions {
+        for (partition, (reason, kind)) in &failed_partitions {
             handled.failed.push(RejectedItem {
                 item: partition.to_string(),
                 reason: reason.clone(),
+                kind: *kind,
             });
         }
         for (g, partitions) in partitions_of.iter().enumerate() {

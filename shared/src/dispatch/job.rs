@@ -86,6 +86,13 @@ pub async fn read_job(store: &Store, partition: &PartitionId) -> Result<Option<S
     let result = match store.object_store().get(&key).await {
         Ok(result) => result,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        // S3 answers a GET of a missing key with 403 to a caller that may read but not list
+        // it. The functions may read job records, so a 403 here means "no record"; were it
+        // wrong, the create-only write that follows finds the record and changes nothing.
+        Err(object_store::Error::PermissionDenied { .. }) => {
+            tracing::warn!(key = %key, "reading the job record was denied; taking it as absent (grant s3:ListBucket on the job prefix to get 404s)");
+            return Ok(None);
+        }
         Err(e) => return Err(Error::store("get", &key, e)),
     };
     let meta = result.meta.clone();

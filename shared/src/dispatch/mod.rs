@@ -10,13 +10,14 @@ pub mod job;
 pub mod worker;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::events::BackfillRequest;
 use crate::manifest::{LiveSet, live_set, load_latest};
 use crate::partition::{Layout, PartitionId, is_ingest_file_name, parse_hour, validate_tenant};
@@ -38,14 +39,17 @@ pub struct PartitionOutcome {
     pub tenant: String,
     /// Hour, `YYYY-MM-DDTHH`.
     pub hour: String,
-    /// `dispatched`, `would_dispatch` (dry run), `job_active`, `not_ready` or
-    /// `nothing_to_compact`.
+    /// `dispatched`, `would_dispatch` (dry run), `job_active`, `not_ready`,
+    /// `nothing_to_compact`, or `failed` (the error in `reason`).
     pub decision: String,
     /// Why, in words.
     pub reason: String,
     /// The job id when a job record was written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
+    /// For `failed`: the kind of the error, as in the reports and metrics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ErrorKind>,
 }
 
 impl PartitionOutcome {
@@ -56,6 +60,16 @@ impl PartitionOutcome {
             decision: decision.to_string(),
             reason,
             job_id: None,
+            error_kind: None,
+        }
+    }
+
+    /// A partition whose planning failed: reported, and the sweep or backfill goes on.
+    fn failed(partition: &PartitionId, error: &Error) -> Self {
+        tracing::error!(partition = %partition, error = %error, kind = error.kind().name(), "partition not planned");
+        Self {
+            error_kind: Some(error.kind()),
+            ..Self::new(partition, "failed", error.to_string())
         }
     }
 
@@ -195,6 +209,29 @@ pub async fn find_tenants(
     Ok(tenants)
 }
 
+/// Time a sweep or backfill keeps free before the invocation's deadline, to report and save
+/// where it stopped.
+pub const PLANNER_DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+
+/// Where the sweep stopped when it ran out of time; the next sweep starts after it.
+pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
+
+/// True when work must stop to end before `deadline`.
+fn out_of_time(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() + PLANNER_DEADLINE_MARGIN >= d)
+}
+
+/// What a sweep did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SweepReport {
+    /// Every partition considered, in the order considered.
+    pub partitions: Vec<PartitionOutcome>,
+    /// Partitions whose planning failed (in `partitions` with decision `failed`).
+    pub failed: usize,
+    /// False when the deadline stopped it; the next sweep resumes after the last partition.
+    pub complete: bool,
+}
+
 /// The sweep: every tenant's partitions in the window of recent hours, planned as if an event
 /// had arrived. Lists tenants once, then only the window's hour directories.
 pub async fn sweep(
@@ -203,25 +240,97 @@ pub async fn sweep(
     now: DateTime<Utc>,
     config: &ReadinessConfig,
 ) -> Result<Vec<PartitionOutcome>> {
+    Ok(sweep_until(store, layout, now, config, None)
+        .await?
+        .partitions)
+}
+
+/// The sweep, bounded by an invocation deadline. A partition that fails is reported and the
+/// sweep goes on. It starts after the partition where the last sweep stopped (the cursor at
+/// [`SWEEP_CURSOR_KEY`]) and, when time runs out, saves where it stopped, so successive sweeps
+/// cover every tenant and hour however many there are.
+pub async fn sweep_until(
+    store: &Store,
+    layout: &Layout,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    deadline: Option<Instant>,
+) -> Result<SweepReport> {
     let tenants = find_tenants(store, layout, None).await?;
-    let mut outcomes = Vec::new();
+    let mut partitions = Vec::new();
     for tenant in &tenants {
         for hour in sweep_window(now, config.sweep_hours) {
-            let partition = PartitionId::new(tenant, hour)?;
-            outcomes.push(
-                dispatch_partition(
-                    store,
-                    layout,
-                    &partition,
-                    now,
-                    config,
-                    DispatchMode::default(),
-                )
-                .await?,
-            );
+            partitions.push(PartitionId::new(tenant, hour)?);
         }
     }
-    Ok(outcomes)
+    if let Some(after) = read_sweep_cursor(store).await
+        && let Some(i) = partitions.iter().position(|p| p.relative_dir() == after)
+    {
+        partitions.rotate_left(i + 1);
+    }
+    let mut report = SweepReport {
+        complete: true,
+        ..Default::default()
+    };
+    for (i, partition) in partitions.iter().enumerate() {
+        if i > 0 && out_of_time(deadline) {
+            report.complete = false;
+            write_sweep_cursor(store, &partitions[i - 1]).await;
+            tracing::warn!(
+                done = i,
+                total = partitions.len(),
+                "sweep stopped before the deadline; the next one resumes here"
+            );
+            break;
+        }
+        let outcome = match dispatch_partition(
+            store,
+            layout,
+            partition,
+            now,
+            config,
+            DispatchMode::default(),
+        )
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                report.failed += 1;
+                PartitionOutcome::failed(partition, &e)
+            }
+        };
+        report.partitions.push(outcome);
+    }
+    Ok(report)
+}
+
+/// The partition the last sweep stopped after; `None` when there is none or it is unreadable
+/// (the sweep then starts at the beginning, which is always safe).
+async fn read_sweep_cursor(store: &Store) -> Option<String> {
+    let key = Path::from(SWEEP_CURSOR_KEY);
+    let bytes = match store.object_store().get(&key).await {
+        Ok(result) => result.bytes().await.ok()?,
+        Err(
+            object_store::Error::NotFound { .. } | object_store::Error::PermissionDenied { .. },
+        ) => {
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(key = %key, error = %e, "cannot read the sweep cursor; starting at the beginning");
+            return None;
+        }
+    };
+    let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    value.get("after")?.as_str().map(str::to_string)
+}
+
+/// Saves where the sweep stopped; a failure only costs the next sweep its head start.
+async fn write_sweep_cursor(store: &Store, after: &PartitionId) {
+    let key = Path::from(SWEEP_CURSOR_KEY);
+    let body = serde_json::json!({ "after": after.relative_dir() }).to_string();
+    if let Err(e) = store.object_store().put(&key, body.into()).await {
+        tracing::warn!(key = %key, error = %e, "cannot save the sweep cursor");
+    }
 }
 
 /// The partitions a backfill covers, validated and bounded.
@@ -273,6 +382,13 @@ pub struct BackfillReport {
     pub considered: usize,
     /// Nothing was written.
     pub dry_run: bool,
+    /// Partitions whose planning failed (in `partitions` with decision `failed`).
+    pub failed: usize,
+    /// False when the deadline stopped it before the end of the range.
+    pub complete: bool,
+    /// When incomplete, the first partition not considered (re-run the backfill from there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<String>,
 }
 
 /// Schedules every partition of the range that has uncompacted files, at most one job
@@ -286,6 +402,34 @@ pub async fn backfill(
     min_interval: Duration,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<BackfillReport> {
+    let pacing = Pacing {
+        min_interval,
+        deadline: None,
+    };
+    backfill_until(store, layout, request, now, config, pacing, progress).await
+}
+
+/// How a backfill spreads its work: the rate limit, and the invocation deadline it stops
+/// before.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pacing {
+    /// Least time between two job records written.
+    pub min_interval: Duration,
+    /// Stop before this instant (a Lambda invocation's deadline).
+    pub deadline: Option<Instant>,
+}
+
+/// [`backfill`], bounded by a deadline: a partition that fails is reported and the backfill
+/// goes on; when time runs out it reports the first hour it did not consider.
+pub async fn backfill_until(
+    store: &Store,
+    layout: &Layout,
+    request: &BackfillRequest,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    pacing: Pacing,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<BackfillReport> {
     let partitions = backfill_partitions(store, layout, request).await?;
     let mode = DispatchMode {
         requested: true,
@@ -294,13 +438,26 @@ pub async fn backfill(
     let mut report = BackfillReport {
         dry_run: request.dry_run,
         considered: partitions.len(),
+        complete: true,
         ..Default::default()
     };
     for (i, partition) in partitions.iter().enumerate() {
-        let outcome = dispatch_partition(store, layout, partition, now, config, mode).await?;
+        if i > 0 && out_of_time(pacing.deadline) {
+            report.complete = false;
+            report.considered = i;
+            report.resume_from = Some(partition.relative_dir());
+            break;
+        }
+        let outcome = match dispatch_partition(store, layout, partition, now, config, mode).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                report.failed += 1;
+                PartitionOutcome::failed(partition, &e)
+            }
+        };
         if outcome.decision != "nothing_to_compact" {
-            if outcome.decision == "dispatched" && !min_interval.is_zero() {
-                tokio::time::sleep(min_interval).await;
+            if outcome.decision == "dispatched" && !pacing.min_interval.is_zero() {
+                tokio::time::sleep(pacing.min_interval).await;
             }
             report.scheduled += usize::from(outcome.is_dispatched());
             report.partitions.push(outcome);

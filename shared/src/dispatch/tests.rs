@@ -554,3 +554,175 @@ async fn work_per_invocation_is_bounded_whatever_the_burst() {
     assert_eq!(one, forty);
     assert!(one <= 3, "{one} store operations");
 }
+
+#[tokio::test]
+async fn a_denied_read_of_a_missing_job_record_is_no_record() {
+    // S3 answers a GET of a missing key with 403 to a caller that may not list it: the first
+    // dispatch of a partition still writes its job record, and a second finds it.
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = Store::from_object_store(
+        Arc::new(crate::testing::DenyMissingStore::new(Arc::clone(&inner))),
+        "memory://",
+    );
+    let p = partition();
+    land(&store, &p, "f1.parquet", 0, 10).await;
+    assert!(job::read_job(&store, &p).await.unwrap().is_none());
+    let config = ReadinessConfig::default();
+    let first = dispatch_partition(
+        &store,
+        &Layout::default(),
+        &p,
+        closed(),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.decision, "dispatched", "{first:?}");
+    let second = dispatch_partition(
+        &store,
+        &Layout::default(),
+        &p,
+        closed(),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.decision, "job_active", "{second:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_goes_past_a_failing_partition_and_resumes_after_its_deadline() {
+    let store = memory();
+    let layout = Layout::default();
+    let config = ReadinessConfig {
+        sweep_hours: 2,
+        ..ReadinessConfig::default()
+    };
+    let now = at("2026-11-29T13:00:00Z");
+    // Tenant "bad" has an unreadable manifest; "acme" and "zeta" are fine.
+    let bad = PartitionId::parse("bad", "2026-11-29T11").unwrap();
+    for p in [
+        &PartitionId::parse("acme", "2026-11-29T11").unwrap(),
+        &bad,
+        &PartitionId::parse("zeta", "2026-11-29T11").unwrap(),
+    ] {
+        land(&store, p, "f.parquet", 0, 10).await;
+    }
+    put_bytes(
+        &store,
+        layout.manifest_key(&bad, 1).as_ref(),
+        bytes::Bytes::from_static(b"not a manifest"),
+    )
+    .await;
+    let report = sweep_until(&store, &layout, now, &config, None)
+        .await
+        .unwrap();
+    assert!(report.complete);
+    assert_eq!(report.failed, 1, "{:?}", report.partitions);
+    let decided: Vec<(&str, &str)> = report
+        .partitions
+        .iter()
+        .filter(|o| o.hour == "2026-11-29T11")
+        .map(|o| (o.tenant.as_str(), o.decision.as_str()))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            ("acme", "dispatched"),
+            ("bad", "failed"),
+            ("zeta", "dispatched")
+        ]
+    );
+    let failed = report
+        .partitions
+        .iter()
+        .find(|o| o.decision == "failed")
+        .unwrap();
+    assert_eq!(failed.error_kind, Some(ErrorKind::InvalidInput));
+    assert!(failed.reason.contains("not a manifest") || failed.reason.contains("unreadable"));
+
+    // Out of time from the start: one partition per sweep, each sweep resuming after the last,
+    // so successive sweeps visit every partition of the window in turn.
+    let mut visited = Vec::new();
+    for _ in 0..9 {
+        let report = sweep_until(
+            &store,
+            &layout,
+            now,
+            &config,
+            Some(std::time::Instant::now()),
+        )
+        .await
+        .unwrap();
+        assert!(!report.complete);
+        assert_eq!(report.partitions.len(), 1);
+        let o = &report.partitions[0];
+        visited.push(format!("{}/{}", o.tenant, o.hour));
+    }
+    // 3 tenants × 3 hours: nine sweeps see nine different partitions.
+    let distinct: BTreeSet<&String> = visited.iter().collect();
+    assert_eq!(distinct.len(), 9, "{visited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_goes_past_a_failing_partition_and_stops_before_its_deadline() {
+    let store = memory();
+    let layout = Layout::default();
+    let bad = PartitionId::parse("acme", "2026-11-29T09").unwrap();
+    for p in [
+        &PartitionId::parse("acme", "2026-11-29T08").unwrap(),
+        &bad,
+        &partition(),
+    ] {
+        land(&store, p, "f.parquet", 0, 10).await;
+    }
+    put_bytes(
+        &store,
+        layout.manifest_key(&bad, 1).as_ref(),
+        bytes::Bytes::from_static(b"{"),
+    )
+    .await;
+    let request = BackfillRequest {
+        tenants: None,
+        from: "2026-11-29T08".into(),
+        to: "2026-11-29T10".into(),
+        dry_run: false,
+    };
+    let config = ReadinessConfig::default();
+    let report = backfill(
+        &store,
+        &layout,
+        &request,
+        closed(),
+        &config,
+        Duration::ZERO,
+        &|_, _| {},
+    )
+    .await
+    .unwrap();
+    assert!(report.complete);
+    assert_eq!((report.scheduled, report.failed), (2, 1));
+    let pacing = Pacing {
+        min_interval: Duration::ZERO,
+        deadline: Some(std::time::Instant::now()),
+    };
+    let cut = backfill_until(
+        &store,
+        &layout,
+        &request,
+        closed(),
+        &config,
+        pacing,
+        &|_, _| {},
+    )
+    .await
+    .unwrap();
+    assert!(!cut.complete);
+    assert_eq!(cut.considered, 1);
+    assert_eq!(
+        cut.resume_from.as_deref(),
+        Some("tenant=acme/year=2026/month=11/day=29/hour=09")
+    );
+}

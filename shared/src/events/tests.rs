@@ -70,8 +70,10 @@ fn rejects_keys_failing_the_grammar_after_one_decoding() {
         "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D10/..%2F..%2Fx.parquet",
         "data/tenant%3Dac%24me/year%3D2026/month%3D11/day%3D29/hour%3D10/f.parquet",
         "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D10/f%0A.parquet",
-        "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D10/_tmp.parquet",
         "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D10/f.json",
+        "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D10/sub/f.parquet",
+        "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D10/.%2F_SUCCESS",
+        "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D10/..%2F_SUCCESS",
         // Double-encoded: after one decoding it is `tenant%3Dacme`, which is not the grammar.
         "data/tenant%253Dacme/year%253D2026/month%253D11/day%253D29/hour%253D10/f.parquet",
         "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D10/f.parquet%ZZ",
@@ -154,32 +156,212 @@ fn store_scope_strips_the_root_and_checks_the_bucket() {
 }
 
 #[test]
-fn eventbridge_keys_are_not_decoded() {
+fn eventbridge_keys_are_decoded_exactly_once() {
     let event = |key: &str| {
         json!({
             "version": "0", "detail-type": "Object Created", "source": "aws.s3",
             "detail": {"bucket": {"name": "b"}, "object": {"key": key}, "reason": "PutObject"}
         })
     };
-    let plain = parse_invocation(&event(&format!("data/{P}/a+b.parquet"))).unwrap();
-    let Invocation::Notifications { source, records } = plain else {
-        panic!()
+    let classify_eventbridge = |key: &str| {
+        let Ok(Invocation::Notifications { source, records }) = parse_invocation(&event(key))
+        else {
+            panic!("an EventBridge event parses")
+        };
+        assert_eq!(source, Source::EventBridge);
+        classify(&records[0], &any_bucket(), &layout(), Watch::Ingest)
     };
-    assert_eq!(source, Source::EventBridge);
-    match classify(&records[0], &any_bucket(), &layout(), Watch::Ingest) {
-        Classified::Accepted { key, .. } => assert_eq!(key, format!("data/{P}/a+b.parquet")),
+    // As in S3 notifications: `%3D` is `=`, `+` a space.
+    let encoded = format!("data/{}/batch+1.parquet", P.replace('=', "%3D"));
+    match classify_eventbridge(&encoded) {
+        Classified::Accepted { key, partition } => {
+            assert_eq!(key, format!("data/{P}/batch 1.parquet"));
+            assert_eq!(partition.relative_dir(), P);
+        }
         other => panic!("{other:?}"),
     }
-    // An encoded key in EventBridge is literally `%3D`: rejected, not decoded.
-    let encoded =
-        parse_invocation(&event(&format!("data/{}/f.parquet", P.replace('=', "%3D")))).unwrap();
-    let Invocation::Notifications { records, .. } = encoded else {
-        panic!()
+    // Keys without escapes are the same decoded or not.
+    assert!(matches!(
+        classify_eventbridge(&format!("data/{P}/f.parquet")),
+        Classified::Accepted { .. }
+    ));
+    // Decoded once: a double-encoded `=` stays `%3D` and fails the grammar, loudly.
+    let double = format!("data/{}/f.parquet", P.replace('=', "%253D"));
+    assert!(matches!(
+        classify_eventbridge(&double),
+        Classified::Rejected { .. }
+    ));
+    assert!(matches!(
+        classify_eventbridge(&format!("data/{P}/f.parquet%ZZ")),
+        Classified::Rejected { .. }
+    ));
+}
+
+/// A MinIO webhook body as MinIO sends it: Go's `url.QueryEscape` of the key (`/` as `%2F`,
+/// `=` as `%3D`, a space as `+`), `s3:`-prefixed event names, top-level `EventName` and `Key`.
+fn minio_body(event_name: &str, object: &str) -> serde_json::Value {
+    let escaped = object
+        .replace('=', "%3D")
+        .replace('/', "%2F")
+        .replace(' ', "+");
+    json!({
+        "EventName": event_name,
+        "Key": format!("logs-bucket/{object}"),
+        "Records": [{
+            "eventVersion": "2.0", "eventSource": "minio:s3", "awsRegion": "",
+            "eventName": event_name,
+            "s3": {"bucket": {"name": "logs-bucket"}, "object": {"key": escaped}}
+        }]
+    })
+}
+
+#[test]
+fn minio_notifications_are_accepted() {
+    let object = format!("data/{P}/batch 7.parquet");
+    let Ok(Invocation::Notifications { source, records }) =
+        parse_invocation(&minio_body("s3:ObjectCreated:Put", &object))
+    else {
+        panic!("a MinIO notification parses")
+    };
+    assert_eq!(source, Source::Minio);
+    assert_eq!(
+        records[0],
+        Record::Object {
+            event_name: "ObjectCreated:Put".into(),
+            bucket: "logs-bucket".into(),
+            key: object.clone(),
+        }
+    );
+    match classify(&records[0], &any_bucket(), &layout(), Watch::Ingest) {
+        Classified::Accepted { key, partition } => {
+            assert_eq!(key, object);
+            assert_eq!(partition.relative_dir(), P);
+        }
+        other => panic!("{other:?}"),
+    }
+    let Ok(Invocation::Notifications { records, .. }) =
+        parse_invocation(&minio_body("s3:ObjectRemoved:Delete", &object))
+    else {
+        panic!("a MinIO notification parses")
     };
     assert!(matches!(
         classify(&records[0], &any_bucket(), &layout(), Watch::Ingest),
-        Classified::Rejected { .. }
+        Classified::Ignored {
+            reason: IgnoreReason::CreatesNothing,
+            ..
+        }
     ));
+    // A MinIO key failing the grammar after its one decoding is rejected, naming it.
+    let Ok(Invocation::Notifications { records, .. }) = parse_invocation(&minio_body(
+        "s3:ObjectCreated:Put",
+        &format!("data/{}/f.parquet", P.replace("hour=10", "hour=24")),
+    )) else {
+        panic!("a MinIO notification parses")
+    };
+    match classify(&records[0], &any_bucket(), &layout(), Watch::Ingest) {
+        Classified::Rejected { item, .. } => assert!(item.contains("hour=24"), "{item}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn http_event(body: &str, base64: bool) -> serde_json::Value {
+    json!({
+        "version": "2.0", "routeKey": "$default", "rawPath": "/", "rawQueryString": "",
+        "headers": {"content-type": "application/json"},
+        "requestContext": {"http": {"method": "POST", "path": "/"}},
+        "body": body, "isBase64Encoded": base64
+    })
+}
+
+#[test]
+fn http_requests_carry_notifications_in_their_body() {
+    use base64::Engine as _;
+    let body = minio_body("s3:ObjectCreated:Put", &format!("data/{P}/f.parquet")).to_string();
+    let expected = parse_invocation(&serde_json::from_str(&body).unwrap()).unwrap();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(body.as_bytes());
+    for payload in [http_event(&body, false), http_event(&encoded, true)] {
+        let Ok(Invocation::Http(request)) = parse_invocation(&payload) else {
+            panic!("an HTTP request event parses")
+        };
+        assert_eq!(request.method, "POST");
+        assert_eq!(request.body, Ok(Some(expected.clone())));
+    }
+    // An S3 notification over HTTP is accepted too.
+    let s3 =
+        json!({"Records": [s3_record("ObjectCreated:Put", "b", &format!("data/{P}/f.parquet"))]});
+    let Ok(Invocation::Http(request)) = parse_invocation(&http_event(&s3.to_string(), false))
+    else {
+        panic!()
+    };
+    assert!(matches!(
+        request.body,
+        Ok(Some(Invocation::Notifications {
+            source: Source::S3,
+            ..
+        }))
+    ));
+    // A probe without a body; bodies that are not notifications are refused, not panicked on.
+    let mut probe = http_event("", false);
+    probe["requestContext"]["http"]["method"] = json!("HEAD");
+    probe.as_object_mut().unwrap().remove("body");
+    let Ok(Invocation::Http(request)) = parse_invocation(&probe) else {
+        panic!()
+    };
+    assert_eq!((request.method.as_str(), request.body), ("HEAD", Ok(None)));
+    for (body, base64) in [
+        ("not json", false),
+        ("%%%", true),
+        (
+            r#"{"backfill": {"from": "2026-11-29T00", "to": "2026-11-29T01"}}"#,
+            false,
+        ),
+        (
+            r#"{"Records": [{"eventSource": "aws:sqs", "messageId": "m", "body": "{}"}]}"#,
+            false,
+        ),
+    ] {
+        let Ok(Invocation::Http(request)) = parse_invocation(&http_event(body, base64)) else {
+            panic!("{body}")
+        };
+        assert!(request.body.is_err(), "{body}: {:?}", request.body);
+    }
+}
+
+#[test]
+fn writer_side_files_are_ignored_not_rejected() {
+    for file in [
+        "_SUCCESS",
+        "_committed_123",
+        "_started_123",
+        "_tmp.parquet",
+        ".part-0000.crc",
+        "part-0000.snappy.parquet.crc",
+        "_temporary/0/_temporary/attempt_1/part-0000.parquet",
+    ] {
+        let key = format!(
+            "data/{}/{}",
+            P.replace('=', "%3D"),
+            file.replace('/', "%2F")
+        );
+        assert_eq!(
+            classify_s3(&key, &any_bucket()),
+            Classified::Ignored {
+                item: format!("data/{P}/{file}"),
+                reason: IgnoreReason::WriterSideFile
+            },
+            "{file}"
+        );
+    }
+    // Spark writing the whole prefix: its markers sit above the partitions.
+    for key in ["data/_SUCCESS", "data/_temporary/0/tenant%3Dacme/f.parquet"] {
+        assert!(matches!(
+            classify_s3(key, &any_bucket()),
+            Classified::Ignored {
+                reason: IgnoreReason::WriterSideFile,
+                ..
+            }
+        ));
+    }
 }
 
 #[test]

@@ -15,8 +15,10 @@ use crate::store::Store;
 
 mod event_files;
 mod log_fixture;
+mod recording_store;
 pub use event_files::{event_file_names, events_dir, load_event};
 pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};
+pub use recording_store::{DenyMissingStore, Operation, RecordingStore, assert_role_permits};
 
 /// A seeded xorshift64 stream: test data that is random-looking yet the same in every run.
 pub fn xorshift64(seed: u64) -> impl FnMut() -> u64 {
