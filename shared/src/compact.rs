@@ -26,7 +26,7 @@ use crate::config::CompactOptions;
 use crate::engine::{SortFailure, SortJob, SortStats, sort_inputs};
 use crate::error::{Error, Result};
 use crate::gc::collect_garbage;
-use crate::input::{CheckedInput, StagedInput, check_input};
+use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, page_cap_bytes};
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
     load_latest,
@@ -46,6 +46,8 @@ use crate::writer::{OutputWriter, partition_output_settings, sort_key_label};
 const LAYOUT_VERSION: &str = "ourios-compaction/2";
 /// Inputs downloaded at once from a remote store.
 const PARALLEL_DOWNLOADS: usize = 4;
+/// Stack of the thread that checks inputs (reserved, not resident until used).
+const CHECK_STACK_BYTES: usize = 256 << 20;
 
 /// Compacts one partition and reports what happened. Errors that leave nothing committed
 /// are reported as `failed` or `timeout` rather than returned; an `Err` means the job could
@@ -137,6 +139,12 @@ async fn run_job(
         "inputs checked"
     );
 
+    // A valid file without rows has nothing to sort: it is consumed (retired) with the
+    // inputs, and its schema stays out of the union.
+    let (empty, rest): (Vec<CheckedInput>, Vec<CheckedInput>) =
+        checked.into_iter().partition(|c| c.rows == 0);
+    checked = rest;
+
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
         let (unified, rejected) = {
@@ -168,8 +176,8 @@ async fn run_job(
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
     report.quarantined = quarantined.clone();
     report.inputs = InputTotals {
-        files: checked.len() as u64,
-        bytes: checked.iter().map(|c| c.staged.size).sum(),
+        files: (checked.len() + empty.len()) as u64,
+        bytes: checked.iter().chain(&empty).map(|c| c.staged.size).sum(),
         rows: checked.iter().map(|c| c.rows).sum(),
     };
     if let Some(w) = &written {
@@ -212,7 +220,11 @@ async fn run_job(
         .map(|r| r.key.clone())
         .collect();
     let request = CommitRequest {
-        inputs: checked.iter().map(|c| c.staged.key.to_string()).collect(),
+        inputs: checked
+            .iter()
+            .chain(&empty)
+            .map(|c| c.staged.key.to_string())
+            .collect(),
         output: written.as_ref().map(|w| CompactedFile {
             key: w.output.key.clone(),
             rows: w.output.rows,
@@ -328,21 +340,34 @@ async fn check_inputs(
 ) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
     let partition = partition.clone();
     let keys = options.keys.clone();
-    tokio::task::spawn_blocking(move || {
+    let page_cap = page_cap_bytes(options.budget_bytes);
+    // Footers are parsed recursively by the reader; a hostile one nesting thousands of levels
+    // deep must meet a stack deep enough to be refused (the check caps nesting for the rest).
+    let check = move || {
         let mut checked = Vec::new();
         let mut quarantined = Vec::new();
         for s in staged {
             let size = std::fs::metadata(&s.local).map(|m| m.len()).unwrap_or(0);
             let s = StagedInput { size, ..s };
-            match check_input(s.clone(), &partition, &keys) {
+            let result = catch_reader_panic(|| check_input(s.clone(), &partition, &keys, page_cap));
+            match result.and_then(|c| c) {
                 Ok(c) => checked.push(c),
                 Err(reason) => quarantined.push(quarantine(&s, &reason)),
             }
         }
         (checked, quarantined)
+    };
+    tokio::task::spawn_blocking(move || {
+        std::thread::Builder::new()
+            .name("input-check".into())
+            .stack_size(CHECK_STACK_BYTES)
+            .spawn(check)
+            .map_err(|e| Error::invariant(format!("input check thread: {e}")))?
+            .join()
+            .map_err(|_| Error::invariant("input check thread panicked"))
     })
     .await
-    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))
+    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))?
 }
 
 /// The name of an output: a hash of its input set and the settings that shape its bytes.
