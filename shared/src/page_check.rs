@@ -10,7 +10,8 @@
 //!
 //! - the footer is larger than [`MAX_FOOTER_BYTES`], has more than [`MAX_LEAF_COLUMNS`]
 //!   leaf columns, or nests deeper than [`MAX_NESTING`];
-//! - a column chunk's byte range leaves the file, or its pages overrun it;
+//! - a column chunk's byte range leaves the file, or its pages overrun it, or the footer
+//!   claims it decodes to far more than its pages declare;
 //! - a page declares more decoded bytes than the page cap (a share of the budget B);
 //! - a page inflates to another size than its header declares (checked by inflating it,
 //!   output discarded, for the codecs a reader would inflate without a bound: gzip, brotli
@@ -145,6 +146,19 @@ pub fn check_pages(
                 })?;
             let walked = walk_chunk(&mut reader, start, end, chunk.compression(), page_cap_bytes)
                 .map_err(at)?;
+            // Writers count page headers in; twice the pages and headers is far beyond any.
+            let plausible = walked
+                .decoded_bytes
+                .saturating_add(walked.stored_bytes)
+                .saturating_mul(2)
+                .saturating_add(1 << 20);
+            let claimed = chunk.uncompressed_size();
+            if u64::try_from(claimed).map_or(true, |c| c > plausible) {
+                return Err(at(format!(
+                    "the footer claims {claimed} decoded bytes, but the chunk's pages declare {}",
+                    walked.decoded_bytes
+                )));
+            }
             chunks.push(walked);
         }
         facts.row_groups.push(chunks);
