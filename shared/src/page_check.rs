@@ -372,10 +372,7 @@ impl PageHeader {
             ..Default::default()
         };
         let mut field = 0i16;
-        loop {
-            let Some((id, kind)) = field_header(r, &mut field)? else {
-                break;
-            };
+        while let Some((id, kind)) = field_header(r, &mut field)? {
             match (id, kind) {
                 (1, T_I32) => header.is_dictionary = read_i32(r)? == DICTIONARY_PAGE,
                 (2, T_I32) => header.uncompressed_page_size = read_i32(r)?,
@@ -396,10 +393,7 @@ impl PageHeader {
 fn read_v2_header<R: Read>(r: &mut R) -> std::io::Result<(u64, bool)> {
     let mut field = 0i16;
     let (mut levels, mut compressed) = (0u64, true);
-    loop {
-        let Some((id, kind)) = field_header(r, &mut field)? else {
-            break;
-        };
+    while let Some((id, kind)) = field_header(r, &mut field)? {
         match (id, kind) {
             (5 | 6, T_I32) => {
                 let bytes =
