@@ -129,11 +129,38 @@ async fn run_job(
 
     // Step 2: stage.
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
-    let staged = stage_inputs(store, &manifest, &live, &scratch).await?;
+    let (staged, unreadable) = stage_inputs(store, &manifest, &live, &scratch).await?;
+    let mut refused = Vec::new();
+    for (key, outcome) in unreadable {
+        match outcome {
+            Unreadable::Refused(reason) => refused.push((key, reason)),
+            // Gone since the listing (deleted, or retired by another job's GC): nothing to
+            // read, keep or retire; the next listing no longer holds it.
+            Unreadable::Vanished(reason) => {
+                tracing::warn!(file = %key, reason, "input vanished since the listing; skipped")
+            }
+        }
+    }
+    if !refused.is_empty() && staged.is_empty() {
+        // Every input refused: the function's own access (or the store) is at fault, not
+        // the files; fail and retry rather than quarantine a whole partition.
+        let (key, reason) = &refused[0];
+        return Err(Error::Config {
+            message: format!(
+                "the store refused to read every input of {partition} (e.g. {key}: {reason})"
+            ),
+        });
+    }
 
     // Step 3: check.
     let checking = Instant::now();
     let (mut checked, mut quarantined) = check_inputs(staged, partition, options).await?;
+    for (key, reason) in &refused {
+        quarantined.push(quarantine_key(
+            key,
+            &format!("the store refused to read it: {reason}"),
+        ));
+    }
     tracing::debug!(
         elapsed_ms = checking.elapsed().as_millis() as u64,
         "inputs checked"
@@ -275,11 +302,25 @@ async fn run_job(
 }
 
 fn quarantine(staged: &StagedInput, reason: &str) -> Quarantined {
-    tracing::warn!(file = %staged.key, reason, "quarantined bad input");
+    quarantine_key(&staged.key, reason)
+}
+
+fn quarantine_key(key: &Path, reason: &str) -> Quarantined {
+    tracing::warn!(file = %key, reason, "quarantined bad input");
     Quarantined {
-        file: staged.key.to_string(),
+        file: key.to_string(),
         reason: reason.to_string(),
     }
+}
+
+/// Why an input could not be staged.
+#[derive(Debug)]
+enum Unreadable {
+    /// The store refused the GET (403: a KMS key the function may not use, an archived
+    /// storage class answering `InvalidObjectState`): a bad input, with the store's reason.
+    Refused(String),
+    /// The object is gone (404) since the listing.
+    Vanished(String),
 }
 
 async fn delete_quietly(store: &Store, key: &str) {
@@ -290,13 +331,13 @@ async fn delete_quietly(store: &Store, key: &str) {
 }
 
 /// Inputs in ordinal order: earlier compacted files first (they are runs already), then
-/// ingest files in sorted-basename order.
+/// ingest files in sorted-basename order; and the ones the store would not give.
 async fn stage_inputs(
     store: &Store,
     manifest: &Manifest,
     live: &crate::manifest::LiveSet,
     scratch: &ScratchDir,
-) -> Result<Vec<StagedInput>> {
+) -> Result<(Vec<StagedInput>, Vec<(Path, Unreadable)>)> {
     let mut wanted: Vec<(Path, u64, bool)> = Vec::new();
     for key in &live.compacted {
         let bytes = manifest
@@ -309,28 +350,61 @@ async fn stage_inputs(
     for meta in &live.ingest {
         wanted.push((meta.location.clone(), meta.size, false));
     }
-    futures::stream::iter(wanted.into_iter().enumerate())
+    let outcomes = futures::stream::iter(wanted.into_iter().enumerate())
         .map(|(i, (key, size, is_compacted))| async move {
             let name = key.filename().unwrap_or_default().to_string();
             let local = match store.local_path(&key) {
-                Some(path) => path,
+                Some(path) if path.exists() || is_compacted => path,
+                Some(_) => {
+                    let gone = Unreadable::Vanished("no longer in the store".into());
+                    return Ok(Err((key, gone)));
+                }
                 None => {
                     let dest = scratch.path().join(format!("input-{i:06}.parquet"));
-                    store.download(&key, &dest).await?;
-                    dest
+                    match store.download(&key, &dest).await {
+                        Ok(_) => dest,
+                        // A compacted file is this system's own: any failure fails the job.
+                        Err(e) if is_compacted => return Err(e),
+                        Err(Error::Store { source, .. }) if is_refusal(&source) => {
+                            let refused = Unreadable::Refused(source.to_string());
+                            return Ok(Err((key, refused)));
+                        }
+                        Err(Error::Store {
+                            source: source @ object_store::Error::NotFound { .. },
+                            ..
+                        }) => return Ok(Err((key, Unreadable::Vanished(source.to_string())))),
+                        Err(e) => return Err(e),
+                    }
                 }
             };
-            Ok::<_, Error>(StagedInput {
+            Ok::<_, Error>(Ok(StagedInput {
                 key,
                 name,
                 size,
                 local,
                 is_compacted,
-            })
+            }))
         })
         .buffered(PARALLEL_DOWNLOADS)
-        .try_collect()
-        .await
+        .try_collect::<Vec<_>>()
+        .await?;
+    let mut staged = Vec::new();
+    let mut unreadable = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            Ok(input) => staged.push(input),
+            Err(refused) => unreadable.push(refused),
+        }
+    }
+    Ok((staged, unreadable))
+}
+
+/// A store answer that refuses this object for good (403), as opposed to a transient error.
+fn is_refusal(error: &object_store::Error) -> bool {
+    matches!(
+        error,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    )
 }
 
 async fn check_inputs(

@@ -76,7 +76,9 @@ pub fn check_footer_size(file: &mut File) -> Result<(), String> {
         .map_err(|e| format!("cannot read the local copy: {e}"))?
         .len();
     if len < 12 {
-        return Err(format!("not a Parquet file: {len} bytes"));
+        return Err(format!(
+            "not a readable Parquet file: {len} bytes is too short"
+        ));
     }
     let mut tail = [0u8; 8];
     file.seek(SeekFrom::End(-8))
@@ -84,7 +86,7 @@ pub fn check_footer_size(file: &mut File) -> Result<(), String> {
         .map_err(|e| format!("cannot read the footer: {e}"))?;
     let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
     if &tail[4..] != b"PAR1" {
-        return Err("not a Parquet file: no PAR1 magic at its end".into());
+        return Err("not a readable Parquet file: no PAR1 magic at its end".into());
     }
     if footer > MAX_FOOTER_BYTES {
         return Err(format!(
@@ -511,5 +513,110 @@ fn skip<R: Read>(r: &mut R, kind: u8, depth: u32) -> std::io::Result<()> {
             Ok(())
         }
         _ => Err(invalid("unknown Thrift type in a page header")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::{GzipLevel, ZstdLevel};
+    use parquet::file::properties::{WriterProperties, WriterVersion};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use std::sync::Arc;
+
+    fn file_with(compression: Compression, version: WriterVersion) -> tempfile::NamedTempFile {
+        let batch = RecordBatch::try_from_iter([
+            (
+                "t",
+                Arc::new(Int64Array::from_iter_values(0..20_000)) as ArrayRef,
+            ),
+            (
+                "s",
+                Arc::new(StringArray::from_iter_values(
+                    (0..20_000).map(|i| format!("value {}", i % 300)),
+                )),
+            ),
+        ])
+        .expect("batch");
+        let props = WriterProperties::builder()
+            .set_compression(compression)
+            .set_writer_version(version)
+            .set_data_page_size_limit(16 << 10)
+            .set_max_row_group_row_count(Some(7_000))
+            .build();
+        let file = tempfile::NamedTempFile::new().expect("file");
+        let mut writer =
+            ArrowWriter::try_new(file.reopen().expect("reopen"), batch.schema(), Some(props))
+                .expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+        file
+    }
+
+    #[test]
+    fn honest_files_pass_and_their_pages_add_up_to_the_footer() {
+        for compression in [
+            Compression::SNAPPY,
+            Compression::GZIP(GzipLevel::default()),
+            Compression::ZSTD(ZstdLevel::default()),
+            Compression::LZ4,
+            Compression::UNCOMPRESSED,
+        ] {
+            for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
+                let tmp = file_with(compression, version);
+                let mut file = tmp.reopen().expect("open");
+                check_footer_size(&mut file).expect("footer");
+                let reader =
+                    SerializedFileReader::new(tmp.reopen().expect("open")).expect("reader");
+                let metadata = reader.metadata();
+                let facts = check_pages(&file, metadata, 1 << 20)
+                    .unwrap_or_else(|e| panic!("{compression:?} {version:?}: {e}"));
+                assert_eq!(facts.row_groups.len(), 3);
+                for (rg, chunks) in metadata.row_groups().iter().zip(&facts.row_groups) {
+                    for (chunk, pages) in rg.columns().iter().zip(chunks) {
+                        assert_eq!(pages.stored_bytes, chunk.byte_range().1);
+                        let claimed = chunk.uncompressed_size() as u64;
+                        // The footer counts page headers in; the pages alone are a little less.
+                        assert!(pages.decoded_bytes <= claimed, "{compression:?}");
+                        assert!(claimed - pages.decoded_bytes < 1_000, "{compression:?}");
+                        assert_eq!(pages.bounded_bytes(chunk.uncompressed_size()), claimed);
+                    }
+                }
+                // A cap below the pages' size refuses the file.
+                let refused = check_pages(&file, metadata, 1_000).expect_err("too large");
+                assert!(
+                    refused.contains("cap is 1000") || refused.contains("more than the 1000"),
+                    "{refused}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn page_headers_parse_with_skipped_fields() {
+        // type=DATA_PAGE_V2 (3), sizes 100 and 40, crc, then a v2 header with level bytes
+        // 4 and 6 and is_compressed=false, then a binary statistics field to skip.
+        let bytes = [
+            0x15, 0x06, // field 1 i32: 3
+            0x15, 0xc8, 0x01, // field 2 i32: 100
+            0x15, 0x50, // field 3 i32: 40
+            0x15, 0x02, // field 4 i32 (crc): 1
+            0x4c, // field 8 struct (delta 4)
+            0x55, 0x08, // field 5 i32: 4
+            0x15, 0x0c, // field 6 i32: 6
+            0x12, // field 7 bool false
+            0x18, 0x03, b'a', b'b', b'c', // field 8 binary, skipped
+            0x00, // end of v2 header
+            0x00, // end of page header
+        ];
+        let header = PageHeader::read(&mut &bytes[..]).expect("parses");
+        assert_eq!(header.uncompressed_page_size, 100);
+        assert_eq!(header.compressed_page_size, 40);
+        assert_eq!(header.v2_levels_bytes, Some(10));
+        assert!(!header.is_compressed);
+        assert!(!header.is_dictionary);
+        assert!(PageHeader::read(&mut &bytes[..5]).is_err(), "truncated");
     }
 }
