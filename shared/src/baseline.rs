@@ -57,7 +57,13 @@ pub async fn rewrite_plain(
             local,
             is_compacted: false,
         };
-        let c = check_input(staged, partition, &options.keys).map_err(|reason| Error::Config {
+        let c = check_input(
+            staged,
+            partition,
+            &options.keys,
+            crate::input::page_cap_bytes(options.budget_bytes),
+        )
+        .map_err(|reason| Error::Config {
             message: format!("{}: {reason}", meta.location),
         })?;
         checked.push(c);

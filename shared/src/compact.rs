@@ -26,7 +26,7 @@ use crate::config::CompactOptions;
 use crate::engine::{SortFailure, SortJob, SortStats, sort_inputs};
 use crate::error::{Error, Result};
 use crate::gc::collect_garbage;
-use crate::input::{CheckedInput, StagedInput, check_input};
+use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, page_cap_bytes};
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
     load_latest,
@@ -46,6 +46,8 @@ use crate::writer::{OutputWriter, partition_output_settings, sort_key_label};
 const LAYOUT_VERSION: &str = "ourios-compaction/2";
 /// Inputs downloaded at once from a remote store.
 const PARALLEL_DOWNLOADS: usize = 4;
+/// Stack of the thread that checks inputs (reserved, not resident until used).
+const CHECK_STACK_BYTES: usize = 256 << 20;
 
 /// Compacts one partition and reports what happened. Errors that leave nothing committed
 /// are reported as `failed` or `timeout` rather than returned; an `Err` means the job could
@@ -128,15 +130,48 @@ async fn run_job(
 
     // Step 2: stage.
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
-    let staged = stage_inputs(store, &manifest, &live, &scratch).await?;
+    let (staged, unreadable) = stage_inputs(store, &manifest, &live, &scratch).await?;
+    let mut refused = Vec::new();
+    for (key, outcome) in unreadable {
+        match outcome {
+            Unreadable::Refused(reason) => refused.push((key, reason)),
+            // Gone since the listing (deleted, or retired by another job's GC): nothing to
+            // read, keep or retire; the next listing no longer holds it.
+            Unreadable::Vanished(reason) => {
+                tracing::warn!(file = %key, reason, "input vanished since the listing; skipped")
+            }
+        }
+    }
+    if !refused.is_empty() && staged.is_empty() {
+        // Every input refused: the function's own access (or the store) is at fault, not
+        // the files; fail and retry rather than quarantine a whole partition.
+        let (key, reason) = &refused[0];
+        return Err(Error::Config {
+            message: format!(
+                "the store refused to read every input of {partition} (e.g. {key}: {reason})"
+            ),
+        });
+    }
 
     // Step 3: check.
     let checking = Instant::now();
     let (mut checked, mut quarantined) = check_inputs(staged, partition, options).await?;
+    for (key, reason) in &refused {
+        quarantined.push(quarantine_key(
+            key,
+            &format!("the store refused to read it: {reason}"),
+        ));
+    }
     tracing::debug!(
         elapsed_ms = checking.elapsed().as_millis() as u64,
         "inputs checked"
     );
+
+    // A valid file without rows has nothing to sort: it is consumed (retired) with the
+    // inputs, and its schema stays out of the union.
+    let (empty, rest): (Vec<CheckedInput>, Vec<CheckedInput>) =
+        checked.into_iter().partition(|c| c.rows == 0);
+    checked = rest;
 
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
@@ -169,8 +204,8 @@ async fn run_job(
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
     report.quarantined = quarantined.clone();
     report.inputs = InputTotals {
-        files: checked.len() as u64,
-        bytes: checked.iter().map(|c| c.staged.size).sum(),
+        files: (checked.len() + empty.len()) as u64,
+        bytes: checked.iter().chain(&empty).map(|c| c.staged.size).sum(),
         rows: checked.iter().map(|c| c.rows).sum(),
     };
     if let Some(w) = &written {
@@ -213,7 +248,11 @@ async fn run_job(
         .map(|r| r.key.clone())
         .collect();
     let request = CommitRequest {
-        inputs: checked.iter().map(|c| c.staged.key.to_string()).collect(),
+        inputs: checked
+            .iter()
+            .chain(&empty)
+            .map(|c| c.staged.key.to_string())
+            .collect(),
         output: written.as_ref().map(|w| CompactedFile {
             key: w.output.key.clone(),
             rows: w.output.rows,
@@ -264,11 +303,25 @@ async fn run_job(
 }
 
 fn quarantine(staged: &StagedInput, reason: &str) -> Quarantined {
-    tracing::warn!(file = %staged.key, reason, "quarantined bad input");
+    quarantine_key(&staged.key, reason)
+}
+
+fn quarantine_key(key: &Path, reason: &str) -> Quarantined {
+    tracing::warn!(file = %key, reason, "quarantined bad input");
     Quarantined {
-        file: staged.key.to_string(),
+        file: key.to_string(),
         reason: reason.to_string(),
     }
+}
+
+/// Why an input could not be staged.
+#[derive(Debug)]
+enum Unreadable {
+    /// The store refused the GET (403: a KMS key the function may not use, an archived
+    /// storage class answering `InvalidObjectState`): a bad input, with the store's reason.
+    Refused(String),
+    /// The object is gone (404) since the listing.
+    Vanished(String),
 }
 
 async fn delete_quietly(store: &Store, key: &str) {
@@ -279,13 +332,13 @@ async fn delete_quietly(store: &Store, key: &str) {
 }
 
 /// Inputs in ordinal order: earlier compacted files first (they are runs already), then
-/// ingest files in sorted-basename order.
+/// ingest files in sorted-basename order; and the ones the store would not give.
 async fn stage_inputs(
     store: &Store,
     manifest: &Manifest,
     live: &crate::manifest::LiveSet,
     scratch: &ScratchDir,
-) -> Result<Vec<StagedInput>> {
+) -> Result<(Vec<StagedInput>, Vec<(Path, Unreadable)>)> {
     let mut wanted: Vec<(Path, u64, bool)> = Vec::new();
     for key in &live.compacted {
         let bytes = manifest
@@ -298,28 +351,61 @@ async fn stage_inputs(
     for meta in &live.ingest {
         wanted.push((meta.location.clone(), meta.size, false));
     }
-    futures::stream::iter(wanted.into_iter().enumerate())
+    let outcomes = futures::stream::iter(wanted.into_iter().enumerate())
         .map(|(i, (key, size, is_compacted))| async move {
             let name = key.filename().unwrap_or_default().to_string();
             let local = match store.local_path(&key) {
-                Some(path) => path,
+                Some(path) if path.exists() || is_compacted => path,
+                Some(_) => {
+                    let gone = Unreadable::Vanished("no longer in the store".into());
+                    return Ok(Err((key, gone)));
+                }
                 None => {
                     let dest = scratch.path().join(format!("input-{i:06}.parquet"));
-                    store.download(&key, &dest).await?;
-                    dest
+                    match store.download(&key, &dest).await {
+                        Ok(_) => dest,
+                        // A compacted file is this system's own: any failure fails the job.
+                        Err(e) if is_compacted => return Err(e),
+                        Err(Error::Store { source, .. }) if is_refusal(&source) => {
+                            let refused = Unreadable::Refused(source.to_string());
+                            return Ok(Err((key, refused)));
+                        }
+                        Err(Error::Store {
+                            source: source @ object_store::Error::NotFound { .. },
+                            ..
+                        }) => return Ok(Err((key, Unreadable::Vanished(source.to_string())))),
+                        Err(e) => return Err(e),
+                    }
                 }
             };
-            Ok::<_, Error>(StagedInput {
+            Ok::<_, Error>(Ok(StagedInput {
                 key,
                 name,
                 size,
                 local,
                 is_compacted,
-            })
+            }))
         })
         .buffered(PARALLEL_DOWNLOADS)
-        .try_collect()
-        .await
+        .try_collect::<Vec<_>>()
+        .await?;
+    let mut staged = Vec::new();
+    let mut unreadable = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            Ok(input) => staged.push(input),
+            Err(refused) => unreadable.push(refused),
+        }
+    }
+    Ok((staged, unreadable))
+}
+
+/// A store answer that refuses this object for good (403), as opposed to a transient error.
+fn is_refusal(error: &object_store::Error) -> bool {
+    matches!(
+        error,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    )
 }
 
 async fn check_inputs(
@@ -329,21 +415,34 @@ async fn check_inputs(
 ) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
     let partition = partition.clone();
     let keys = options.keys.clone();
-    tokio::task::spawn_blocking(move || {
+    let page_cap = page_cap_bytes(options.budget_bytes);
+    // Footers are parsed recursively by the reader; a hostile one nesting thousands of levels
+    // deep must meet a stack deep enough to be refused (the check caps nesting for the rest).
+    let check = move || {
         let mut checked = Vec::new();
         let mut quarantined = Vec::new();
         for s in staged {
             let size = std::fs::metadata(&s.local).map(|m| m.len()).unwrap_or(0);
             let s = StagedInput { size, ..s };
-            match check_input(s.clone(), &partition, &keys) {
+            let result = catch_reader_panic(|| check_input(s.clone(), &partition, &keys, page_cap));
+            match result.and_then(|c| c) {
                 Ok(c) => checked.push(c),
                 Err(reason) => quarantined.push(quarantine(&s, &reason)),
             }
         }
         (checked, quarantined)
+    };
+    tokio::task::spawn_blocking(move || {
+        std::thread::Builder::new()
+            .name("input-check".into())
+            .stack_size(CHECK_STACK_BYTES)
+            .spawn(check)
+            .map_err(|e| Error::invariant(format!("input check thread: {e}")))?
+            .join()
+            .map_err(|_| Error::invariant("input check thread panicked"))
     })
     .await
-    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))
+    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))?
 }
 
 /// The name of an output: a hash of its input set and the settings that shape its bytes.

@@ -16,7 +16,7 @@ use crate::alignment::{AligningSink, ServiceCounts};
 use crate::budget::{Charge, MemoryGauge, batch_memory_bytes};
 use crate::config::{output_chunk_rows, read_target_bytes};
 use crate::error::{Error, Result};
-use crate::input::{CheckedInput, RowWidth, SizedBatches, count_services};
+use crate::input::{CheckedInput, RowWidth, SizedBatches, catch_reader_panic, count_services};
 use crate::key::SortKey;
 use crate::merge::{MergeSettings, RunSource, merge_runs};
 use crate::runs::RunFormation;
@@ -240,38 +240,48 @@ fn decode_inputs(
 ) {
     let mut width = RowWidth::default();
     for (position, input) in job.inputs.iter().enumerate() {
-        if is_presorted(job, position) {
+        if is_presorted(job, position) || input.rows == 0 {
             continue;
         }
         let dictionaries = coder.coded_columns();
-        let mut reader =
-            match SizedBatches::open_with_dictionaries(input, read_target, &dictionaries, &width) {
-                Ok(reader) => reader,
-                Err(e) => {
-                    let _ = tx.send(Err(SortFailure::BadInput {
-                        position,
-                        reason: e.to_string(),
-                    }));
-                    return;
-                }
-            };
+        let opened = catch_reader_panic(|| {
+            SizedBatches::open_with_dictionaries(input, read_target, &dictionaries, &width)
+                .map_err(|e| e.to_string())
+        });
+        let mut reader = match opened.and_then(|r| r) {
+            Ok(reader) => reader,
+            Err(reason) => {
+                let _ = tx.send(Err(SortFailure::BadInput { position, reason }));
+                return;
+            }
+        };
         let mut row = 0u64;
-        while let Some(batch) = reader.next() {
-            let decoded = match batch {
-                Ok(batch) => {
-                    row += batch.num_rows() as u64;
-                    coder
-                        .code(&batch)
-                        .map_err(SortFailure::Failed)
-                        .map(|(batch, text_bytes)| {
-                            let charge = Charge::new(job.gauge, batch_memory_bytes(&batch));
-                            (batch, text_bytes, coder.take_frozen(), charge)
-                        })
+        loop {
+            // A panic while decoding or converting a batch is this input's fault.
+            let next = catch_reader_panic(|| {
+                reader.next().map(|batch| match batch {
+                    Ok(batch) => {
+                        let rows = batch.num_rows() as u64;
+                        let coded = coder.code(&batch);
+                        coded
+                            .map(|c| (c, rows))
+                            .map_err(|e| input_failure(position, row, e))
+                    }
+                    Err(e) => Err(SortFailure::BadInput {
+                        position,
+                        reason: format!("unreadable at row {row}: {e}"),
+                    }),
+                })
+            });
+            let decoded = match next {
+                Ok(None) => break,
+                Ok(Some(Ok(((batch, text_bytes), rows)))) => {
+                    row += rows;
+                    let charge = Charge::new(job.gauge, batch_memory_bytes(&batch));
+                    Ok((batch, text_bytes, coder.take_frozen(), charge))
                 }
-                Err(e) => Err(SortFailure::BadInput {
-                    position,
-                    reason: format!("unreadable at row {row}: {e}"),
-                }),
+                Ok(Some(Err(failure))) => Err(failure),
+                Err(reason) => Err(SortFailure::BadInput { position, reason }),
             };
             let failed = decoded.is_err();
             let froze = matches!(&decoded, Ok((_, _, Some(_), _)));
@@ -290,6 +300,18 @@ fn decode_inputs(
             }
         }
         width = reader.width().clone();
+    }
+}
+
+/// What an error while reading input `position` means: a decoding or conversion error (an
+/// Arrow or Parquet failure on its bytes) makes it a bad input; anything else fails the job.
+fn input_failure(position: usize, row: u64, e: Error) -> SortFailure {
+    match e {
+        Error::Arrow { .. } | Error::Parquet { .. } => SortFailure::BadInput {
+            position,
+            reason: format!("unreadable at row {row}: {e}"),
+        },
+        other => SortFailure::Failed(other),
     }
 }
 

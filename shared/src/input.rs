@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use object_store::path::Path;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -17,8 +17,10 @@ use parquet::file::metadata::ParquetMetaData;
 
 use crate::config::KeyColumns;
 use crate::error::{Error, Result};
+use crate::page_check::{PageFacts, check_footer_size, check_pages};
 use crate::partition::PartitionId;
 use crate::schema::{check_key_columns, map_with_child_types};
+use crate::type_union::time_nanos;
 use crate::writer::SORT_KEY_METADATA;
 
 /// An input file with a local copy the engine can read page by page.
@@ -68,27 +70,46 @@ fn open(
 /// dictionary at the usual one-megabyte limits of Parquet writers.
 pub const READER_BYTES_PER_COLUMN: u64 = 2 << 20;
 
+/// The most one page of an input may decode to under budget B: a quarter of B, and never
+/// less than 8 MiB (writers' pages are about 1 MiB).
+pub fn page_cap_bytes(budget_bytes: u64) -> u64 {
+    (budget_bytes / 4).max(8 << 20)
+}
+
 /// The largest, over row groups, of what streaming one row group holds in pages and
-/// dictionaries: per column chunk its uncompressed size, at most [`READER_BYTES_PER_COLUMN`].
-fn reader_bytes(metadata: &ParquetMetaData) -> u64 {
+/// dictionaries: per column chunk its uncompressed size, at most [`READER_BYTES_PER_COLUMN`]
+/// unless its largest page and dictionary together take more.
+fn reader_bytes(metadata: &ParquetMetaData, pages: &PageFacts) -> u64 {
     metadata
         .row_groups()
         .iter()
-        .map(|rg| {
+        .zip(&pages.row_groups)
+        .map(|(rg, chunks)| {
             rg.columns()
                 .iter()
-                .map(|c| (c.uncompressed_size().max(0) as u64).min(READER_BYTES_PER_COLUMN))
+                .zip(chunks)
+                .map(|(c, p)| {
+                    let bytes = p.bounded_bytes(c.uncompressed_size());
+                    bytes
+                        .min(READER_BYTES_PER_COLUMN)
+                        .max(p.largest_page_bytes + p.dictionary_bytes)
+                })
                 .sum::<u64>()
         })
         .max()
         .unwrap_or(0)
 }
 
-fn size_facts(metadata: &ParquetMetaData) -> (u64, u64) {
+/// Decoded bytes of the file and the largest per row, from the footer's figures bounded by
+/// what the pages declare.
+fn size_facts(metadata: &ParquetMetaData, pages: &PageFacts) -> (u64, u64) {
     let mut total = 0u64;
     let mut per_row = 0u64;
-    for rg in metadata.row_groups() {
-        let bytes = rg.total_byte_size().max(0) as u64;
+    for (rg, chunks) in metadata.row_groups().iter().zip(&pages.row_groups) {
+        let bounded: u64 = (rg.columns().iter().zip(chunks))
+            .map(|(c, p)| p.bounded_bytes(c.uncompressed_size()))
+            .sum();
+        let bytes = (rg.total_byte_size().max(0) as u64).min(bounded);
         total += bytes;
         if rg.num_rows() > 0 {
             per_row = per_row.max(bytes.div_ceil(rg.num_rows() as u64));
@@ -98,24 +119,51 @@ fn size_facts(metadata: &ParquetMetaData) -> (u64, u64) {
 }
 
 /// Checks one input against its partition: readable footer, key columns present and typed,
-/// at least one row, every time inside the hour and every tenant value equal to the
-/// partition's. `Err` holds the reason the file is a bad input.
+/// every time inside the hour and every tenant value equal to the partition's. A file with
+/// a readable footer and no rows passes whatever its columns (it holds nothing to lose and
+/// is consumed with the other inputs). `Err` holds the reason the file is a bad input.
+///
+/// Before any page is decoded, the footer's size and every page header are checked (see
+/// [`crate::page_check`]): no page may decode to more than `page_cap_bytes` (see
+/// [`page_cap_bytes`]) nor inflate beyond what it declares.
 pub fn check_input(
     staged: StagedInput,
     partition: &PartitionId,
     keys: &KeyColumns,
+    page_cap_bytes: u64,
 ) -> std::result::Result<CheckedInput, String> {
     if staged.size == 0 {
         return Err("empty object (0 bytes)".into());
     }
+    let mut file = File::open(&staged.local).map_err(|e| format!("cannot open local copy: {e}"))?;
+    check_footer_size(&mut file)?;
     let builder = open(&staged)?;
+    let pages = check_pages(&file, builder.metadata(), page_cap_bytes)?;
     let schema = builder.schema().clone();
     let metadata = builder.metadata().clone();
-    check_key_columns(&schema, keys)?;
-    let rows = metadata.file_metadata().num_rows().max(0) as u64;
-    if rows == 0 {
-        return Err("the file holds no rows".into());
+    let rows: u64 = metadata
+        .row_groups()
+        .iter()
+        .map(|rg| rg.num_rows().max(0) as u64)
+        .sum();
+    if rows == 0 && metadata.file_metadata().num_rows() <= 0 {
+        return Ok(CheckedInput {
+            staged,
+            schema,
+            rows: 0,
+            uncompressed_bytes: 0,
+            row_bytes_estimate: 1,
+            reader_bytes_estimate: 0,
+            declared_sort_key: None,
+        });
     }
+    if metadata.file_metadata().num_rows() != rows as i64 {
+        return Err(format!(
+            "the footer counts {} rows but its row groups hold {rows}",
+            metadata.file_metadata().num_rows()
+        ));
+    }
+    check_key_columns(&schema, keys)?;
     let declared_sort_key = metadata
         .file_metadata()
         .key_value_metadata()
@@ -143,15 +191,33 @@ pub fn check_input(
         validate_rows(&batch, keys, partition, start, end, row_base)?;
         row_base += batch.num_rows() as u64;
     }
-    let (uncompressed_bytes, row_bytes_estimate) = size_facts(&metadata);
+    if row_base != rows {
+        return Err(format!(
+            "the footer counts {rows} rows but {row_base} could be read"
+        ));
+    }
+    let (uncompressed_bytes, row_bytes_estimate) = size_facts(&metadata, &pages);
     Ok(CheckedInput {
         staged,
         schema,
         rows,
         uncompressed_bytes,
         row_bytes_estimate,
-        reader_bytes_estimate: reader_bytes(&metadata),
+        reader_bytes_estimate: reader_bytes(&metadata, &pages),
         declared_sort_key,
+    })
+}
+
+/// Runs `read` (reading one input) and turns a panic inside it into the reason the input is
+/// bad: a reader that panics on a hostile file must not take the job down with it.
+pub fn catch_reader_panic<T>(read: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|m| (*m).to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        format!("the Parquet reader failed on this file (panic: {message})")
     })
 }
 
@@ -164,8 +230,13 @@ fn validate_rows(
     row_base: u64,
 ) -> std::result::Result<(), String> {
     if let Some(time) = batch.column_by_name(&keys.time) {
-        let as_i64 = cast(time, &DataType::Int64).map_err(|e| format!("time column: {e}"))?;
-        let values = as_i64.as_primitive::<Int64Type>();
+        let values = time_nanos(time.as_ref()).map_err(|e| {
+            format!(
+                "{}: {e}, outside the partition's hour {} (UTC)",
+                keys.time,
+                partition.hour_label()
+            )
+        })?;
         for i in 0..values.len() {
             if time.is_null(i) {
                 return Err(format!(
@@ -520,7 +591,7 @@ mod tests {
             local,
             is_compacted: false,
         };
-        check_input(staged, &partition, &KeyColumns::default()).expect("checked")
+        check_input(staged, &partition, &KeyColumns::default(), 8 << 20).expect("checked")
     }
 
     /// Reads every batch; returns their row counts, the widest batch's decoded bytes and
@@ -576,5 +647,129 @@ mod tests {
         let other = input(dir.path(), "b.parquet", 20_000, 100, true);
         let (rows, _, _) = read(&other, &width);
         assert_eq!(rows[0], PROBE_ROWS);
+    }
+
+    fn stage(dir: &std::path::Path, name: &str, bytes: &[u8]) -> StagedInput {
+        let local = dir.join(name);
+        std::fs::write(&local, bytes).expect("write");
+        StagedInput {
+            key: Path::from(name),
+            name: name.to_string(),
+            size: bytes.len() as u64,
+            local,
+            is_compacted: false,
+        }
+    }
+
+    fn partition() -> PartitionId {
+        PartitionId::parse("acme", "2026-11-29T10").expect("partition")
+    }
+
+    #[test]
+    fn every_parquet_codec_reads() {
+        use parquet::arrow::ArrowWriter;
+        use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
+        use parquet::file::properties::{WriterProperties, WriterVersion};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (start, _) = partition().time_range_nanos();
+        let batch = RecordBatch::try_from_iter([
+            (
+                "time_unix_nano",
+                Arc::new(Int64Array::from_iter_values((0..5_000).map(|r| start + r))) as ArrayRef,
+            ),
+            (
+                "body",
+                Arc::new(StringArray::from_iter_values(
+                    (0..5_000).map(|r| format!("line {r} of a compressible body")),
+                )),
+            ),
+        ])
+        .expect("batch");
+        let codecs = [
+            Compression::UNCOMPRESSED,
+            Compression::SNAPPY,
+            Compression::GZIP(GzipLevel::default()),
+            Compression::BROTLI(BrotliLevel::default()),
+            // The parquet crate writes LZ4 with the Hadoop framing.
+            Compression::LZ4,
+            Compression::LZ4_RAW,
+            Compression::ZSTD(ZstdLevel::default()),
+        ];
+        for codec in codecs {
+            for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
+                let props = WriterProperties::builder()
+                    .set_compression(codec)
+                    .set_writer_version(version)
+                    .build();
+                let mut bytes = Vec::new();
+                let mut writer =
+                    ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props)).expect("writer");
+                writer.write(&batch).expect("write");
+                writer.close().expect("close");
+                let name = format!("{codec:?}-{version:?}.parquet");
+                let staged = stage(dir.path(), &name, &bytes);
+                let checked = check_input(staged, &partition(), &KeyColumns::default(), 8 << 20)
+                    .unwrap_or_else(|e| panic!("{codec:?} {version:?}: {e}"));
+                let rows: usize = SizedBatches::open(&checked, TARGET)
+                    .expect("open")
+                    .map(|b| b.expect("batch").num_rows())
+                    .sum();
+                assert_eq!(rows, 5_000, "{codec:?} {version:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn time_columns_of_any_unit_are_checked_in_nanoseconds() {
+        use arrow::array::{TimestampMicrosecondArray, TimestampSecondArray, UInt64Array};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (start, end) = partition().time_range_nanos();
+        let keys = KeyColumns::default();
+        let file = |name: &str, time: ArrayRef| {
+            let batch = RecordBatch::try_from_iter([("time_unix_nano", time)]).expect("batch");
+            let staged = stage(dir.path(), name, &parquet_bytes(&[batch], 100));
+            check_input(staged, &partition(), &keys, 8 << 20)
+        };
+        let micros = TimestampMicrosecondArray::from(vec![start / 1_000, (end - 1) / 1_000])
+            .with_timezone("UTC");
+        assert!(file("us.parquet", Arc::new(micros)).is_ok());
+        let seconds = TimestampSecondArray::from(vec![start / 1_000_000_000]);
+        assert!(file("s.parquet", Arc::new(seconds)).is_ok());
+        let unsigned = UInt64Array::from(vec![start as u64, (end - 1) as u64]);
+        assert!(file("u64.parquet", Arc::new(unsigned)).is_ok());
+        // Raw microseconds would look like 1970 to a nanosecond check, and the reverse:
+        // the hour after this one, in microseconds, is outside.
+        let late = TimestampMicrosecondArray::from(vec![end / 1_000]);
+        let reason = file("late.parquet", Arc::new(late)).expect_err("outside the hour");
+        assert!(reason.contains("outside the partition's hour"), "{reason}");
+        let overflow = TimestampSecondArray::from(vec![i64::MAX / 10]);
+        let reason = file("overflow.parquet", Arc::new(overflow)).expect_err("overflow");
+        assert!(reason.contains("outside the partition's hour"), "{reason}");
+    }
+
+    #[test]
+    fn a_file_without_rows_passes_whatever_its_columns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let schema = Arc::new(Schema::new(vec![Field::new("other", DataType::Utf8, true)]));
+        let mut bytes = Vec::new();
+        let writer =
+            parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).expect("writer");
+        writer.close().expect("close");
+        let staged = stage(dir.path(), "empty.parquet", &bytes);
+        let checked =
+            check_input(staged, &partition(), &KeyColumns::default(), 8 << 20).expect("passes");
+        assert_eq!(checked.rows, 0);
+        let staged = stage(dir.path(), "zero-bytes.parquet", &[]);
+        let reason =
+            check_input(staged, &partition(), &KeyColumns::default(), 8 << 20).expect_err("bad");
+        assert!(reason.contains("0 bytes"), "{reason}");
+    }
+
+    #[test]
+    fn a_panic_while_reading_is_the_reason_of_the_input() {
+        let reason =
+            catch_reader_panic(|| -> u32 { panic!("index out of bounds") }).expect_err("caught");
+        assert!(reason.contains("index out of bounds"), "{reason}");
+        assert_eq!(catch_reader_panic(|| 7), Ok(7));
     }
 }

@@ -59,7 +59,9 @@
 //! | [`store`] | store URLs and object-store helpers |
 //! | [`config`] | typed settings, sizes and durations |
 //! | [`input`] | staging and checking input files |
+//! | [`page_check`] | an input's pages checked against what they declare before decoding |
 //! | [`schema`] | the union of input schemas |
+//! | [`type_union`] | the type rules of the union: unify two types, convert an array to the union |
 //! | [`key`] | the clustering key and its order |
 //! | [`budget`] | decoded-bytes accounting |
 //! | [`runs`] | run formation, run files, the scratch directory, string codes |
@@ -118,6 +120,7 @@ pub mod memory;
 pub mod merge;
 pub mod metrics;
 pub mod observed_store;
+pub mod page_check;
 pub mod partition;
 pub mod plan;
 pub mod planned_reader;
@@ -135,6 +138,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod threshold;
+pub mod type_union;
 pub mod upload;
 pub mod writer;
 

@@ -1,20 +1,21 @@
 //! Schema union across inputs: one canonical output schema, and per-file conformance to it.
 //!
-//! Encodings of one logical type unify (Utf8, LargeUtf8, Utf8View and dictionaries of them
-//! become Utf8; binaries become Binary; the accepted time types keep their common type or
-//! become Int64 when inputs disagree). A column missing from a file is null for its rows.
+//! Encodings of one logical type unify at any depth by the rules of [`crate::type_union`]
+//! (strings become Utf8, binaries Binary, lists List, integers and floats widen, timestamps
+//! take the finer unit). The time column is always Int64 nanoseconds since the epoch in the
+//! union, whatever type each input used. A column missing from a file is null for its rows.
 //! Genuinely conflicting types under one name make the later file (in ordinal order) a bad
-//! input; the first file to declare a column fixes its type.
+//! input, with a reason naming both types and the earlier file.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, new_null_array};
-use arrow::compute::{CastOptions, cast_with_options};
-use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 
 use crate::config::KeyColumns;
 use crate::error::{Error, Result};
+use crate::type_union::{canonical_type, conform_array, union_type};
 
 /// The canonical output schema and where the key columns are in it.
 #[derive(Debug, Clone)]
@@ -44,33 +45,16 @@ fn is_string_like(t: &DataType) -> bool {
     }
 }
 
-fn is_binary_like(t: &DataType) -> bool {
-    match t {
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => true,
-        DataType::Dictionary(_, v) => is_binary_like(v),
-        _ => false,
-    }
-}
+/// The type of the output's time column: nanoseconds since the epoch.
+pub const TIME_TYPE: DataType = DataType::Int64;
 
-/// True for the accepted time column types: Int64, UInt64, Timestamp(ns, any zone).
+/// True for the accepted time column types: Int64 and UInt64 nanoseconds, Timestamp of any
+/// unit with or without a zone (INT96 reads as Timestamp(Nanosecond)).
 pub fn is_time_type(t: &DataType) -> bool {
     matches!(
         t,
-        DataType::Int64 | DataType::UInt64 | DataType::Timestamp(TimeUnit::Nanosecond, _)
+        DataType::Int64 | DataType::UInt64 | DataType::Timestamp(_, _)
     )
-}
-
-/// The canonical encoding of a non-time column's type.
-fn canonical_type(t: &DataType) -> DataType {
-    if is_string_like(t) {
-        DataType::Utf8
-    } else if is_binary_like(t) {
-        DataType::Binary
-    } else if let DataType::Dictionary(_, v) = t {
-        canonical_type(v)
-    } else {
-        t.clone()
-    }
 }
 
 /// Checks the key columns of one file's schema; `Err` holds the reason it is a bad input.
@@ -86,7 +70,7 @@ pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Res
         .map_err(|_| format!("required time column {:?} is missing", keys.time))?;
     if !is_time_type(time.data_type()) {
         return Err(format!(
-            "time column {:?} has type {}; expected Int64, UInt64 or Timestamp(Nanosecond)",
+            "time column {:?} has type {}; expected Int64 or UInt64 nanoseconds, or a Timestamp",
             keys.time,
             time.data_type()
         ));
@@ -111,8 +95,8 @@ pub fn unify(
     keys: &KeyColumns,
 ) -> (Option<UnifiedSchema>, Vec<SchemaRejection>) {
     let mut fields: Vec<Field> = Vec::new();
+    // Per column: its index and the input its type was last set by.
     let mut by_name: HashMap<String, (usize, String)> = HashMap::new();
-    let mut time_types: Vec<DataType> = Vec::new();
     let mut rejected = Vec::new();
 
     'files: for (position, (file, schema)) in schemas.iter().enumerate() {
@@ -120,49 +104,61 @@ pub fn unify(
             rejected.push(SchemaRejection { position, reason });
             continue;
         }
-        // First pass: detect conflicts without changing the union.
+        // First pass: the file's contribution, or its conflict, without changing the union.
+        let mut changes: Vec<(Option<usize>, Field)> = Vec::new();
         for f in schema.fields() {
-            if f.name() == &keys.time {
-                continue;
-            }
-            let t = canonical_type(f.data_type());
-            if let Some((i, first_file)) = by_name.get(f.name()) {
-                let have = fields[*i].data_type();
-                let compatible = have.equals_datatype(&t)
-                    || matches!(have, DataType::Null)
-                    || matches!(t, DataType::Null);
-                if !compatible {
-                    rejected.push(SchemaRejection {
-                        position,
-                        reason: format!(
-                            "column {:?} has type {} here but {} in earlier input {first_file}",
-                            f.name(),
-                            f.data_type(),
-                            have
-                        ),
-                    });
-                    continue 'files;
-                }
-            }
-        }
-        for f in schema.fields() {
-            if f.name() == &keys.time {
-                time_types.push(f.data_type().clone());
-            }
             let t = if f.name() == &keys.time {
-                DataType::Int64 // placeholder, fixed below
+                TIME_TYPE
             } else {
                 canonical_type(f.data_type())
             };
             match by_name.get(f.name()) {
-                Some((i, _)) => {
-                    if matches!(fields[*i].data_type(), DataType::Null) && t != DataType::Null {
-                        fields[*i] = Field::new(f.name(), t, true);
+                Some((i, earlier)) => {
+                    let have = fields[*i].data_type();
+                    match union_type(have, &t) {
+                        Ok(u) if &u == have => {}
+                        Ok(u) => changes.push((Some(*i), fields[*i].clone().with_data_type(u))),
+                        Err(conflict) => {
+                            let reason = if conflict.path.is_empty() {
+                                format!(
+                                    "column {:?} has type {} here but {} in earlier input {earlier}",
+                                    f.name(),
+                                    f.data_type(),
+                                    have
+                                )
+                            } else {
+                                format!(
+                                    "column {:?}: field {:?} has type {} here but {} in earlier input {earlier}",
+                                    f.name(),
+                                    conflict.path,
+                                    conflict.found,
+                                    conflict.have
+                                )
+                            };
+                            rejected.push(SchemaRejection { position, reason });
+                            continue 'files;
+                        }
                     }
                 }
+                None if f.name() == &keys.time => {
+                    changes.push((None, Field::new(f.name(), t, true)))
+                }
+                None => changes.push((
+                    None,
+                    Field::new(f.name(), t, true).with_metadata(f.metadata().clone()),
+                )),
+            }
+        }
+        for (index, field) in changes {
+            let name = field.name().clone();
+            match index {
+                Some(i) => {
+                    fields[i] = field;
+                    by_name.insert(name, (i, (*file).to_string()));
+                }
                 None => {
-                    by_name.insert(f.name().clone(), (fields.len(), (*file).to_string()));
-                    fields.push(Field::new(f.name(), t, true).with_metadata(f.metadata().clone()));
+                    by_name.insert(name, (fields.len(), (*file).to_string()));
+                    fields.push(field);
                 }
             }
         }
@@ -171,11 +167,6 @@ pub fn unify(
     let Some((time_index, _)) = by_name.get(&keys.time).cloned() else {
         return (None, rejected);
     };
-    let time_type = match time_types.split_first() {
-        Some((first, rest)) if rest.iter().all(|t| t == first) => first.clone(),
-        _ => DataType::Int64,
-    };
-    fields[time_index] = Field::new(&keys.time, time_type, true);
     let service_index = by_name.get(&keys.service).map(|(i, _)| *i);
     let unified = UnifiedSchema {
         schema: Arc::new(Schema::new(fields)),
@@ -228,15 +219,11 @@ pub fn map_with_child_types(
     Some(DataType::Map(Arc::new(entries), sorted))
 }
 
-/// The column of `batch` named like `field`, cast to its type (all nulls when missing).
+/// The column of `batch` named like `field`, converted to its type (all nulls when missing;
+/// see [`conform_array`]).
 pub fn conform_column(batch: &RecordBatch, field: &Field) -> Result<ArrayRef> {
-    let options = CastOptions {
-        safe: false,
-        ..Default::default()
-    };
     match batch.column_by_name(field.name()) {
-        Some(col) if col.data_type() == field.data_type() => Ok(Arc::clone(col)),
-        Some(col) => cast_with_options(col, field.data_type(), &options)
+        Some(col) => conform_array(col, field.data_type())
             .map_err(|e| Error::arrow(format!("converting column {:?}", field.name()), e)),
         None => Ok(new_null_array(field.data_type(), batch.num_rows())),
     }
@@ -245,6 +232,7 @@ pub fn conform_column(batch: &RecordBatch, field: &Field) -> Result<ArrayRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::datatypes::TimeUnit;
 
     fn schema(fields: Vec<(&str, DataType)>) -> Schema {
         Schema::new(
@@ -291,9 +279,17 @@ mod tests {
             "time_unix_nano",
             DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
         )]);
+        // One documented output type whatever the inputs used: Int64 nanoseconds.
         let (u, _) = unify(&[("a", &a), ("b", &b)], &keys);
-        assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::UInt64);
+        assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::Int64);
         let (u, _) = unify(&[("a", &a), ("c", &c)], &keys);
+        assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::Int64);
+        let us = schema(vec![(
+            "time_unix_nano",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        )]);
+        let (u, rejected) = unify(&[("us", &us), ("a", &a)], &keys);
+        assert!(rejected.is_empty(), "{rejected:?}");
         assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::Int64);
     }
 
@@ -314,10 +310,7 @@ mod tests {
             ("time_unix_nano", DataType::Int64),
             ("service.name", DataType::Int64),
         ]);
-        let ms = schema(vec![(
-            "time_unix_nano",
-            DataType::Timestamp(TimeUnit::Millisecond, None),
-        )]);
+        let float_time = schema(vec![("time_unix_nano", DataType::Float64)]);
         let (u, rejected) = unify(
             &[
                 ("good", &good),
@@ -325,7 +318,7 @@ mod tests {
                 ("no_time", &no_time),
                 ("bad_time", &bad_time),
                 ("bad_service", &bad_service),
-                ("ms", &ms),
+                ("float_time", &float_time),
             ],
             &keys,
         );

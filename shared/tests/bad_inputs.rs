@@ -14,7 +14,8 @@ use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet, rows_batch,
+    Refusal, RefusingStore, get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet,
+    rows_batch,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +76,6 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
         ),
         ("b2-truncated.parquet", truncated, "not a readable Parquet"),
         ("b3-empty.parquet", Bytes::new(), "empty"),
-        ("b4-no-rows.parquet", empty_rows, "no rows"),
         ("b5-no-time.parquet", no_time, "time column"),
         ("b6-conflict.parquet", conflicting, "earlier input"),
         (
@@ -86,6 +86,9 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
         ("b8-tenant.parquet", wrong_tenant, "tenant"),
     ];
     put_bytes(&store, &format!("{dir}/a0-good.parquet"), good).await;
+    // A valid file without rows is no bad input: it is consumed with the others.
+    let no_rows_key = format!("{dir}/b4-no-rows.parquet");
+    put_bytes(&store, &no_rows_key, empty_rows).await;
     for (name, bytes, _) in &bad {
         put_bytes(&store, &format!("{dir}/{name}"), bytes.clone()).await;
     }
@@ -96,7 +99,10 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
         .await
         .expect("runs");
     assert_eq!(report.status, Status::Partial, "{report:?}");
-    assert_eq!(report.inputs.files, 1);
+    assert_eq!(
+        report.inputs.files, 2,
+        "the good file and the one without rows"
+    );
     assert_eq!(report.inputs.rows, 2);
     assert_eq!(
         report.quarantined.len(),
@@ -131,6 +137,10 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
         .expect("files");
     assert_eq!(files.live, vec![out.key.clone()]);
     assert_eq!(files.quarantined.len(), bad.len());
+    assert!(
+        !files.quarantined.iter().any(|q| q.key == no_rows_key),
+        "the file without rows is retired, not quarantined"
+    );
 
     // A rerun changes nothing, and quarantined files survive it and garbage collection.
     let mut options = CompactOptions::new(scratch.path());
@@ -180,4 +190,63 @@ async fn too_little_scratch_fails_early_with_nothing_committed() {
         .expect("files");
     assert_eq!(files.live.len(), 4, "nothing was committed");
     assert_eq!(files.manifest_version, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones_skipped() {
+    let memory = Arc::new(InMemory::new());
+    let refusing = RefusingStore::new(
+        memory.clone(),
+        vec![
+            ("k1-kms.parquet".into(), Refusal::Forbidden),
+            ("v1-vanished.parquet".into(), Refusal::Vanished),
+        ],
+    );
+    let store = Store::from_object_store(Arc::new(refusing), "memory://");
+    let layout = Layout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let dir = layout.ingest_dir(&partition);
+    let (start, _) = partition.time_range_nanos();
+    let file = |t| parquet_bytes(&[rows_batch(&[(Some("a".to_string()), start + t, 1)])], 10);
+    for (name, t) in [
+        ("a0-good.parquet", 1),
+        ("k1-kms.parquet", 2),
+        ("v1-vanished.parquet", 3),
+    ] {
+        put_bytes(&store, &format!("{dir}/{name}"), file(t)).await;
+    }
+    let scratch = tempfile::tempdir().expect("scratch");
+    let options = CompactOptions::new(scratch.path());
+    let report = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    assert_eq!(report.status, Status::Partial, "{report:?}");
+    assert_eq!(report.inputs.files, 1);
+    assert_eq!(report.quarantined.len(), 1, "{:#?}", report.quarantined);
+    let q = &report.quarantined[0];
+    assert_eq!(q.file, format!("{dir}/k1-kms.parquet"));
+    assert!(
+        q.reason.contains("refused") && q.reason.contains("InvalidObjectState"),
+        "{}",
+        q.reason
+    );
+    // The vanished object is neither quarantined nor retired: were it listed again, it
+    // would be compacted then.
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    let vanished = format!("{dir}/v1-vanished.parquet");
+    assert!(files.live.contains(&vanished), "{:?}", files.live);
+
+    // Every input refused: the function's access is at fault; nothing is quarantined.
+    let partition = PartitionId::parse("acme", "2026-11-29T11").expect("partition");
+    let dir = layout.ingest_dir(&partition);
+    put_bytes(&store, &format!("{dir}/k1-kms.parquet"), file(1)).await;
+    let report = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    assert_eq!(report.status, Status::Failed, "{report:?}");
+    assert!(report.quarantined.is_empty());
+    let error = report.error.expect("an error");
+    assert!(error.contains("refused to read every input"), "{error}");
 }

@@ -31,6 +31,7 @@ use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
 use crate::input::DictionaryColumns;
 use crate::schema::{UnifiedSchema, conform_column, map_fields, map_with_child_types};
+use crate::type_union::conform_array;
 
 /// A column keeps its codes while its dictionary holds at most this many values, whatever
 /// the rows coded so far.
@@ -593,7 +594,7 @@ fn conform_map(map: &ArrayRef, field: &Field, codes: [Option<ArrayRef>; 2]) -> R
                 arrays.push(codes);
             }
             None => {
-                let conformed = cast(child, target.data_type()).map_err(|e| {
+                let conformed = conform_array(child, target.data_type()).map_err(|e| {
                     Error::arrow(format!("converting map column {:?}", field.name()), e)
                 })?;
                 fields.push(Arc::clone(target));

@@ -236,6 +236,117 @@ impl object_store::ObjectStore for ReversedListingStore {
     }
 }
 
+/// How a [`RefusingStore`] answers a GET of a refused key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `403 Forbidden`, as S3 answers for a KMS key the caller may not use or for an
+    /// archived object (`InvalidObjectState`).
+    Forbidden,
+    /// `404 Not Found`: the object vanished between the listing and the GET.
+    Vanished,
+}
+
+/// A store wrapper whose GETs of keys ending in one of some suffixes fail with a
+/// [`Refusal`]; everything else passes through.
+#[derive(Debug)]
+pub struct RefusingStore {
+    inner: Arc<dyn object_store::ObjectStore>,
+    refused: Vec<(String, Refusal)>,
+}
+
+impl RefusingStore {
+    /// Wraps `inner`, refusing GETs of keys ending in each suffix of `refused`.
+    pub fn new(inner: Arc<dyn object_store::ObjectStore>, refused: Vec<(String, Refusal)>) -> Self {
+        Self { inner, refused }
+    }
+}
+
+impl std::fmt::Display for RefusingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RefusingStore({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for RefusingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        let refusal = self
+            .refused
+            .iter()
+            .find(|(suffix, _)| location.as_ref().ends_with(suffix.as_str()));
+        match refusal {
+            Some((_, Refusal::Forbidden)) => Err(object_store::Error::PermissionDenied {
+                path: location.to_string(),
+                source: "InvalidObjectState: the object is archived".into(),
+            }),
+            Some((_, Refusal::Vanished)) => Err(object_store::Error::NotFound {
+                path: location.to_string(),
+                source: "NoSuchKey".into(),
+            }),
+            None => self.inner.get_opts(location, options).await,
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
 /// Which failure a [`FaultyStore`] injects, and at which store operation (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {

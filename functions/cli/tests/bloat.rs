@@ -1,0 +1,118 @@
+//! The seed's bloat partition (RFC 0036): 1,555 tiny files whose 8 KiB text bodies compress
+//! almost to nothing, about 13 MB of Parquet and 1.5 GiB of decoded rows, compacts at budgets
+//! of 32 MiB and 64 MiB with the whole process under 256 MiB.
+
+mod common;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use common::{json, run};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+const HOUR: &str = "2026-11-29T10";
+const MIB: u64 = 1 << 20;
+/// 2026-11-29T10:00:00Z in nanoseconds.
+const HOUR_START_NANOS: i64 = 1_795_946_400_000_000_000;
+const FILES: usize = 1_555;
+const ROWS: usize = 123;
+const BODY_BYTES: usize = 8 << 10;
+
+fn bloat_file(file: usize) -> Vec<u8> {
+    let services = ["api", "billing", "checkout", "db", "auth"];
+    let mut state = (file as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let bodies = (0..ROWS).map(|row| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let mut body = format!(
+            "request {file}-{row} {state:016x}{:016x}",
+            state.rotate_left(32)
+        );
+        while body.len() < BODY_BYTES {
+            body.push_str(" GET /api/v1/items?page=1 status=200");
+        }
+        body.truncate(BODY_BYTES);
+        body
+    });
+    let batch = RecordBatch::try_from_iter([
+        (
+            "time_unix_nano",
+            Arc::new(Int64Array::from_iter_values((0..ROWS).map(|row| {
+                HOUR_START_NANOS + ((file * ROWS + row) as i64) * 10_000
+            }))) as ArrayRef,
+        ),
+        (
+            "service.name",
+            Arc::new(StringArray::from_iter_values(
+                (0..ROWS).map(|row| services[(file + row) % services.len()]),
+            )),
+        ),
+        ("body", Arc::new(StringArray::from_iter_values(bodies))),
+    ])
+    .expect("batch");
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props)).expect("writer");
+    writer.write(&batch).expect("write");
+    writer.close().expect("close");
+    bytes
+}
+
+#[test]
+fn the_bloat_partition_compacts_under_256_mib_at_32_and_64_mib_budgets() {
+    let dir = tempfile::tempdir().expect("dir");
+    let budgets = ["32MiB", "64MiB"];
+    let mut encoded = 0u64;
+    for file in 0..FILES {
+        let bytes = bloat_file(file);
+        encoded += bytes.len() as u64;
+        for budget in budgets {
+            let part = dir.path().join(format!(
+                "data/tenant=bloat{budget}/year=2026/month=11/day=29/hour=10"
+            ));
+            std::fs::create_dir_all(&part).expect("partition");
+            std::fs::write(part.join(format!("part-{file:05}.parquet")), &bytes).expect("file");
+        }
+    }
+    assert!(encoded < 20_000_000, "tiny files: {encoded} bytes");
+    let store = dir.path().to_string_lossy().to_string();
+    for budget in budgets {
+        let tenant = format!("bloat{budget}");
+        let out = run(&[
+            "compact",
+            "--store",
+            &store,
+            "--tenant",
+            &tenant,
+            "--hour",
+            HOUR,
+            "--memory-budget",
+            budget,
+            "--json",
+        ]);
+        let report = json(&out);
+        assert_eq!(
+            report["status"],
+            "compacted",
+            "{report:#}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(report["inputs"]["rows"], (FILES * ROWS) as u64);
+        assert!(
+            report["runs_spilled"].as_u64().expect("runs") > 1,
+            "{report:#}"
+        );
+        let rss = report["peak_rss_bytes"].as_u64().expect("rss");
+        assert!(
+            rss < 256 * MIB,
+            "{budget}: peak RSS {} MiB, bound 256 MiB",
+            rss / MIB
+        );
+        eprintln!("{budget}: peak RSS {} MiB", rss / MIB);
+    }
+}

@@ -1,0 +1,259 @@
+//! Hostile files in a partition are quarantined one by one while the rest compacts, and the
+//! process stays inside the memory bound: a 300 MiB value compressed to almost nothing, a
+//! gzip page that inflates far beyond its header, a footer claiming chunks of 2^50 bytes,
+//! 12,000 columns, a schema 2,000 levels deep.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray, StructArray};
+use arrow::datatypes::{DataType, Field, Fields, Schema};
+use common::{json, run};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
+use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+use parquet::file::metadata::{ParquetMetaDataReader, ParquetMetaDataWriter};
+use parquet::file::properties::WriterProperties;
+
+const HOUR: &str = "2026-11-29T10";
+const MIB: u64 = 1 << 20;
+/// 2026-11-29T10:00:00Z in nanoseconds.
+const HOUR_START_NANOS: i64 = 1_795_946_400_000_000_000;
+
+fn partition_dir(store: &Path, tenant: &str) -> PathBuf {
+    store.join(format!(
+        "data/tenant={tenant}/year=2026/month=11/day=29/hour=10"
+    ))
+}
+
+fn write(path: &Path, batch: &RecordBatch, compression: Compression) {
+    let props = WriterProperties::builder()
+        .set_compression(compression)
+        .set_dictionary_enabled(false)
+        .build();
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props)).expect("writer");
+    writer.write(batch).expect("write");
+    writer.close().expect("close");
+    std::fs::write(path, bytes).expect("file");
+}
+
+fn one_row_with_body(body: String) -> RecordBatch {
+    RecordBatch::try_from_iter([
+        (
+            "time_unix_nano",
+            Arc::new(Int64Array::from(vec![HOUR_START_NANOS + 1])) as ArrayRef,
+        ),
+        ("body", Arc::new(StringArray::from(vec![body]))),
+    ])
+    .expect("batch")
+}
+
+/// Rewrites the varint of field 2 (`uncompressed_page_size`) of the page header at `at` to
+/// `declared`, padded to the same length so no offset moves.
+fn patch_declared_page_size(bytes: &mut [u8], at: usize, declared: i32) {
+    let mut pos = at;
+    let skip_varint = |pos: &mut usize, bytes: &[u8]| {
+        while bytes[*pos] & 0x80 != 0 {
+            *pos += 1;
+        }
+        *pos += 1;
+    };
+    // Field 1 (type, i32): header byte and varint.
+    assert_eq!(bytes[pos], 0x15, "field 1 of a page header");
+    pos += 1;
+    skip_varint(&mut pos, bytes);
+    assert_eq!(bytes[pos], 0x15, "field 2 of a page header");
+    pos += 1;
+    let start = pos;
+    skip_varint(&mut pos, bytes);
+    let len = pos - start;
+    let mut zigzag = ((declared << 1) ^ (declared >> 31)) as u32 as u64;
+    for i in 0..len {
+        let last = i + 1 == len;
+        bytes[start + i] = (zigzag & 0x7f) as u8 | if last { 0 } else { 0x80 };
+        zigzag >>= 7;
+    }
+    assert_eq!(zigzag, 0, "the new size fits the old varint's length");
+}
+
+fn gzip_bomb(path: &Path) {
+    write(
+        path,
+        &one_row_with_body("a".repeat(400 << 20)),
+        Compression::GZIP(GzipLevel::default()),
+    );
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(&std::fs::File::open(path).expect("open"))
+        .expect("metadata");
+    let mut bytes = std::fs::read(path).expect("read");
+    let body = metadata.row_group(0).column(1);
+    let at = body.data_page_offset() as usize;
+    patch_declared_page_size(&mut bytes, at, 4_000_000);
+    std::fs::write(path, bytes).expect("patched");
+}
+
+fn absurd_footer(path: &Path) {
+    write(
+        path,
+        &one_row_with_body("small".into()),
+        Compression::SNAPPY,
+    );
+    let bytes = std::fs::read(path).expect("read");
+    let footer_len =
+        u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap());
+    let data_end = bytes.len() - 8 - footer_len as usize;
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(&std::fs::File::open(path).expect("open"))
+        .expect("metadata");
+    let row_groups = metadata
+        .row_groups()
+        .iter()
+        .map(|rg| {
+            let columns = rg
+                .columns()
+                .iter()
+                .map(|c| {
+                    c.clone()
+                        .into_builder()
+                        .set_total_uncompressed_size(1 << 50)
+                        .build()
+                        .expect("column")
+                })
+                .collect();
+            rg.clone()
+                .into_builder()
+                .set_total_byte_size(1 << 50)
+                .set_column_metadata(columns)
+                .build()
+                .expect("row group")
+        })
+        .collect();
+    let metadata = metadata.into_builder().set_row_groups(row_groups).build();
+    let mut footer = Vec::new();
+    ParquetMetaDataWriter::new(&mut footer, &metadata)
+        .finish()
+        .expect("footer");
+    let mut out = bytes[..data_end].to_vec();
+    out.extend_from_slice(&footer);
+    std::fs::write(path, out).expect("rewritten");
+}
+
+fn many_columns(path: &Path) {
+    let mut columns: Vec<(String, ArrayRef)> = vec![(
+        "time_unix_nano".into(),
+        Arc::new(Int64Array::from(vec![HOUR_START_NANOS + 2])),
+    )];
+    for i in 0..12_000 {
+        columns.push((format!("c{i}"), Arc::new(Int8Array::from(vec![1i8]))));
+    }
+    write(
+        path,
+        &RecordBatch::try_from_iter(columns).expect("batch"),
+        Compression::SNAPPY,
+    );
+}
+
+fn deep_nesting(path: &Path) {
+    let path = path.to_path_buf();
+    // Building and writing the type recurses once per level.
+    std::thread::Builder::new()
+        .stack_size(512 << 20)
+        .spawn(move || {
+            let mut array: ArrayRef = Arc::new(Int8Array::from(vec![1i8]));
+            for _ in 0..2_000 {
+                let field = Field::new("n", array.data_type().clone(), true);
+                array = Arc::new(StructArray::new(
+                    Fields::from(vec![field]),
+                    vec![array],
+                    None,
+                ));
+            }
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("time_unix_nano", DataType::Int64, true),
+                Field::new("deep", array.data_type().clone(), true),
+            ]));
+            let time: ArrayRef = Arc::new(Int64Array::from(vec![HOUR_START_NANOS + 3]));
+            let batch = RecordBatch::try_new(schema, vec![time, array]).expect("batch");
+            // Without the embedded Arrow schema (whose own decoder limits depth), as writers
+            // other than Arrow's write files.
+            let options = ArrowWriterOptions::new().with_skip_arrow_metadata(true);
+            let mut bytes = Vec::new();
+            let mut writer = ArrowWriter::try_new_with_options(&mut bytes, batch.schema(), options)
+                .expect("writer");
+            writer.write(&batch).expect("write");
+            writer.close().expect("close");
+            std::fs::write(&path, bytes).expect("file");
+        })
+        .expect("thread")
+        .join()
+        .expect("deep file written");
+}
+
+#[test]
+fn hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().to_string();
+    let out = run(&[
+        "generate", "--store", &store, "--tenant", "hostile", "--hour", HOUR, "--files", "4",
+        "--rows", "5000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let part = partition_dir(dir.path(), "hostile");
+    write(
+        &part.join("big-value.parquet"),
+        &one_row_with_body("x".repeat(300 << 20)),
+        Compression::ZSTD(ZstdLevel::default()),
+    );
+    gzip_bomb(&part.join("gzip-bomb.parquet"));
+    absurd_footer(&part.join("absurd-footer.parquet"));
+    many_columns(&part.join("many-columns.parquet"));
+    deep_nesting(&part.join("deep-nesting.parquet"));
+    for name in ["big-value.parquet", "gzip-bomb.parquet"] {
+        let size = std::fs::metadata(part.join(name)).expect("file").len();
+        assert!(size < 2 * MIB, "{name} is small on disk: {size}");
+    }
+
+    let out = run(&[
+        "compact",
+        "--store",
+        &store,
+        "--tenant",
+        "hostile",
+        "--hour",
+        HOUR,
+        "--memory-budget",
+        "32MiB",
+        "--json",
+    ]);
+    let report = json(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(report["status"], "partial", "{report:#}\n{stderr}");
+    assert_eq!(report["inputs"]["rows"], 4 * 5000, "{report:#}");
+    let rss = report["peak_rss_bytes"].as_u64().expect("rss");
+    assert!(rss < 256 * MIB, "peak RSS {} MiB", rss / MIB);
+    let quarantined = report["quarantined"].as_array().expect("quarantined");
+    let expected = [
+        ("absurd-footer.parquet", "the footer claims"),
+        ("big-value.parquet", "more than the"),
+        ("deep-nesting.parquet", "levels deep"),
+        ("gzip-bomb.parquet", "decompression bomb"),
+        ("many-columns.parquet", "leaf columns"),
+    ];
+    assert_eq!(quarantined.len(), expected.len(), "{quarantined:#?}");
+    for (entry, (name, words)) in quarantined.iter().zip(expected) {
+        let file = entry["file"].as_str().expect("file");
+        let reason = entry["reason"].as_str().expect("reason");
+        assert!(file.ends_with(name), "{file} is {name}");
+        assert!(
+            reason.contains(words),
+            "{name}: {words:?} not in {reason:?}"
+        );
+    }
+}
