@@ -79,40 +79,10 @@ ensure_venv() {
         echo "$want" >"$stamp"
 }
 
-if [[ "$mode" == quick ]]; then
-    ensure_rust_component rustfmt fmt
-    if [[ ${#missing[@]} -gt 0 ]]; then
-        printf 'missing: %s\n' "${missing[@]}" >&2
-        exit 1
-    fi
-    echo "== cargo fmt --check"
-    cargo fmt --all -- --check
-    # Profile `quick` (Cargo.toml): optimised dependencies, the workspace's own crates
-    # unoptimised and incremental. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
-    # release-sized partitions and are left to the full run, as is every test that needs the
-    # S3 server or cargo-lambda (the ourios-integration-tests crate).
-    echo "== cargo test --profile quick (unit, property and in-memory tests)"
-    cargo test --profile quick --workspace --exclude ourios-integration-tests -- \
-        --skip stress_ --skip bench_ "${filter[@]}"
-    exit 0
-fi
-
 echo "== tools (pinned, project-local; installed only when missing)"
 ensure_rust_component rustfmt fmt
-ensure_rust_component clippy clippy
-# The template's default Architecture is arm64. Where rustup cannot add the target, the infra
-# checks build and check the x86_64 zips instead (infra/tests/check.sh says so).
-if command -v rustup >/dev/null 2>&1 &&
-    ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
-    rustup target add aarch64-unknown-linux-gnu ||
-        echo "-- the aarch64 Rust target is unavailable here: the infra checks use x86_64"
-fi
-
 if ! ensure_venv "$venv" tests/requirements.txt; then
     echo "-- could not install tests/requirements.txt into .tools/venv (no route to PyPI?)" >&2
-fi
-if [[ -z "${CHECKOV:-}" ]] && ! ensure_venv "$checkov_venv" infra/tests/checkov-requirements.txt; then
-    echo "-- could not install checkov into .tools/checkov-venv (no route to PyPI?)" >&2
 fi
 if [[ -f "$venv/.requirements.sha256" ]]; then
     # The environment's tools (python3, cargo-lambda, cfn-lint, moto) come first.
@@ -123,15 +93,47 @@ python="${OURIOS_PYTHON:-$(command -v python3)}"
 export OURIOS_PYTHON="$python"
 export OURIOS_INTEROP_PYTHON="${OURIOS_INTEROP_PYTHON:-$python}"
 export CFN_LINT="${CFN_LINT:-$(command -v cfn-lint || true)}"
+# The handler tests check the functions' store operations against the template's roles with
+# cfn-lint's template reader; the writer corpus test writes files with pyarrow, DuckDB, Polars.
+[[ -n "$CFN_LINT" && -x "$CFN_LINT" ]] && "$python" -c 'import cfnlint' 2>/dev/null ||
+    missing+=("cfn-lint in $python (pin in tests/requirements.txt): set OURIOS_PYTHON to a Python that has it")
+"$OURIOS_INTEROP_PYTHON" -c 'import pyarrow, duckdb, polars' 2>/dev/null ||
+    missing+=("pyarrow, duckdb, polars in $OURIOS_INTEROP_PYTHON (pins in tests/requirements.txt): set OURIOS_PYTHON to a Python that has them")
+
+if [[ "$mode" == quick ]]; then
+    if [[ ${#missing[@]} -gt 0 ]]; then
+        echo "cannot run the tests; missing:" >&2
+        printf '  - %s\n' "${missing[@]}" >&2
+        exit 1
+    fi
+    echo "== cargo fmt --check"
+    cargo fmt --all -- --check
+    # Profile `quick` (Cargo.toml): optimised dependencies, the workspace's own crates
+    # unoptimised and incremental. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
+    # release-sized partitions under peak-RSS bounds and are left to the full run, as is every
+    # test that needs the S3 server or cargo-lambda (the ourios-integration-tests crate).
+    echo "== cargo test --profile quick (unit, property and in-memory tests; not stress_*, bench_*, tests/tests)"
+    cargo test --profile quick --workspace --exclude ourios-integration-tests -- \
+        --skip stress_ --skip bench_ "${filter[@]}"
+    exit 0
+fi
+
+ensure_rust_component clippy clippy
+# The template's default Architecture is arm64. Where rustup cannot add the target, the infra
+# checks build and check the x86_64 zips instead (infra/tests/check.sh says so).
+if command -v rustup >/dev/null 2>&1 &&
+    ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+    rustup target add aarch64-unknown-linux-gnu ||
+        echo "-- the aarch64 Rust target is unavailable here: the infra checks use x86_64"
+fi
+if [[ -z "${CHECKOV:-}" ]] && ! ensure_venv "$checkov_venv" infra/tests/checkov-requirements.txt; then
+    echo "-- could not install checkov into .tools/checkov-venv (no route to PyPI?)" >&2
+fi
 export CHECKOV="${CHECKOV:-$checkov_venv/bin/checkov}"
 
 # Everything the full run needs, each with how to provide it.
 "$python" -c 'import boto3' 2>/dev/null ||
     missing+=("boto3 in $python: let this script install tests/requirements.txt, or set OURIOS_PYTHON")
-"$OURIOS_INTEROP_PYTHON" -c 'import pyarrow, duckdb, polars' 2>/dev/null ||
-    missing+=("pyarrow, duckdb, polars in $OURIOS_INTEROP_PYTHON (pins in tests/requirements.txt): set OURIOS_PYTHON to a Python that has them")
-[[ -n "$CFN_LINT" && -x "$CFN_LINT" ]] ||
-    missing+=("cfn-lint (pin in tests/requirements.txt): set CFN_LINT to its path")
 [[ -x "$CHECKOV" ]] ||
     missing+=("checkov (pin in infra/tests/checkov-requirements.txt): set CHECKOV to its path")
 cargo lambda --version >/dev/null 2>&1 ||

@@ -64,7 +64,7 @@ fn bloat_file(file: usize) -> Vec<u8> {
 }
 
 #[test]
-fn the_bloat_partition_compacts_under_256_mib_at_32_and_64_mib_budgets() {
+fn stress_the_bloat_partition_compacts_under_256_mib_at_32_and_64_mib_budgets() {
     let dir = tempfile::tempdir().expect("dir");
     let budgets = ["32MiB", "64MiB"];
     let mut encoded = 0u64;

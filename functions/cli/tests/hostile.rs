@@ -193,7 +193,7 @@ fn deep_nesting(path: &Path) {
 }
 
 #[test]
-fn hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
+fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     let dir = tempfile::tempdir().expect("dir");
     let store = dir.path().to_string_lossy().to_string();
     let out = run(&[

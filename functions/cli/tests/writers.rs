@@ -30,7 +30,7 @@ fn corpus(command: &str, store: &Path) -> String {
         .expect("python starts");
     assert!(
         out.status.success(),
-        "writer_corpus.py {command} failed (it needs pyarrow, duckdb and polars: see .ci/run):\n{}",
+        "writer_corpus.py {command} failed (it needs pyarrow, duckdb and polars: bash tests/run.sh installs them into .tools/venv):\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
