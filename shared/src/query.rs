@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::{cast, concat_batches, filter_record_batch, take_record_batch};
-use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef};
 use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -35,6 +35,7 @@ use crate::planned_reader::PlannedReader;
 use crate::prune::{WindowPredicate, leaf_column_index, may_match};
 use crate::read_plan::{DEFAULT_MAX_BLOCK_BYTES, ReadPlan, projected_leaves};
 use crate::store::Store;
+use crate::type_union::time_nanos;
 
 /// A window query.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,7 +253,7 @@ fn row_mask(
 ) -> Result<BooleanArray> {
     let rows = batch.num_rows();
     let times = match batch.column_by_name(&keys.time) {
-        Some(t) => Some(cast(t, &DataType::Int64).map_err(|e| Error::arrow("reading time", e))?),
+        Some(t) => Some(time_nanos(t.as_ref()).map_err(|e| Error::arrow("reading time", e))?),
         None => None,
     };
     let services = match batch.column_by_name(&keys.service) {
@@ -262,7 +263,6 @@ fn row_mask(
     let mask: BooleanArray = (0..rows)
         .map(|i| {
             let in_window = times.as_ref().is_some_and(|t| {
-                let t = t.as_primitive::<Int64Type>();
                 t.is_valid(i) && (predicate.from_nanos..predicate.to_nanos).contains(&t.value(i))
             });
             let service_ok = match &predicate.service {
@@ -287,7 +287,7 @@ fn row_keys(batch: &RecordBatch, keys: &KeyColumns) -> Result<Vec<(Option<String
         .map_err(|e| Error::arrow("reading service", e))?;
     let times = batch
         .column_by_name(&keys.time)
-        .map(|t| cast(t, &DataType::Int64))
+        .map(|t| time_nanos(t.as_ref()))
         .transpose()
         .map_err(|e| Error::arrow("reading time", e))?;
     Ok((0..batch.num_rows())
@@ -296,9 +296,7 @@ fn row_keys(batch: &RecordBatch, keys: &KeyColumns) -> Result<Vec<(Option<String
                 let s = s.as_string::<i32>();
                 s.is_valid(i).then(|| s.value(i).to_string())
             });
-            let time = times
-                .as_ref()
-                .map_or(0, |t| t.as_primitive::<Int64Type>().value(i));
+            let time = times.as_ref().map_or(0, |t| t.value(i));
             (service, time)
         })
         .collect())

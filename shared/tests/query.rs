@@ -336,3 +336,49 @@ async fn column_scan_reads_every_row_of_the_columns_asked_for() {
     assert_eq!(after.stats.files, 1);
     assert!(after.stats.requests < before.stats.requests);
 }
+
+/// Uncompacted files whose time column is in microseconds (Spark, Polars) are filtered in
+/// nanoseconds like every other file, before and after compaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_over_microsecond_times_matches_in_nanoseconds() {
+    use arrow::array::{StringArray, TimestampMicrosecondArray};
+    use ourios_compaction::testing::{named_batch, parquet_bytes, put_bytes};
+
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let layout = Layout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let (start, _) = partition.time_range_nanos();
+    // One row a minute, as microseconds.
+    let micros: Vec<i64> = (0..60).map(|m| (start + m * MINUTE) / 1_000).collect();
+    let batch = named_batch(vec![
+        (
+            "time_unix_nano",
+            Arc::new(TimestampMicrosecondArray::from(micros).with_timezone("UTC")),
+        ),
+        ("service.name", Arc::new(StringArray::from(vec!["svc"; 60]))),
+    ]);
+    let key = format!("{}/spark-0.parquet", layout.ingest_dir(&partition));
+    put_bytes(&store, &key, parquet_bytes(&[batch], 16)).await;
+
+    let query = WindowQuery {
+        tenant: "acme".into(),
+        service: Some("svc".into()),
+        from_nanos: start + 20 * MINUTE,
+        to_nanos: start + 30 * MINUTE,
+        limit: 100,
+    };
+    for stage in ["ingest", "compacted"] {
+        if stage == "compacted" {
+            compact_with_defaults(&store, &layout, &partition).await;
+        }
+        let result = query_window(&store, &layout, &KeyColumns::default(), &query)
+            .await
+            .expect("query");
+        let rows: usize = result.rows.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(
+            (result.stats.rows_matched, rows),
+            (10, 10),
+            "{stage}: minutes 20 to 29"
+        );
+    }
+}
