@@ -79,7 +79,7 @@ fn counted_listing(
         .enumerate()
         .map(move |(i, item)| {
             let i = i as u64;
-            if i > 0 && i % LIST_PAGE == 0 {
+            if i > 0 && i.is_multiple_of(LIST_PAGE) {
                 RequestCounters::add(&counters.list, 1);
             }
             item
