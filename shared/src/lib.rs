@@ -58,6 +58,7 @@
 //! | [`partition`] | partition ids and the object-key layout |
 //! | [`store`] | store URLs and object-store helpers |
 //! | [`config`] | typed settings, sizes and durations |
+//! | [`clock`] | the host's wall and monotonic clocks, substitutable in tests |
 //! | [`input`] | staging and checking input files |
 //! | [`schema`] | the union of input schemas |
 //! | [`key`] | the clustering key and its order |
@@ -96,6 +97,7 @@ pub mod alignment;
 pub mod baseline;
 pub mod blocks;
 pub mod budget;
+pub mod clock;
 pub mod compact;
 pub mod config;
 pub mod counting;

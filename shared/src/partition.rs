@@ -225,6 +225,14 @@ impl Layout {
         ))
     }
 
+    /// Key of the object GC writes to read the store's clock for a partition.
+    pub fn clock_key(&self, partition: &PartitionId) -> Path {
+        Path::from(format!(
+            "{METADATA_PREFIX}/clock/{}.json",
+            partition.relative_dir()
+        ))
+    }
+
     /// Parses an ingest-file key strictly; it is never normalised.
     pub fn parse_ingest_key(&self, key: &str) -> Result<(PartitionId, String)> {
         let rest = key

@@ -9,10 +9,21 @@ use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::io::AsyncWriteExt;
 
 use crate::error::{Error, Result};
+
+/// The path of a key the system already holds (a listed key, a manifest entry), taken as
+/// itself: parsed, never re-encoded. `Path::from` percent-encodes `~ % # [ ] { } ^ | * ? " < >`
+/// and backtick, so it would address another object (`a~b.parquet` becomes `a%7Eb.parquet`).
+pub fn key_path(key: &str) -> Result<Path> {
+    Path::parse(key).map_err(|source| Error::Store {
+        operation: "address",
+        location: format!("{key:?}"),
+        source: object_store::Error::InvalidPath { source },
+    })
+}
 
 /// A parsed store root URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +186,21 @@ impl Store {
             .map_err(|e| Error::store("list", prefix, e))?;
         objects.sort_by(|a, b| a.location.cmp(&b.location));
         Ok(objects)
+    }
+
+    /// Now on the store's clock: writes a small object at `key` and reads back its
+    /// Last-Modified (S3 may round it down to the second, which only makes "now" earlier).
+    pub async fn store_now(&self, key: &Path) -> Result<chrono::DateTime<chrono::Utc>> {
+        self.inner
+            .put(key, PutPayload::from_static(b"{}"))
+            .await
+            .map_err(|e| Error::store("put", key, e))?;
+        let meta = self
+            .inner
+            .head(key)
+            .await
+            .map_err(|e| Error::store("head", key, e))?;
+        Ok(meta.last_modified)
     }
 
     /// Streams an object into a local file, never holding it whole in memory.

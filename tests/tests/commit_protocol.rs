@@ -295,7 +295,6 @@ async fn stale_committer_after_pruning(store: Store) {
         &layout,
         &partition,
         Duration::from_secs(3600),
-        1,
         false,
     )
     .await

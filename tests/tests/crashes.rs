@@ -150,13 +150,11 @@ impl Scenario {
         assert!(files.live[0].starts_with(&compacted_dir), "{files:?}");
         assert_eq!(files.quarantined.len(), 1, "{files:?}");
 
-        let now = chrono_now_ms();
         collect_garbage(
             &self.store,
             &self.layout,
             &self.partition,
             Duration::ZERO,
-            now,
             false,
         )
         .await
@@ -176,22 +174,16 @@ impl Scenario {
             .collect();
         allowed.insert(files.live[0].clone());
         allowed.insert(self.bad_key.clone());
+        allowed.insert(self.layout.clock_key(&self.partition).to_string());
         let keys: BTreeSet<String> = all_keys(&self.store).await.into_iter().collect();
         assert_eq!(
             keys, allowed,
-            "{context}: after GC only the live output, the quarantined file and the latest \
-             manifest versions remain"
+            "{context}: after GC only the live output, the quarantined file, the latest \
+             manifest versions and GC's clock object remain"
         );
         self.assert_consistent(&format!("{context}, after GC"))
             .await;
     }
-}
-
-fn chrono_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Counts the store operations of the faulted compaction on a fresh scenario.
