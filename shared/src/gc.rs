@@ -332,6 +332,15 @@ async fn child_values(store: &Store, dir: &Path, name: &str) -> Result<Vec<Strin
     Ok(values)
 }
 
+/// A partition a GC run could not collect.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcFailure {
+    /// The partition.
+    pub partition: String,
+    /// What failed.
+    pub error: String,
+}
+
 /// What a GC run over a scope did, partition by partition.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GcSummary {
@@ -339,6 +348,8 @@ pub struct GcSummary {
     pub partitions: Vec<GcReport>,
     /// Objects deleted in all of them.
     pub deleted: usize,
+    /// Partitions that could not be collected (a listing failed), with the error.
+    pub failed: Vec<GcFailure>,
     /// Whether this was a dry run.
     pub dry_run: bool,
 }
@@ -356,9 +367,20 @@ pub async fn collect_garbage_in(
         ..Default::default()
     };
     for partition in find_partitions(store, scope).await? {
-        let report = collect_garbage(store, layout, &partition, grace, dry_run).await?;
-        summary.deleted += report.deleted;
-        summary.partitions.push(report);
+        // One partition the store cannot list never stops the others: it is reported.
+        match collect_garbage(store, layout, &partition, grace, dry_run).await {
+            Ok(report) => {
+                summary.deleted += report.deleted;
+                summary.partitions.push(report);
+            }
+            Err(e) => {
+                tracing::warn!(partition = %partition, error = %e, "gc skipped a partition");
+                summary.failed.push(GcFailure {
+                    partition: partition.to_string(),
+                    error: e.to_string(),
+                });
+            }
+        }
     }
     Ok(summary)
 }

@@ -345,3 +345,30 @@ async fn hole5_an_open_hour_is_re_armed_only_by_readiness() {
     );
     assert!(latest.ingested_bytes > 0);
 }
+
+/// A foreign key the object store cannot address (a control character) sits in a partition
+/// of a local store: it is reported and skipped, left untouched, and the partition's files
+/// compact and read as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hole4_a_foreign_key_is_skipped_not_fatal() {
+    let root = tempfile::tempdir().expect("store root");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let store = Store::open(&root.path().to_string_lossy()).expect("local store");
+    let layout = Layout::default();
+    land_on_disk(root.path(), &layout, "good.parquet", 0, 100);
+    land_on_disk(root.path(), &layout, "bad\u{1}name.parquet", 1000, 100);
+    let files = partition_files(&store, &layout, &partition())
+        .await
+        .expect("the listing skips the foreign key");
+    assert_eq!(files.live.len(), 1, "{files:?}");
+    let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
+        .await
+        .expect("compaction runs");
+    assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+    collect_garbage(&store, &layout, &partition(), Duration::ZERO, false)
+        .await
+        .expect("gc runs");
+    let dir = root.path().join(layout.ingest_dir(&partition()).as_ref());
+    assert!(dir.join("bad\u{1}name.parquet").exists(), "left untouched");
+    assert_each_once(&live_tag_counts(&store, &layout).await, 0..100, "after gc");
+}

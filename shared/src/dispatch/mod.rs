@@ -38,8 +38,8 @@ pub struct PartitionOutcome {
     pub tenant: String,
     /// Hour, `YYYY-MM-DDTHH`.
     pub hour: String,
-    /// `dispatched`, `would_dispatch` (dry run), `job_active`, `not_ready` or
-    /// `nothing_to_compact`.
+    /// `dispatched`, `would_dispatch` (dry run), `job_active`, `not_ready`,
+    /// `nothing_to_compact`, or `failed` (the sweep could not read it; the reason says why).
     pub decision: String,
     /// Why, in words.
     pub reason: String,
@@ -208,17 +208,20 @@ pub async fn sweep(
     for tenant in &tenants {
         for hour in sweep_window(now, config.sweep_hours) {
             let partition = PartitionId::new(tenant, hour)?;
-            outcomes.push(
-                dispatch_partition(
-                    store,
-                    layout,
-                    &partition,
-                    now,
-                    config,
-                    DispatchMode::default(),
-                )
-                .await?,
-            );
+            let outcome = dispatch_partition(
+                store,
+                layout,
+                &partition,
+                now,
+                config,
+                DispatchMode::default(),
+            )
+            .await;
+            // One partition the store cannot list (a foreign key in it) never stops the others.
+            outcomes.push(outcome.unwrap_or_else(|e| {
+                tracing::warn!(partition = %partition, error = %e, "sweep skipped a partition");
+                PartitionOutcome::new(&partition, "failed", e.to_string())
+            }));
         }
     }
     Ok(outcomes)
