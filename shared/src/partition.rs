@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! <ingest>/tenant=<T>/year=<YYYY>/month=<MM>/day=<DD>/hour=<HH>/<file>.parquet   ingest files
-//! compacted/tenant=<T>/year=…/hour=<HH>/part-<hash>.parquet                      compacted outputs
+//! compacted/tenant=<T>/year=…/hour=<HH>/part-<hash>-<job>.parquet                compacted outputs
 //! _compaction/manifests/tenant=<T>/year=…/hour=<HH>/v<20 digits>.json            manifest versions
 //! ```
 //!
