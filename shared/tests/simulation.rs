@@ -10,7 +10,7 @@
 //! exactly once, and no live object is ever missing; once faults stop, the partition converges
 //! to one compacted file.
 //!
-//! `OURIOS_SIM_SEEDS=N` runs N seeds (default 2000); `OURIOS_SIM_SEED=S` replays one.
+//! `OURIOS_SIM_SEEDS=N` runs N seeds (default 5000); `OURIOS_SIM_SEED=S` replays one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -232,7 +232,8 @@ struct Job {
     inputs: Vec<String>,
     output: CompactedFile,
     forget: Vec<String>,
-    commit_by: Expiry,
+    /// Set when the output is uploaded (a sort may take longer than the grace).
+    commit_by: Option<Expiry>,
 }
 
 struct Sim {
@@ -354,9 +355,7 @@ impl Sim {
             self.layout.compacted_dir(&self.partition),
             fxhash(&set)
         );
-        self.put(&key).await;
         self.rows.insert(key.clone(), rows.clone());
-        let commit_by = Expiry::after(&clock, GRACE / 2);
         self.jobs.push(Job {
             id,
             forget: base
@@ -373,16 +372,34 @@ impl Sim {
                 bytes: 1,
                 input_set: format!("{:016x}", fxhash(&set)),
             },
-            commit_by,
+            commit_by: None,
         });
+    }
+
+    /// A job finishes sorting and uploads its output.
+    async fn upload(&mut self) {
+        let waiting: Vec<usize> = (0..self.jobs.len())
+            .filter(|i| self.jobs[*i].commit_by.is_none())
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let i = waiting[self.below(waiting.len() as u64) as usize];
+        let clock = self.clock();
+        let key = self.jobs[i].output.key.clone();
+        self.put(&key).await;
+        self.jobs[i].commit_by = Some(Expiry::after(&clock, GRACE / 2));
     }
 
     /// Commits one waiting job, maybe losing the response of its write.
     async fn commit_job(&mut self, faults: bool) {
-        if self.jobs.is_empty() {
+        let uploaded: Vec<usize> = (0..self.jobs.len())
+            .filter(|i| self.jobs[*i].commit_by.is_some())
+            .collect();
+        if uploaded.is_empty() {
             return;
         }
-        let i = self.below(self.jobs.len() as u64) as usize;
+        let i = uploaded[self.below(uploaded.len() as u64) as usize];
         let job = self.jobs.remove(i);
         let fault = match (faults, self.below(6)) {
             (true, 0) => Some(Fault::LostResponse(1)),
@@ -409,7 +426,7 @@ impl Sim {
             ingested_bytes: 1,
             job_id: job.id.clone(),
             now_ms: clock.now_ms(),
-            commit_by: Some(job.commit_by.clone()),
+            commit_by: job.commit_by.clone(),
         };
         let outcome = commit(&store, &self.layout, &self.partition, &job.base, &request).await;
         let delete_own = match outcome {
@@ -485,11 +502,12 @@ impl Sim {
 
     async fn run(mut self) {
         for step in 0..60 {
-            match self.below(12) {
+            match self.below(13) {
                 0..=2 => self.ingest().await,
                 3..=4 => self.start_job().await,
                 5..=6 => self.commit_job(true).await,
                 7 => self.gc().await,
+                12 => self.upload().await,
                 // A crash: the job's uploaded output is left behind.
                 8 if !self.jobs.is_empty() => {
                     let i = self.below(self.jobs.len() as u64) as usize;
@@ -509,10 +527,12 @@ impl Sim {
         }
         // Faults stop; the stragglers commit or give up, and a clean run converges.
         while !self.jobs.is_empty() {
+            self.upload().await;
             self.commit_job(false).await;
             self.check(1000).await;
         }
         self.start_job().await;
+        self.upload().await;
         self.commit_job(false).await;
         self.check(1001).await;
         for _ in 0..2 {
@@ -567,7 +587,7 @@ fn the_commit_protocol_survives_seeded_interleavings() {
             let n: u64 = std::env::var("OURIOS_SIM_SEEDS")
                 .ok()
                 .and_then(|n| n.parse().ok())
-                .unwrap_or(2000);
+                .unwrap_or(5000);
             (1..=n).collect()
         }
     };
