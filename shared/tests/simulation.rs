@@ -39,10 +39,13 @@ use ourios_compaction::testing::{Fault, FaultyStore, xorshift64};
 const GRACE: Duration = Duration::from_secs(60);
 const GRACE_MS: i64 = 60_000;
 
+/// An object's bytes, Last-Modified (store clock, ms) and ETag.
+type Entry = (Bytes, i64, u64);
+
 /// An in-memory object store whose Last-Modified comes from the virtual store clock.
 #[derive(Debug, Default)]
 struct SimStore {
-    objects: Arc<Mutex<BTreeMap<String, (Bytes, i64, u64)>>>,
+    objects: Arc<Mutex<BTreeMap<String, Entry>>>,
     now_ms: Arc<std::sync::atomic::AtomicI64>,
     next_tag: std::sync::atomic::AtomicU64,
 }
@@ -58,7 +61,7 @@ impl SimStore {
         self.now_ms.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    fn meta(key: &str, entry: &(Bytes, i64, u64)) -> ObjectMeta {
+    fn meta(key: &str, entry: &Entry) -> ObjectMeta {
         ObjectMeta {
             location: Path::parse(key).expect("sim keys parse"),
             last_modified: Utc.timestamp_millis_opt(entry.1).single().expect("a time"),
@@ -317,9 +320,8 @@ impl Sim {
         self.rows.insert(key, rows);
     }
 
-    /// Reads the state as a compaction does and uploads its (modelled) output.
+    /// Reads the state as a compaction does; its (modelled) output is the inputs' rows.
     async fn start_job(&mut self) {
-        let clock = self.clock();
         let base = load_latest(&self.store, &self.layout, &self.partition)
             .await
             .expect("manifest");
