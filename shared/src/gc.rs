@@ -7,7 +7,7 @@
 //!
 //! Every instant is the store's: a commit's time is its manifest version's Last-Modified, an
 //! orphan's age its own Last-Modified, and "now" the Last-Modified of a clock object GC writes
-//! before it reads anything (`_compaction/clock/<partition>.json`). Host clocks may be skewed;
+//! before it reads anything (`_compaction/clock/<partition>.json`, removed again at once). Host clocks may be skewed;
 //! they only measure durations. INVARIANT: GC reads the manifest after taking "now", so a
 //! commit that landed before it is seen; a committer commits within half the grace of its
 //! upload, and GC deletes within half the grace of taking "now", so an orphan GC deletes can

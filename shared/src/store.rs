@@ -204,8 +204,8 @@ impl Store {
         Ok(objects)
     }
 
-    /// Now on the store's clock: writes a small object at `key` and reads back its
-    /// Last-Modified (S3 may round it down to the second, which only makes "now" earlier).
+    /// Now on the store's clock: writes a small object at `key`, reads back its Last-Modified
+    /// (S3 may round it down to the second, which only makes "now" earlier) and removes it.
     pub async fn store_now(&self, key: &Path) -> Result<chrono::DateTime<chrono::Utc>> {
         self.inner
             .put(key, PutPayload::from_static(b"{}"))
@@ -216,6 +216,9 @@ impl Store {
             .head(key)
             .await
             .map_err(|e| Error::store("head", key, e))?;
+        if let Err(e) = self.inner.delete(key).await {
+            tracing::warn!(key = %key, error = %e, "could not remove the clock object");
+        }
         Ok(meta.last_modified)
     }
 

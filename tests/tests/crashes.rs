@@ -174,12 +174,11 @@ impl Scenario {
             .collect();
         allowed.insert(files.live[0].clone());
         allowed.insert(self.bad_key.clone());
-        allowed.insert(self.layout.clock_key(&self.partition).to_string());
         let keys: BTreeSet<String> = all_keys(&self.store).await.into_iter().collect();
         assert_eq!(
             keys, allowed,
-            "{context}: after GC only the live output, the quarantined file, the latest \
-             manifest versions and GC's clock object remain"
+            "{context}: after GC only the live output, the quarantined file and the latest \
+             manifest versions remain"
         );
         self.assert_consistent(&format!("{context}, after GC"))
             .await;
