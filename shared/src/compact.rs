@@ -22,10 +22,11 @@ use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
 use crate::budget::MemoryGauge;
+use crate::clock::Expiry;
 use crate::config::CompactOptions;
 use crate::engine::{SortFailure, SortJob, SortStats, sort_inputs};
 use crate::error::{Error, Result};
-use crate::gc::collect_garbage;
+use crate::gc::collect_garbage_with;
 use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, page_cap_bytes};
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
@@ -37,7 +38,7 @@ use crate::report::{CompactionReport, InputTotals, OutputFile, Quarantined, Stat
 use crate::runs::{ScratchDir, SpillCompression};
 use crate::schema::{UnifiedSchema, unify};
 use crate::sink::with_sink_thread;
-use crate::store::Store;
+use crate::store::{Store, key_path};
 use crate::threshold::resolve_rg_bytes;
 use crate::upload::start_upload;
 use crate::writer::{OutputWriter, partition_output_settings, sort_key_label};
@@ -60,7 +61,10 @@ pub async fn compact_partition(
 ) -> Result<CompactionReport> {
     options.validate()?;
     let started = Instant::now();
-    let job_id = format!("{:016x}", rand::random::<u64>());
+    let job_id = options
+        .job_id
+        .clone()
+        .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
     let mut report = CompactionReport::new(&partition.relative_dir(), &job_id);
     report.budget_bytes = options.budget_bytes;
     let gauge = MemoryGauge::new();
@@ -82,7 +86,15 @@ pub async fn compact_partition(
         });
     }
     if report.status.is_success() {
-        match collect_garbage(store, layout, partition, options.gc_grace, now_ms(), false).await {
+        let gc = collect_garbage_with(
+            store,
+            layout,
+            partition,
+            options.gc_grace,
+            false,
+            &options.clock,
+        );
+        match gc.await {
             Ok(gc) => report.gc_deleted = gc.deleted,
             Err(e) => {
                 tracing::warn!(partition = %partition, error = %e, "garbage collection failed")
@@ -103,10 +115,6 @@ pub async fn compact_partition(
         "compaction finished"
     );
     Ok(report)
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 async fn run_job(
@@ -189,8 +197,9 @@ async fn run_job(
         let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
             break None;
         };
+        let job_id = report.job_id.clone();
         match sort_and_write(
-            store, layout, partition, options, gauge, &scratch, &checked, &unified,
+            store, layout, partition, options, gauge, &scratch, &checked, &unified, &job_id,
         )
         .await?
         {
@@ -216,35 +225,31 @@ async fn run_job(
     }
     drop(scratch);
 
-    // A late job leaves its output to GC: never delete it here. INVARIANT: an output's name
-    // is a hash of its input set, so an identical job may have committed this very key
-    // meanwhile, and then it is live.
+    // Each attempt names its output uniquely, so a late job may delete its own output: no
+    // manifest can reference it.
     if let Some(deadline) = options.deadline
         && Instant::now() >= deadline
     {
-        return Err(Error::Deadline {
-            partition: partition.to_string(),
-        });
-    }
-    if let Some(w) = &written
-        && w.upload_started.elapsed() > options.gc_grace / 2
-        && options.gc_grace > Duration::ZERO
-    {
-        // INVARIANT: an output is committed within half the grace period of its upload, so
-        // GC can never sweep it as an orphan just before the commit references it.
+        if let Some(w) = &written {
+            delete_quietly(store, &w.output.key).await;
+        }
         return Err(Error::Deadline {
             partition: partition.to_string(),
         });
     }
 
-    // Step 5: commit.
-    let listed: std::collections::HashSet<&str> =
-        listing.iter().map(|m| m.location.as_ref()).collect();
-    let compacted_prefix = format!("{}/", layout.compacted_dir(partition));
+    // Step 5: commit. Retired entries whose files are gone are forgotten (ingest files and
+    // earlier outputs alike), so the manifest stays as small as the grace period allows.
+    let compacted_listing = store.list_sorted(&layout.compacted_dir(partition)).await?;
+    let listed: std::collections::HashSet<&str> = listing
+        .iter()
+        .chain(&compacted_listing)
+        .map(|m| m.location.as_ref())
+        .collect();
     let forget = manifest
         .retired
         .iter()
-        .filter(|r| !r.key.starts_with(&compacted_prefix) && !listed.contains(r.key.as_str()))
+        .filter(|r| !listed.contains(r.key.as_str()))
         .map(|r| r.key.clone())
         .collect();
     let request = CommitRequest {
@@ -257,6 +262,7 @@ async fn run_job(
             key: w.output.key.clone(),
             rows: w.output.rows,
             bytes: w.output.bytes,
+            input_set: w.input_set.clone(),
         }),
         quarantined: quarantined
             .iter()
@@ -266,12 +272,34 @@ async fn run_job(
             })
             .collect(),
         forget,
+        ingested_bytes: checked
+            .iter()
+            .filter(|c| !c.staged.is_compacted)
+            .map(|c| c.staged.size)
+            .sum(),
         job_id: report.job_id.clone(),
-        now_ms: now_ms(),
+        now_ms: options.clock.now_ms(),
+        // INVARIANT: an output is committed within half the grace of its upload (on this
+        // host's monotonic clock), so GC, which waits the whole grace on the store's clock,
+        // never sweeps it as an orphan just before a commit references it.
+        commit_by: written
+            .as_ref()
+            .filter(|_| options.gc_grace > Duration::ZERO)
+            .map(|w| w.uploaded.clone()),
     };
-    match commit(store, layout, partition, &manifest, &request).await? {
+    let outcome = match commit(store, layout, partition, &manifest, &request).await {
+        Err(e @ Error::Deadline { .. }) => {
+            if let Some(w) = &written {
+                delete_quietly(store, &w.output.key).await;
+            }
+            return Err(e);
+        }
+        other => other?,
+    };
+    match outcome {
         CommitOutcome::Committed(m) => {
             report.manifest_version = m.version;
+            report.write_amplification = m.write_amplification();
             report.output = written.map(|w| w.output);
             report.status = if quarantined.is_empty() {
                 Status::Compacted
@@ -281,13 +309,20 @@ async fn run_job(
         }
         CommitOutcome::AlreadyCommitted(m) => {
             report.manifest_version = m.version;
+            report.write_amplification = m.write_amplification();
             report.status = Status::Noop;
+            // Another attempt committed the same input set under its own name.
+            if let Some(w) = &written
+                && !m.references(&w.output.key)
+            {
+                delete_quietly(store, &w.output.key).await;
+            }
         }
         CommitOutcome::Conflict { current, reason } => {
             report.manifest_version = current.version;
             // The winner retired one of our inputs, so no later commit can make our output
-            // live; but an identical job may have committed it earlier and the winner may
-            // have retired it since (then it waits for the grace period like any input).
+            // live; if a lost response hid our own commit and a later one retired the output
+            // since, it waits for the grace period like any input.
             if let Some(w) = &written
                 && !current.references(&w.output.key)
             {
@@ -325,7 +360,9 @@ enum Unreadable {
 }
 
 async fn delete_quietly(store: &Store, key: &str) {
-    let path = Path::from(key);
+    let Ok(path) = key_path(key) else {
+        return;
+    };
     if let Err(e) = store.object_store().delete(&path).await {
         tracing::warn!(key, error = %e, "could not delete an uncommitted output; GC will sweep it");
     }
@@ -346,7 +383,7 @@ async fn stage_inputs(
             .iter()
             .find(|c| &c.key == key)
             .map_or(0, |c| c.bytes);
-        wanted.push((Path::from(key.as_str()), bytes, true));
+        wanted.push((key_path(key)?, bytes, true));
     }
     for meta in &live.ingest {
         wanted.push((meta.location.clone(), meta.size, false));
@@ -445,14 +482,17 @@ async fn check_inputs(
     .map_err(|e| Error::invariant(format!("input check task failed: {e}")))?
 }
 
-/// The name of an output: a hash of its input set and the settings that shape its bytes.
+/// The name of an output: a hash of its input set and the settings that shape its bytes,
+/// then the job id, so no two attempts ever write the same key (an upload never overwrites
+/// an object that GC listed, or that another attempt committed). Returns the key and the hash.
 fn output_key(
     layout: &Layout,
     partition: &PartitionId,
     inputs: &[CheckedInput],
     rg_bytes: u64,
     options: &CompactOptions,
-) -> Path {
+    job_id: &str,
+) -> (Path, String) {
     let mut hash = Sha256::new();
     hash.update(LAYOUT_VERSION.as_bytes());
     hash.update(rg_bytes.to_le_bytes());
@@ -472,17 +512,20 @@ fn output_key(
     }
     let digest = hash.finalize();
     let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-    Path::from(format!(
-        "{}/part-{hex}.parquet",
+    let key = Path::from(format!(
+        "{}/part-{hex}-{job_id}.parquet",
         layout.compacted_dir(partition)
-    ))
+    ));
+    (key, hex)
 }
 
 struct Written {
     output: OutputFile,
+    input_set: String,
     rg_bytes: u64,
     stats: SortStats,
-    upload_started: Instant,
+    /// Half the grace after the upload completed: the output must be committed before.
+    uploaded: Expiry,
 }
 
 /// Sorts the checked inputs into a new output object. The inner `Err` names an input that
@@ -497,6 +540,7 @@ async fn sort_and_write(
     scratch: &ScratchDir,
     checked: &[CheckedInput],
     unified: &UnifiedSchema,
+    job_id: &str,
 ) -> Result<std::result::Result<Written, (usize, String)>> {
     let input_bytes: u64 = checked.iter().map(|c| c.staged.size).sum();
     let rg_bytes = resolve_rg_bytes(options.rg_bytes, options.rg_bytes_env, input_bytes);
@@ -513,9 +557,8 @@ async fn sort_and_write(
     let spill_compression =
         check_scratch_space(scratch, checked, options.budget_bytes, staged_block_bytes)?;
 
-    let key = output_key(layout, partition, checked, rg_bytes, options);
+    let (key, input_set) = output_key(layout, partition, checked, rg_bytes, options, job_id);
     let (properties, blocks) = partition_output_settings(unified, options, rg_bytes, scratch)?;
-    let upload_started = Instant::now();
     let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
 
@@ -579,9 +622,10 @@ async fn sort_and_write(
                     rows,
                     row_groups,
                 },
+                input_set,
                 rg_bytes,
                 stats,
-                upload_started,
+                uploaded: Expiry::after(&options.clock, options.gc_grace / 2),
             }))
         }
         Ok(Err(bad)) => {

@@ -96,6 +96,10 @@ pub struct CompactOptions {
     /// [`StringCoder`](crate::runs::StringCoder)). The output is byte-identical either way;
     /// off only to measure or to compare.
     pub code_strings: bool,
+    /// The host's clocks (durations and labels; grace periods use the store's clock).
+    pub clock: std::sync::Arc<dyn crate::clock::Clock>,
+    /// Names this job (logs, manifest, the output's unique suffix); random when `None`.
+    pub job_id: Option<String>,
 }
 
 impl CompactOptions {
@@ -115,6 +119,8 @@ impl CompactOptions {
             row_groups_per_block: DEFAULT_ROW_GROUPS_PER_BLOCK,
             max_rows_per_row_group: None,
             code_strings: true,
+            clock: crate::clock::SystemClock::shared(),
+            job_id: None,
         }
     }
 

@@ -3,7 +3,15 @@
 //! Retired inputs are deleted only once the grace period has passed since the commit that
 //! retired them (a reader that listed before the commit may still be reading them, DESIGN
 //! §5 invariant 3). Compacted outputs that no manifest references (a crash between upload
-//! and commit, or a lost race) are deleted once older than the grace period. Old manifest
+//! and commit, or a lost race) are deleted once older than the grace period.
+//!
+//! Every instant is the store's: a commit's time is its manifest version's Last-Modified, an
+//! orphan's age its own Last-Modified, and "now" the Last-Modified of a clock object GC writes
+//! before it reads anything (`_compaction/clock/<partition>.json`, removed again at once). Host clocks may be skewed;
+//! they only measure durations. INVARIANT: GC reads the manifest after taking "now", so a
+//! commit that landed before it is seen; a committer commits within half the grace of its
+//! upload, and GC deletes within half the grace of taking "now", so an orphan GC deletes can
+//! no longer be committed; before deleting, GC reads the latest manifest again. Old manifest
 //! versions are pruned, always keeping the latest few so a concurrent committer is never
 //! affected. Quarantined files are never touched.
 //!
@@ -16,6 +24,7 @@
 //! `object_store`; the bucket's lifecycle rule `AbortIncompleteMultipartUpload` removes them
 //! (see `infra/`), and they never become objects, so they never enter a live set.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,10 +32,11 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 use serde::Serialize;
 
+use crate::clock::{Clock, Expiry, SystemClock};
 use crate::error::{Error, Result};
-use crate::manifest::{Manifest, list_versions, load_latest};
+use crate::manifest::{Manifest, load_latest, parse_version};
 use crate::partition::{COMPACTED_PREFIX, Layout, METADATA_PREFIX, PartitionId, validate_tenant};
-use crate::store::Store;
+use crate::store::{Store, key_path};
 
 /// Manifest versions kept by pruning.
 pub const KEEP_MANIFEST_VERSIONS: usize = 10;
@@ -62,10 +72,10 @@ pub struct GcInputs<'a> {
     pub compacted_listing: &'a [ObjectMeta],
     /// Listing of the partition's ingest directory.
     pub ingest_listing: &'a [ObjectMeta],
-    /// Keys of every manifest version, ascending by version.
-    pub manifest_keys: &'a [Path],
-    /// Now, Unix milliseconds.
-    pub now_ms: i64,
+    /// Every manifest version present with its listing entry, ascending by version.
+    pub manifest_versions: &'a [(u64, ObjectMeta)],
+    /// Now on the store's clock, Unix milliseconds.
+    pub store_now_ms: i64,
     /// The grace period.
     pub grace: Duration,
 }
@@ -73,8 +83,19 @@ pub struct GcInputs<'a> {
 /// Decides what to delete: pure, so it can be tested and printed without a store or clock.
 pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
     let grace_ms = i64::try_from(inputs.grace.as_millis()).unwrap_or(i64::MAX);
-    let past_grace = |t_ms: i64| t_ms.saturating_add(grace_ms) <= inputs.now_ms;
+    let past_grace = |t_ms: i64| t_ms.saturating_add(grace_ms) <= inputs.store_now_ms;
     let m = inputs.manifest;
+    // When version `v` was committed, on the store's clock; a pruned version is bounded by the
+    // next one kept (later, so the grace only lengthens). Unknown (0): the latest version.
+    let versions = inputs.manifest_versions;
+    let committed_ms = |v: u64| -> Option<i64> {
+        let found = if v == 0 {
+            versions.last()
+        } else {
+            versions.iter().find(|(n, _)| *n >= v)
+        };
+        found.map(|(_, meta)| meta.last_modified.timestamp_millis())
+    };
     // Retired entries stay in the manifest until a later commit forgets them: only files
     // still present are planned, so a report counts real deletions.
     let present: std::collections::HashSet<&str> = inputs
@@ -86,7 +107,9 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
     let retired: Vec<String> = m
         .retired
         .iter()
-        .filter(|r| past_grace(r.retired_at_ms) && present.contains(r.key.as_str()))
+        .filter(|r| {
+            committed_ms(r.retired_in).is_some_and(past_grace) && present.contains(r.key.as_str())
+        })
         .filter(|r| !m.quarantined.iter().any(|q| q.key == r.key))
         .map(|r| r.key.clone())
         .collect();
@@ -100,13 +123,10 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
         .filter(|o| past_grace(o.last_modified.timestamp_millis()))
         .map(|o| o.location.to_string())
         .collect();
-    let prunable = inputs
-        .manifest_keys
-        .len()
-        .saturating_sub(KEEP_MANIFEST_VERSIONS);
-    let manifests = inputs.manifest_keys[..prunable]
+    let prunable = versions.len().saturating_sub(KEEP_MANIFEST_VERSIONS);
+    let manifests = versions[..prunable]
         .iter()
-        .map(|k| k.to_string())
+        .map(|(_, meta)| meta.location.to_string())
         .collect();
     GcPlan {
         retired,
@@ -128,39 +148,76 @@ pub struct GcReport {
     pub dry_run: bool,
 }
 
-/// Plans and runs GC for one partition.
+/// Plans and runs GC for one partition, timing on the system clocks.
 pub async fn collect_garbage(
     store: &Store,
     layout: &Layout,
     partition: &PartitionId,
     grace: Duration,
-    now_ms: i64,
     dry_run: bool,
 ) -> Result<GcReport> {
+    let clock = SystemClock::shared();
+    collect_garbage_with(store, layout, partition, grace, dry_run, &clock).await
+}
+
+/// Plans and runs GC for one partition; `clock` measures how long the run takes.
+pub async fn collect_garbage_with(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    grace: Duration,
+    dry_run: bool,
+    clock: &Arc<dyn Clock>,
+) -> Result<GcReport> {
+    // INVARIANT: "now" is taken before the manifest is read (module doc).
+    let store_now = store.store_now(&layout.clock_key(partition)).await?;
+    let deadline = Expiry::after(clock, grace / 2);
     let manifest = load_latest(store, layout, partition).await?;
     let compacted_listing = store.list_sorted(&layout.compacted_dir(partition)).await?;
     let ingest_listing = store.list_sorted(&layout.ingest_dir(partition)).await?;
-    let manifest_keys: Vec<Path> = list_versions(store, layout, partition)
+    let manifest_versions: Vec<(u64, ObjectMeta)> = store
+        .list_sorted(&layout.manifest_dir(partition))
         .await?
         .into_iter()
-        .map(|v| layout.manifest_key(partition, v))
+        .filter_map(|meta| parse_version(&meta.location).map(|v| (v, meta)))
         .collect();
-    let plan = plan_gc(&GcInputs {
+    let mut plan = plan_gc(&GcInputs {
         manifest: &manifest,
         compacted_listing: &compacted_listing,
         ingest_listing: &ingest_listing,
-        manifest_keys: &manifest_keys,
-        now_ms,
+        manifest_versions: &manifest_versions,
+        store_now_ms: store_now.timestamp_millis(),
         grace,
     });
     let mut deleted = 0;
-    if !dry_run {
+    if !dry_run && !plan.is_empty() {
+        if grace > Duration::ZERO && deadline.has_passed() {
+            tracing::warn!(partition = %partition, "garbage collection took over half the grace period; deleting nothing");
+            return Ok(GcReport {
+                partition: partition.to_string(),
+                plan,
+                deleted,
+                dry_run,
+            });
+        }
+        // Re-check against the latest manifest: never delete what it references.
+        let latest = load_latest(store, layout, partition).await?;
+        plan.orphans
+            .retain(|k| !latest.references(k) && !latest.quarantined.iter().any(|q| &q.key == k));
+        plan.retired
+            .retain(|k| latest.retired.iter().any(|r| &r.key == k) && !latest.has_compacted(k));
         let keys: Vec<Path> = plan
             .retired
             .iter()
             .chain(&plan.orphans)
             .chain(&plan.manifests)
-            .map(|k| Path::from(k.as_str()))
+            .filter_map(|k| match key_path(k) {
+                Ok(path) => Some(path),
+                Err(e) => {
+                    tracing::warn!(key = %k, error = %e, "skipping a key that cannot be addressed");
+                    None
+                }
+            })
             .collect();
         let store_ref = store.object_store();
         let mut results =
@@ -275,6 +332,15 @@ async fn child_values(store: &Store, dir: &Path, name: &str) -> Result<Vec<Strin
     Ok(values)
 }
 
+/// A partition a GC run could not collect.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcFailure {
+    /// The partition.
+    pub partition: String,
+    /// What failed.
+    pub error: String,
+}
+
 /// What a GC run over a scope did, partition by partition.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GcSummary {
@@ -282,6 +348,8 @@ pub struct GcSummary {
     pub partitions: Vec<GcReport>,
     /// Objects deleted in all of them.
     pub deleted: usize,
+    /// Partitions that could not be collected (a listing failed), with the error.
+    pub failed: Vec<GcFailure>,
     /// Whether this was a dry run.
     pub dry_run: bool,
 }
@@ -292,7 +360,6 @@ pub async fn collect_garbage_in(
     layout: &Layout,
     scope: &GcScope,
     grace: Duration,
-    now_ms: i64,
     dry_run: bool,
 ) -> Result<GcSummary> {
     let mut summary = GcSummary {
@@ -300,9 +367,20 @@ pub async fn collect_garbage_in(
         ..Default::default()
     };
     for partition in find_partitions(store, scope).await? {
-        let report = collect_garbage(store, layout, &partition, grace, now_ms, dry_run).await?;
-        summary.deleted += report.deleted;
-        summary.partitions.push(report);
+        // One partition the store cannot list never stops the others: it is reported.
+        match collect_garbage(store, layout, &partition, grace, dry_run).await {
+            Ok(report) => {
+                summary.deleted += report.deleted;
+                summary.partitions.push(report);
+            }
+            Err(e) => {
+                tracing::warn!(partition = %partition, error = %e, "gc skipped a partition");
+                summary.failed.push(GcFailure {
+                    partition: partition.to_string(),
+                    error: e.to_string(),
+                });
+            }
+        }
     }
     Ok(summary)
 }
@@ -330,14 +408,18 @@ mod tests {
             key: "compacted/p/live.parquet".into(),
             rows: 1,
             bytes: 1,
+            input_set: String::new(),
         });
+        // The committers' clocks say the opposite of the store's: only the store's count.
         m.retired.push(RetiredFile {
             key: "data/p/old.parquet".into(),
-            retired_at_ms: 0,
+            retired_at_ms: 990_000,
+            retired_in: 1,
         });
         m.retired.push(RetiredFile {
             key: "data/p/recent.parquet".into(),
-            retired_at_ms: 950_000,
+            retired_at_ms: 0,
+            retired_in: 11,
         });
         m.quarantined.push(QuarantinedFile {
             key: "data/p/bad.parquet".into(),
@@ -348,7 +430,15 @@ mod tests {
             meta("compacted/p/orphan-old.parquet", 0),
             meta("compacted/p/orphan-new.parquet", 990_000),
         ];
-        let keys: Vec<Path> = (1..=12).map(|v| Path::from(format!("m/v{v}"))).collect();
+        // Versions 1-10 committed at 0 on the store's clock, 11 and 12 just now.
+        let versions: Vec<(u64, ObjectMeta)> = (1..=12)
+            .map(|v| {
+                (
+                    v,
+                    meta(&format!("m/v{v}"), if v > 10 { 950_000 } else { 0 }),
+                )
+            })
+            .collect();
         let ingest = vec![
             meta("data/p/old.parquet", 0),
             meta("data/p/recent.parquet", 0),
@@ -358,8 +448,8 @@ mod tests {
             manifest: &m,
             compacted_listing: &listing,
             ingest_listing: &ingest,
-            manifest_keys: &keys,
-            now_ms: 1_000_000,
+            manifest_versions: &versions,
+            store_now_ms: 1_000_000,
             grace: Duration::from_secs(900),
         });
         assert_eq!(plan.retired, ["data/p/old.parquet"]);
@@ -371,10 +461,25 @@ mod tests {
             manifest: &m,
             compacted_listing: &listing,
             ingest_listing: &ingest[1..],
-            manifest_keys: &keys,
-            now_ms: 1_000_000,
+            manifest_versions: &versions,
+            store_now_ms: 1_000_000,
             grace: Duration::from_secs(900),
         });
         assert!(plan.retired.is_empty(), "{plan:?}");
+
+        // A retirement whose version was pruned is timed by the next version kept.
+        m.retired[0].retired_in = 0;
+        let plan = plan_gc(&GcInputs {
+            manifest: &m,
+            compacted_listing: &listing,
+            ingest_listing: &ingest,
+            manifest_versions: &versions,
+            store_now_ms: 1_000_000,
+            grace: Duration::from_secs(900),
+        });
+        assert!(
+            plan.retired.is_empty(),
+            "unknown: timed by the latest version {plan:?}"
+        );
     }
 }

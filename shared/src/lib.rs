@@ -16,12 +16,13 @@
 //! 2. **One conditional write per commit.** A commit creates the next manifest version with a
 //!    create-only write; a lost race is detected, never overwritten ([`manifest::commit`]).
 //! 3. **Grace before delete.** Inputs are deleted only after the commit that retires them and
-//!    a grace period ([`gc`]).
+//!    a grace period, measured on the store's clock ([`gc`]).
 //! 4. **Convergence.** Any crash leaves a state from which a rerun converges; uncommitted
 //!    outputs are swept by [`gc`].
 //! 5. **Late files stay live.** Files that land during a compaction are not retired by it.
-//! 6. **Idempotence.** Rerunning a job that committed changes nothing (`noop`); the output
-//!    name is a hash of the input set.
+//! 6. **Idempotence.** Rerunning a job that committed changes nothing (`noop`): each attempt
+//!    names its output `part-<hash of the input set>-<job id>`, and the manifest records the
+//!    hash, so an attempt whose input set is committed is recognised.
 //! 7. **Bad inputs are never lost.** A file that cannot be compacted is recorded with its
 //!    reason, left byte-for-byte in place and out of the live set; the rest still compacts.
 //! 8. **Bounded memory.** Decoded rows held at once stay within B plus one batch in run
@@ -29,6 +30,11 @@
 //!    measured by a [`budget::MemoryGauge`].
 //! 9. **Determinism.** The same input files give a byte-identical output, whatever the listing
 //!    order, budget, spill pattern or thread count.
+//! 10. **Keys as themselves.** The key listed is the key read, retired and deleted
+//!     ([`store::key_path`], never a re-encoding); a key the store cannot address is reported
+//!     and skipped, and never stops other partitions.
+//! 11. **No resurrection.** A commit based on a version older than the last forgetting of
+//!     retired files ends `conflict` (the manifest's `forgotten_in` watermark).
 //!
 //! # Glossary
 //!
@@ -58,6 +64,7 @@
 //! | [`partition`] | partition ids and the object-key layout |
 //! | [`store`] | store URLs and object-store helpers |
 //! | [`config`] | typed settings, sizes and durations |
+//! | [`clock`] | the host's wall and monotonic clocks, substitutable in tests |
 //! | [`input`] | staging and checking input files |
 //! | [`page_check`] | an input's pages checked against what they declare before decoding |
 //! | [`schema`] | the union of input schemas |
@@ -100,6 +107,7 @@ pub mod alignment;
 pub mod baseline;
 pub mod blocks;
 pub mod budget;
+pub mod clock;
 pub mod compact;
 pub mod config;
 pub mod cost;

@@ -17,6 +17,8 @@ pub enum Unit {
     Bytes,
     /// Milliseconds.
     Milliseconds,
+    /// Percent.
+    Percent,
 }
 
 impl Unit {
@@ -25,6 +27,7 @@ impl Unit {
             Unit::Count => "Count",
             Unit::Bytes => "Bytes",
             Unit::Milliseconds => "Milliseconds",
+            Unit::Percent => "Percent",
         }
     }
 }
@@ -87,6 +90,11 @@ pub fn compaction_metrics(
             ("PeakRssBytes", Unit::Bytes, report.peak_rss_bytes),
             ("RunsSpilled", Unit::Count, u64::from(report.runs_spilled)),
             ("SpillBytes", Unit::Bytes, report.spill_bytes),
+            (
+                "WriteAmplificationPercent",
+                Unit::Percent,
+                (report.write_amplification * 100.0).round() as u64,
+            ),
             (
                 "QuarantinedFiles",
                 Unit::Count,

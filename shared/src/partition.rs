@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! <ingest>/tenant=<T>/year=<YYYY>/month=<MM>/day=<DD>/hour=<HH>/<file>.parquet   ingest files
-//! compacted/tenant=<T>/year=…/hour=<HH>/part-<hash>.parquet                      compacted outputs
+//! compacted/tenant=<T>/year=…/hour=<HH>/part-<hash>-<job>.parquet                compacted outputs
 //! _compaction/manifests/tenant=<T>/year=…/hour=<HH>/v<20 digits>.json            manifest versions
 //! ```
 //!
@@ -221,6 +221,14 @@ impl Layout {
     pub fn manifest_key(&self, partition: &PartitionId, version: u64) -> Path {
         Path::from(format!(
             "{METADATA_PREFIX}/manifests/{}/v{version:020}.json",
+            partition.relative_dir()
+        ))
+    }
+
+    /// Key of the object GC writes to read the store's clock for a partition.
+    pub fn clock_key(&self, partition: &PartitionId) -> Path {
+        Path::from(format!(
+            "{METADATA_PREFIX}/clock/{}.json",
             partition.relative_dir()
         ))
     }

@@ -107,7 +107,7 @@ pub async fn query_window(
             stats.files += 1;
             let file = FileQuery {
                 store: &counting,
-                key: Path::from(key.as_str()),
+                key: crate::store::key_path(&key)?,
                 keys,
                 predicate: &predicate,
                 keys_only: query.limit == 0,

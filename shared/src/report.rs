@@ -95,6 +95,9 @@ pub struct CompactionReport {
     pub manifest_version: u64,
     /// Objects garbage-collected after the commit.
     pub gc_deleted: usize,
+    /// Write amplification of the partition so far: bytes written by its compactions per
+    /// byte ingested (from the manifest after the job; 0 before the first compaction).
+    pub write_amplification: f64,
     /// Why the job failed, conflicted or timed out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -123,6 +126,7 @@ impl CompactionReport {
             job_id: job_id.to_string(),
             manifest_version: 0,
             gc_deleted: 0,
+            write_amplification: 0.0,
             error: None,
             error_kind: None,
         }

@@ -9,10 +9,21 @@ use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::io::AsyncWriteExt;
 
 use crate::error::{Error, Result};
+
+/// The path of a key the system already holds (a listed key, a manifest entry), taken as
+/// itself: parsed, never re-encoded. `Path::from` percent-encodes `~ % # [ ] { } ^ | * ? " < >`
+/// and backtick, so it would address another object (`a~b.parquet` becomes `a%7Eb.parquet`).
+pub fn key_path(key: &str) -> Result<Path> {
+    Path::parse(key).map_err(|source| Error::Store {
+        operation: "address",
+        location: format!("{key:?}"),
+        source: object_store::Error::InvalidPath { source },
+    })
+}
 
 /// A parsed store root URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,15 +177,49 @@ impl Store {
     }
 
     /// Lists every object under a prefix, sorted by key.
+    ///
+    /// A key the object store cannot represent (an empty `//` segment, a `.` or `..` segment,
+    /// a control character) makes object_store 0.14 fail the listing and stop, on S3 (the
+    /// whole page) and on a local directory alike. A local directory is therefore listed here
+    /// entry by entry: such a file is reported and skipped, and the rest is listed. On S3 the
+    /// partition's listing fails with an error naming the key (a listing that silently missed
+    /// keys could forget retired files that still exist); callers going over many partitions
+    /// report it and go on with the others.
     pub async fn list_sorted(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
-        let mut objects: Vec<ObjectMeta> = self
-            .inner
-            .list(Some(prefix))
-            .try_collect()
-            .await
-            .map_err(|e| Error::store("list", prefix, e))?;
+        let mut objects = match &self.local_root {
+            Some(root) => {
+                let (root, prefix) = (root.clone(), prefix.clone());
+                tokio::task::spawn_blocking(move || list_local(&root, &prefix))
+                    .await
+                    .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??
+            }
+            None => self
+                .inner
+                .list(Some(prefix))
+                .try_collect()
+                .await
+                .map_err(|e| Error::store("list", prefix, e))?,
+        };
         objects.sort_by(|a, b| a.location.cmp(&b.location));
         Ok(objects)
+    }
+
+    /// Now on the store's clock: writes a small object at `key`, reads back its Last-Modified
+    /// (S3 may round it down to the second, which only makes "now" earlier) and removes it.
+    pub async fn store_now(&self, key: &Path) -> Result<chrono::DateTime<chrono::Utc>> {
+        self.inner
+            .put(key, PutPayload::from_static(b"{}"))
+            .await
+            .map_err(|e| Error::store("put", key, e))?;
+        let meta = self
+            .inner
+            .head(key)
+            .await
+            .map_err(|e| Error::store("head", key, e))?;
+        if let Err(e) = self.inner.delete(key).await {
+            tracing::warn!(key = %key, error = %e, "could not remove the clock object");
+        }
+        Ok(meta.last_modified)
     }
 
     /// Streams an object into a local file, never holding it whole in memory.
@@ -202,6 +247,68 @@ impl Store {
         file.flush().await.map_err(|e| Error::scratch(dest, e))?;
         Ok(written)
     }
+}
+
+/// Every file under `prefix` of a local store rooted at `root`, skipping (with a warning) the
+/// names object_store cannot address, and its own staging files (`name#<digits>`).
+fn list_local(root: &FsPath, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+    let start = prefix
+        .parts()
+        .fold(root.to_path_buf(), |p, part| p.join(part.as_ref()));
+    let mut objects = Vec::new();
+    let mut pending = vec![(start, prefix.as_ref().to_string())];
+    while let Some((dir, key)) = pending.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => continue,
+            Err(e) => return Err(Error::scratch(&dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::scratch(&dir, e))?;
+            let path = entry.path();
+            let name = entry.file_name();
+            let child = match name.to_str() {
+                Some(name) if key.is_empty() => name.to_string(),
+                Some(name) => format!("{key}/{name}"),
+                None => {
+                    tracing::warn!(file = %path.display(), "skipping a file whose name is not UTF-8");
+                    continue;
+                }
+            };
+            let location = match Path::parse(&child) {
+                Ok(location) if location.as_ref() == child => location,
+                _ => {
+                    tracing::warn!(key = ?child, "skipping a key the store cannot address");
+                    continue;
+                }
+            };
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push((path, child));
+            } else if meta.is_file() && !is_staging_file(&child) {
+                let modified = meta.modified().map_err(|e| Error::scratch(&path, e))?;
+                objects.push(ObjectMeta {
+                    location,
+                    last_modified: chrono::DateTime::<chrono::Utc>::from(modified),
+                    size: meta.len(),
+                    e_tag: None,
+                    version: None,
+                });
+            }
+        }
+    }
+    Ok(objects)
+}
+
+/// object_store's local store writes `name#<digits>` while an upload is in flight.
+fn is_staging_file(key: &str) -> bool {
+    key.rsplit('/')
+        .next()
+        .and_then(|n| n.split_once('#'))
+        .is_some_and(|(_, suffix)| !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl std::fmt::Display for Store {

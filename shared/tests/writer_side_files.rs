@@ -109,7 +109,6 @@ async fn a_spark_partition_compacts_and_its_side_files_stay_untouched() {
                 hour: None,
             },
             Duration::ZERO,
-            chrono::Utc::now().timestamp_millis() + 1,
             false,
         )
         .await

@@ -136,11 +136,14 @@ pub fn commit_request(job: &str, input: &str, output: &str) -> CommitRequest {
             key: output.to_string(),
             rows: 1,
             bytes: 1,
+            input_set: String::new(),
         }),
         quarantined: Vec::new(),
         forget: Vec::new(),
+        ingested_bytes: 0,
         job_id: job.to_string(),
         now_ms: 1,
+        commit_by: None,
     }
 }
 

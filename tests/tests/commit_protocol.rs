@@ -200,9 +200,10 @@ async fn late_file_stays_live_and_is_compacted_next_time_on_s3() {
     late_file_stays_live_and_is_compacted_next_time(open_s3("late-file")).await;
 }
 
-/// Job B stops late (past its deadline, or with its upload older than half the grace period)
-/// after an identical job A committed the very output B also uploaded (same inputs, same
-/// name). B must not delete it: it is A's live file.
+/// Job B stops late (past its deadline) after an identical job A committed the same input
+/// set, or (with a grace shorter than the wait) finds A's commit of it: B times out or ends
+/// `noop`, and A's live file stays. Each attempt names its output uniquely, so B's own output
+/// is never A's; the half-grace rule counts from the end of B's upload, so B is not late then.
 async fn late_job_keeps_an_identical_committed_output(store: Store, late: Lateness) {
     let layout = Layout::default();
     let partition = test_partition();
@@ -238,12 +239,25 @@ async fn late_job_keeps_an_identical_committed_output(store: Store, late: Latene
     let report = compact_partition(&job_b_store, &layout, &partition, &b_options)
         .await
         .expect("job B runs");
-    assert_eq!(report.status, Status::Timeout, "{report:?}");
+    let expected_status = match late {
+        Lateness::Deadline => Status::Timeout,
+        Lateness::HalfGrace => Status::Noop,
+    };
+    assert_eq!(report.status, expected_status, "{report:?}");
     assert_exactly_once(
         &live_tags(&store, &layout, &partition).await,
         &expected,
         "after a late identical job",
     );
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    let compacted: Vec<String> = all_keys(&store)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with(&format!("{}/", layout.compacted_dir(&partition))))
+        .collect();
+    assert_eq!(compacted, files.live, "B removed its own output, never A's");
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -295,7 +309,6 @@ async fn stale_committer_after_pruning(store: Store) {
         &layout,
         &partition,
         Duration::from_secs(3600),
-        1,
         false,
     )
     .await

@@ -150,13 +150,11 @@ impl Scenario {
         assert!(files.live[0].starts_with(&compacted_dir), "{files:?}");
         assert_eq!(files.quarantined.len(), 1, "{files:?}");
 
-        let now = chrono_now_ms();
         collect_garbage(
             &self.store,
             &self.layout,
             &self.partition,
             Duration::ZERO,
-            now,
             false,
         )
         .await
@@ -185,13 +183,6 @@ impl Scenario {
         self.assert_consistent(&format!("{context}, after GC"))
             .await;
     }
-}
-
-fn chrono_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Counts the store operations of the faulted compaction on a fresh scenario.

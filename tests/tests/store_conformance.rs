@@ -202,14 +202,15 @@ async fn racing_commits(store: &Store) {
     assert_eq!(&latest, winners[0]);
     assert_eq!(latest.compacted.len(), 1);
 
-    // A retry of the winner on the stale base is recognised, not applied twice.
+    // A retry of the winner on the stale base is recognised as landed, not applied twice
+    // (each attempt names its output uniquely, so finding it means this attempt's write).
     let winner_request = if latest.job_id == "job-a" { &a } else { &b };
     let retry = commit(store, &layout, &partition, &base, winner_request)
         .await
         .expect("retry");
     assert!(
-        matches!(retry, CommitOutcome::AlreadyCommitted(ref m) if m.version == 1),
-        "a retried commit is already committed: {retry:?}"
+        matches!(retry, CommitOutcome::Committed(ref m) if m.version == 1),
+        "a retried commit is recognised: {retry:?}"
     );
 
     // A commit on a stale base whose inputs are still live is rebased and wins.

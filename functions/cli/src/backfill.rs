@@ -120,9 +120,15 @@ async fn run_locally(
             };
             if !request.dry_run {
                 // The job runner also ends any job record (a scheduled job this run did).
-                let compaction = run_compaction_job(store, layout, partition, options)
-                    .await?
-                    .report;
+                let compaction = run_compaction_job(
+                    store,
+                    layout,
+                    partition,
+                    options,
+                    &ReadinessConfig::default(),
+                )
+                .await?
+                .report;
                 outcome.decision = serde_json::to_value(compaction.status)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))

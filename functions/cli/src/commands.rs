@@ -117,12 +117,11 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             json,
         } => {
             let grace = parse_duration(&grace)?;
-            let now = chrono::Utc::now().timestamp_millis();
             let reports = match (tenant, hour) {
                 (Some(tenant), Some(hour)) => {
                     let (store, layout, partition) = open(&store, &PartitionArgs { tenant, hour })?;
                     let report =
-                        collect_garbage(&store, &layout, &partition, grace, now, dry_run).await?;
+                        collect_garbage(&store, &layout, &partition, grace, dry_run).await?;
                     if json {
                         println!("{}", to_json(&report));
                     }
@@ -133,7 +132,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                     let store = Store::open(&store.store)?;
                     let scope = GcScope { tenant, hour };
                     let summary =
-                        collect_garbage_in(&store, &layout, &scope, grace, now, dry_run).await?;
+                        collect_garbage_in(&store, &layout, &scope, grace, dry_run).await?;
                     if json {
                         println!("{}", to_json(&summary));
                     }
@@ -255,7 +254,7 @@ fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
         })?;
         return Ok((
             Store::open(&format!("s3://{bucket}"))?,
-            object_store::path::Path::from(key),
+            ourios_compaction::store::key_path(key)?,
         ));
     }
     let path = match file.strip_prefix("file://") {
@@ -273,7 +272,7 @@ fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
     let store = Store::open(&dir.to_string_lossy())?;
     Ok((
         store,
-        object_store::path::Path::from(name.to_string_lossy().as_ref()),
+        ourios_compaction::store::key_path(&name.to_string_lossy())?,
     ))
 }
 

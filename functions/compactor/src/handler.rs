@@ -13,6 +13,7 @@ use ourios_compaction::events::{
 };
 use ourios_compaction::metrics::compaction_metrics;
 use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::plan::ReadinessConfig;
 use ourios_compaction::settings::CompactorSettings;
 use ourios_compaction::store::Store;
 use serde_json::{Value, json};
@@ -29,6 +30,8 @@ pub struct Compactor {
     pub scope: KeyScope,
     /// Budget, scratch and deadline settings.
     pub settings: CompactorSettings,
+    /// The planner's readiness rule, to decide whether a finished job re-arms its record.
+    pub readiness: ReadinessConfig,
 }
 
 impl Compactor {
@@ -112,9 +115,15 @@ async fn run(
             .await?
             .unwrap_or_else(|| format!("direct-{request_id}"));
         let span = tracing::info_span!("job", partition = %partition, job_id = %job_id);
-        let outcome = run_compaction_job(&compactor.store, &compactor.layout, partition, &options)
-            .instrument(span.clone())
-            .await?;
+        let outcome = run_compaction_job(
+            &compactor.store,
+            &compactor.layout,
+            partition,
+            &options,
+            &compactor.readiness,
+        )
+        .instrument(span.clone())
+        .await?;
         let report = serde_json::to_value(&outcome.report)?;
         span.in_scope(
             || tracing::info!(report = %report, record = ?outcome.record, "compaction report"),

@@ -25,6 +25,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         layout: settings.layout,
         scope: settings.scope,
         settings: CompactorSettings::from_lookup(&lookup)?,
+        readiness: settings.readiness,
     };
     let compactor = &compactor;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

@@ -71,6 +71,7 @@ async fn setup(scratch: &Path) -> Compactor {
             gc_grace: Duration::from_secs(900),
             deadline_margin: Duration::ZERO,
         },
+        readiness: ourios_compaction::plan::ReadinessConfig::default(),
     }
 }
 
@@ -246,6 +247,7 @@ fn options_follow_the_settings_and_the_deadline() {
             gc_grace: Duration::from_secs(60),
             deadline_margin: Duration::from_secs(20),
         },
+        readiness: ourios_compaction::plan::ReadinessConfig::default(),
     };
     let deadline = Instant::now() + Duration::from_secs(900);
     let options = compactor.options(Some(deadline));

@@ -416,9 +416,15 @@ async fn a_finished_job_deletes_its_record() {
     let layout = Layout::default();
     dispatch_closed(&store, &p).await;
     let scratch = tempfile::tempdir().unwrap();
-    let outcome = run_compaction_job(&store, &layout, &p, &CompactOptions::new(scratch.path()))
-        .await
-        .unwrap();
+    let outcome = run_compaction_job(
+        &store,
+        &layout,
+        &p,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome.report.status, Status::Compacted);
     assert_eq!(outcome.record, RecordAction::Deleted);
     assert!(outcome.dispatch_job_id.is_some());
@@ -447,9 +453,15 @@ async fn files_arriving_during_a_job_re_arm_its_record() {
     let faulty = Arc::new(FaultyStore::new(Arc::clone(&inner), None).with_hook_before_upload(hook));
     let store = Store::from_object_store(faulty, "memory://");
     let scratch = tempfile::tempdir().unwrap();
-    let outcome = run_compaction_job(&store, &layout, &p, &CompactOptions::new(scratch.path()))
-        .await
-        .unwrap();
+    let outcome = run_compaction_job(
+        &store,
+        &layout,
+        &p,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome.report.status, Status::Compacted);
     assert_eq!(outcome.record, RecordAction::ReArmed);
     let rearmed = job::read_job(&plain, &p)
@@ -466,9 +478,15 @@ async fn files_arriving_during_a_job_re_arm_its_record() {
     assert!(live.live.iter().any(|k| k.ends_with("late.parquet")));
 
     // The next job compacts the late file and ends the record.
-    let next = run_compaction_job(&plain, &layout, &p, &CompactOptions::new(scratch.path()))
-        .await
-        .unwrap();
+    let next = run_compaction_job(
+        &plain,
+        &layout,
+        &p,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(next.report.status, Status::Compacted);
     assert_eq!(next.record, RecordAction::Deleted);
     assert_eq!(next.report.inputs.rows, 25);
@@ -486,7 +504,7 @@ async fn a_timed_out_job_commits_nothing_and_leaves_its_record() {
     let scratch = tempfile::tempdir().unwrap();
     let mut options = CompactOptions::new(scratch.path());
     options.deadline = Some(std::time::Instant::now());
-    let outcome = run_compaction_job(&store, &layout, &p, &options)
+    let outcome = run_compaction_job(&store, &layout, &p, &options, &ReadinessConfig::default())
         .await
         .unwrap();
     assert_eq!(outcome.report.status, Status::Timeout);

@@ -1,7 +1,9 @@
 //! The compactor's side of a job: compact the partition, then end the job record — delete
-//! it, or re-arm it when files arrived during the job so they are compacted next.
+//! it, or re-arm it when the partition is ready again by the planner's rule (files that
+//! arrived during the job wait for the hour to close, or for the pressure thresholds, like
+//! any others; re-arming on any new file rewrote open hours back to back).
 
-use chrono::Utc;
+use chrono::{TimeZone, Utc};
 use serde::Serialize;
 
 use super::job::{self, JobRecord, WriteOutcome};
@@ -10,6 +12,7 @@ use crate::compact::compact_partition;
 use crate::config::CompactOptions;
 use crate::error::Result;
 use crate::partition::{Layout, PartitionId};
+use crate::plan::{ReadinessConfig, readiness};
 use crate::report::{CompactionReport, Status};
 use crate::store::Store;
 
@@ -17,9 +20,10 @@ use crate::store::Store;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordAction {
-    /// Deleted: the partition has no uncompacted files left.
+    /// Deleted: the partition is not ready (nothing left, or an open hour below the
+    /// thresholds: the next event or the sweep dispatches it when it is).
     Deleted,
-    /// Overwritten: files arrived during the job; the new record dispatches the next job.
+    /// Overwritten: the partition is ready again; the new record dispatches the next job.
     ReArmed,
     /// Left in place: the job failed or timed out; Lambda retries it, and once stale the
     /// planner or the sweep replaces it.
@@ -46,12 +50,14 @@ pub async fn current_job_id(store: &Store, partition: &PartitionId) -> Result<Op
         .and_then(|s| s.record.map(|r| r.job_id)))
 }
 
-/// Runs one compaction job and ends its job record.
+/// Runs one compaction job and ends its job record, re-arming it only when `readiness` says
+/// the partition is ready again.
 pub async fn run_compaction_job(
     store: &Store,
     layout: &Layout,
     partition: &PartitionId,
     options: &CompactOptions,
+    readiness_config: &ReadinessConfig,
 ) -> Result<JobOutcome> {
     let stored = job::read_job(store, partition).await?;
     let dispatch_job_id = stored
@@ -64,12 +70,12 @@ pub async fn run_compaction_job(
         RecordAction::Left
     } else {
         let (facts, _) = partition_facts(store, layout, partition).await?;
-        if facts.num_uncompacted_files > 0 {
-            let next = JobRecord::new(
-                partition,
-                "files arrived during the previous job",
-                Utc::now(),
-            );
+        let now = Utc
+            .timestamp_millis_opt(options.clock.now_ms())
+            .single()
+            .unwrap_or_else(Utc::now);
+        if let Ok(ready) = readiness(&facts, now, readiness_config) {
+            let next = JobRecord::new(partition, &format!("after the previous job: {ready}"), now);
             let written = match &stored {
                 Some(s) => job::replace_job(store, &next, partition, &s.version).await?,
                 None => job::create_job(store, &next, partition).await?,

@@ -4,6 +4,7 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use super::{CompactedFile, Manifest, QuarantinedFile, RetiredFile};
+use crate::clock::Expiry;
 use crate::error::{Error, Result};
 use crate::partition::{Layout, PartitionId};
 use crate::store::Store;
@@ -83,16 +84,21 @@ async fn load_version(
 pub struct CommitRequest {
     /// Files the output replaces (ingest files and earlier compacted files).
     pub inputs: Vec<String>,
-    /// The new compacted file, if any rows were written.
+    /// The new compacted file, if any rows were written (its `input_set` names the inputs).
     pub output: Option<CompactedFile>,
     /// Bad inputs to record.
     pub quarantined: Vec<QuarantinedFile>,
     /// Retired keys known to be deleted, whose entries may be dropped.
     pub forget: Vec<String>,
+    /// Bytes of the ingest files among the inputs (write amplification).
+    pub ingested_bytes: u64,
     /// This job's id.
     pub job_id: String,
-    /// Commit time (Unix milliseconds).
+    /// Commit time (Unix milliseconds, committer's clock; informational).
     pub now_ms: i64,
+    /// When the output becomes too old to commit: GC may sweep an unreferenced output once
+    /// the grace has passed on the store's clock, so no write is attempted after this.
+    pub commit_by: Option<Expiry>,
 }
 
 /// How a commit ended.
@@ -142,26 +148,75 @@ fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
     next.version = base.version + 1;
     next.job_id = request.job_id.clone();
     next.committed_at_ms = request.now_ms;
-    next.compacted.retain(|c| !request.inputs.contains(&c.key));
+    let inputs: std::collections::HashSet<&str> =
+        request.inputs.iter().map(String::as_str).collect();
+    let bad: std::collections::HashSet<&str> =
+        request.quarantined.iter().map(|q| q.key.as_str()).collect();
+    // A compacted file found bad is quarantined like an ingest file: out of the live set.
+    next.compacted
+        .retain(|c| !inputs.contains(c.key.as_str()) && !bad.contains(c.key.as_str()));
     if let Some(output) = &request.output {
         next.compacted.push(output.clone());
         next.compacted.sort_by(|a, b| a.key.cmp(&b.key));
+        next.written_bytes = next.written_bytes.saturating_add(output.bytes);
     }
-    next.retired.retain(|r| !request.forget.contains(&r.key));
+    next.ingested_bytes = next.ingested_bytes.saturating_add(request.ingested_bytes);
+    let forget: std::collections::HashSet<&str> =
+        request.forget.iter().map(String::as_str).collect();
+    let before = next.retired.len();
+    next.retired.retain(|r| !forget.contains(r.key.as_str()));
+    if next.retired.len() != before {
+        next.forgotten_in = next.version;
+    }
+    let retired: std::collections::HashSet<String> =
+        next.retired.iter().map(|r| r.key.clone()).collect();
     for key in &request.inputs {
-        if !next.retired.iter().any(|r| &r.key == key) {
+        if !retired.contains(key) {
             next.retired.push(RetiredFile {
                 key: key.clone(),
                 retired_at_ms: request.now_ms,
+                retired_in: next.version,
             });
         }
     }
+    let recorded: std::collections::HashSet<String> =
+        next.quarantined.iter().map(|q| q.key.clone()).collect();
     for q in &request.quarantined {
-        if !next.quarantined.iter().any(|e| e.key == q.key) {
+        if !recorded.contains(&q.key) {
             next.quarantined.push(q.clone());
         }
     }
     next
+}
+
+/// What `base` already says about `request`, before any write.
+fn settled(base: &Manifest, request: &CommitRequest, read_version: u64) -> Option<CommitOutcome> {
+    if let Some(output) = &request.output {
+        // Each attempt names its output uniquely: finding it means our own write landed
+        // (its response was lost, or a retry met our own version).
+        if base.has_compacted(&output.key) {
+            return Some(CommitOutcome::Committed(base.clone()));
+        }
+        if !output.input_set.is_empty()
+            && base
+                .compacted
+                .iter()
+                .any(|c| c.input_set == output.input_set)
+        {
+            return Some(CommitOutcome::AlreadyCommitted(base.clone()));
+        }
+    }
+    if base.forgotten_in > read_version {
+        return Some(CommitOutcome::Conflict {
+            current: base.clone(),
+            reason: format!(
+                "version {} forgot retired files after this job read version {read_version}, \
+                 so its listing may hold files already compacted",
+                base.forgotten_in
+            ),
+        });
+    }
+    None
 }
 
 /// Commits `request` on top of `base`, re-reading and retrying while other commits that
@@ -175,17 +230,23 @@ pub async fn commit(
     request: &CommitRequest,
 ) -> Result<CommitOutcome> {
     let compacted_prefix = format!("{}/", layout.compacted_dir(partition));
+    let read_version = base.version;
     let mut base = base.clone();
     for _ in 0..MAX_COMMIT_ATTEMPTS {
-        if let Some(output) = &request.output
-            && base.has_compacted(&output.key)
-        {
-            return Ok(CommitOutcome::AlreadyCommitted(base));
+        if let Some(outcome) = settled(&base, request, read_version) {
+            return Ok(outcome);
         }
         if let Some(reason) = stale_input(&base, request, &compacted_prefix) {
             return Ok(CommitOutcome::Conflict {
                 current: base,
                 reason,
+            });
+        }
+        if request.commit_by.as_ref().is_some_and(Expiry::has_passed) {
+            // INVARIANT: nothing of ours is in `base` (checked above), and every failed write
+            // was followed by a fresh read, so no version of ours exists: nothing committed.
+            return Err(Error::Deadline {
+                partition: partition.to_string(),
             });
         }
         let next = apply(&base, request);
@@ -229,7 +290,12 @@ pub async fn commit(
             Err(e) => {
                 // The write may have landed with its response lost: look before failing.
                 let latest = load_latest(store, layout, partition).await?;
-                if latest.version == next.version && latest.job_id == request.job_id {
+                let ours = (latest.version == next.version && latest.job_id == request.job_id)
+                    || request
+                        .output
+                        .as_ref()
+                        .is_some_and(|o| latest.has_compacted(&o.key));
+                if ours {
                     return Ok(CommitOutcome::Committed(latest));
                 }
                 return Err(Error::store("put", &key, e));
@@ -263,6 +329,7 @@ mod tests {
             key: "compacted/p/old.parquet".into(),
             rows: 1,
             bytes: 1,
+            input_set: String::new(),
         });
         let request = CommitRequest {
             inputs: vec!["compacted/p/old.parquet".into(), "data/p/a.parquet".into()],
@@ -270,14 +337,17 @@ mod tests {
                 key: "compacted/p/new.parquet".into(),
                 rows: 2,
                 bytes: 2,
+                input_set: "h".into(),
             }),
             quarantined: vec![QuarantinedFile {
                 key: "data/p/bad.parquet".into(),
                 reason: "r".into(),
             }],
             forget: vec![],
+            ingested_bytes: 5,
             job_id: "j".into(),
             now_ms: 9,
+            commit_by: None,
         };
         let next = apply(&base, &request);
         assert_eq!(next.version, 1);
@@ -287,5 +357,68 @@ mod tests {
         assert!(next.excludes("data/p/bad.parquet"));
         assert!(stale_input(&next, &request, "compacted/p/").is_some());
         assert!(stale_input(&base, &request, "compacted/p/").is_none());
+        assert_eq!(next.retired[0].retired_in, 1);
+        assert_eq!((next.ingested_bytes, next.written_bytes), (5, 2));
+        assert_eq!(next.forgotten_in, 0, "nothing forgotten");
+    }
+
+    #[test]
+    fn forgetting_sets_the_watermark_and_older_bases_conflict() {
+        let mut base = Manifest::empty("p");
+        base.version = 4;
+        base.retired.push(RetiredFile {
+            key: "data/p/gone.parquet".into(),
+            retired_at_ms: 0,
+            retired_in: 2,
+        });
+        let request = CommitRequest {
+            inputs: vec!["data/p/a.parquet".into()],
+            output: None,
+            quarantined: vec![],
+            forget: vec!["data/p/gone.parquet".into()],
+            ingested_bytes: 0,
+            job_id: "j".into(),
+            now_ms: 0,
+            commit_by: None,
+        };
+        let next = apply(&base, &request);
+        assert_eq!(next.forgotten_in, 5);
+        assert!(next.retired.iter().all(|r| r.key != "data/p/gone.parquet"));
+        assert!(matches!(
+            settled(&next, &request, 4),
+            Some(CommitOutcome::Conflict { .. })
+        ));
+        assert!(settled(&next, &request, 5).is_none());
+    }
+
+    #[test]
+    fn a_quarantined_compacted_file_leaves_the_live_set() {
+        let mut base = Manifest::empty("p");
+        base.compacted.push(CompactedFile {
+            key: "compacted/p/bad.parquet".into(),
+            rows: 1,
+            bytes: 1,
+            input_set: "x".into(),
+        });
+        let request = CommitRequest {
+            inputs: vec!["data/p/a.parquet".into()],
+            output: None,
+            quarantined: vec![QuarantinedFile {
+                key: "compacted/p/bad.parquet".into(),
+                reason: "unreadable".into(),
+            }],
+            forget: vec![],
+            ingested_bytes: 0,
+            job_id: "j".into(),
+            now_ms: 0,
+            commit_by: None,
+        };
+        let next = apply(&base, &request);
+        assert!(next.compacted.is_empty(), "{next:?}");
+        assert!(
+            next.quarantined
+                .iter()
+                .any(|q| q.key == "compacted/p/bad.parquet")
+        );
     }
 }

@@ -42,6 +42,7 @@ impl LiveSet {
 pub fn live_set(dir: &Path, ingest_listing: &[ObjectMeta], manifest: &Manifest) -> LiveSet {
     let mut compacted: Vec<String> = manifest.compacted.iter().map(|c| c.key.clone()).collect();
     compacted.sort();
+    let excluded = manifest.excluded_keys();
     let mut ingest: Vec<ObjectMeta> = ingest_listing
         .iter()
         .filter(|m| m.location.filename().is_some_and(is_ingest_file_name))
@@ -50,7 +51,7 @@ pub fn live_set(dir: &Path, ingest_listing: &[ObjectMeta], manifest: &Manifest) 
             m.location
                 .prefix_match(dir)
                 .is_some_and(|rest| rest.count() == 1)
-                && !manifest.excludes(m.location.as_ref())
+                && !excluded.contains(m.location.as_ref())
         })
         .cloned()
         .collect();

@@ -37,8 +37,20 @@ pub struct Manifest {
     pub quarantined: Vec<QuarantinedFile>,
     /// The job that wrote this version.
     pub job_id: String,
-    /// When this version was committed (Unix milliseconds, committer's clock).
+    /// When this version was committed (Unix milliseconds, committer's clock; informational:
+    /// grace periods use the store's clock, the version's Last-Modified).
     pub committed_at_ms: i64,
+    /// The latest version that forgot retired entries (0: none). INVARIANT: a commit based on
+    /// a version older than this ends `conflict`: its listing may hold a forgotten input that
+    /// it would make live again.
+    #[serde(default)]
+    pub forgotten_in: u64,
+    /// Bytes of ingest files retired by compactions so far (write-amplification denominator).
+    #[serde(default)]
+    pub ingested_bytes: u64,
+    /// Bytes of compacted files written by the commits so far.
+    #[serde(default)]
+    pub written_bytes: u64,
 }
 
 /// A live compacted file.
@@ -50,6 +62,10 @@ pub struct CompactedFile {
     pub rows: u64,
     /// Bytes of the file.
     pub bytes: u64,
+    /// Hash of the input set it was compacted from: an attempt whose input set is already
+    /// committed under another name is a `noop` (each attempt names its output uniquely).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub input_set: String,
 }
 
 /// A file a commit took out of the live set.
@@ -57,8 +73,12 @@ pub struct CompactedFile {
 pub struct RetiredFile {
     /// Object key relative to the store root.
     pub key: String,
-    /// When it was retired (Unix milliseconds).
+    /// When it was retired (Unix milliseconds, committer's clock; informational).
     pub retired_at_ms: i64,
+    /// The version that retired it: its grace starts at that version's Last-Modified on the
+    /// store's clock (0 for entries written before this was recorded: the latest version's).
+    #[serde(default)]
+    pub retired_in: u64,
 }
 
 /// A bad input, recorded with its reason.
@@ -82,6 +102,9 @@ impl Manifest {
             quarantined: Vec::new(),
             job_id: String::new(),
             committed_at_ms: 0,
+            forgotten_in: 0,
+            ingested_bytes: 0,
+            written_bytes: 0,
         }
     }
 
@@ -123,6 +146,26 @@ impl Manifest {
     pub fn has_compacted(&self, key: &str) -> bool {
         self.compacted.iter().any(|c| c.key == key)
     }
+
+    /// Bytes written by compaction per byte ingested, over the partition's history (0 before
+    /// the first compaction).
+    pub fn write_amplification(&self) -> f64 {
+        if self.ingested_bytes == 0 {
+            0.0
+        } else {
+            self.written_bytes as f64 / self.ingested_bytes as f64
+        }
+    }
+
+    /// Every key the reader rule keeps out of the live set (retired or quarantined), for
+    /// lookups that stay fast however long the lists are.
+    pub fn excluded_keys(&self) -> std::collections::HashSet<&str> {
+        self.retired
+            .iter()
+            .map(|r| r.key.as_str())
+            .chain(self.quarantined.iter().map(|q| q.key.as_str()))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -137,11 +180,16 @@ mod tests {
             key: "compacted/x.parquet".into(),
             rows: 10,
             bytes: 100,
+            input_set: "abc".into(),
         });
         m.retired.push(RetiredFile {
             key: "data/y.parquet".into(),
             retired_at_ms: 5,
+            retired_in: 2,
         });
+        m.forgotten_in = 2;
+        m.ingested_bytes = 7;
+        m.written_bytes = 3;
         m.quarantined.push(QuarantinedFile {
             key: "data/z.parquet".into(),
             reason: "bad".into(),
@@ -151,6 +199,15 @@ mod tests {
         assert!(decoded.excludes("data/y.parquet"));
         assert!(decoded.excludes("data/z.parquet"));
         assert!(!decoded.excludes("data/w.parquet"));
+    }
+
+    #[test]
+    fn decodes_versions_written_before_the_watermark() {
+        let old = br#"{"format":1,"version":2,"partition":"p","compacted":[{"key":"c","rows":1,"bytes":1}],
+            "retired":[{"key":"r","retired_at_ms":5}],"quarantined":[],"job_id":"j","committed_at_ms":5}"#;
+        let m = Manifest::decode("k", old).unwrap();
+        assert_eq!((m.forgotten_in, m.retired[0].retired_in), (0, 0));
+        assert!(m.compacted[0].input_set.is_empty());
     }
 
     #[test]

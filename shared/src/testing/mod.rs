@@ -114,7 +114,10 @@ pub fn parquet_bytes(batches: &[RecordBatch], rows_per_group: usize) -> Bytes {
 pub async fn put_bytes(store: &Store, key: &str, bytes: Bytes) {
     store
         .object_store()
-        .put(&Path::from(key), PutPayload::from(bytes))
+        .put(
+            &crate::store::key_path(key).expect("a test key parses"),
+            PutPayload::from(bytes),
+        )
         .await
         .expect("test put succeeds");
 }
@@ -123,7 +126,7 @@ pub async fn put_bytes(store: &Store, key: &str, bytes: Bytes) {
 pub async fn get_bytes(store: &Store, key: &str) -> Bytes {
     store
         .object_store()
-        .get(&Path::from(key))
+        .get(&crate::store::key_path(key).expect("a test key parses"))
         .await
         .expect("test get succeeds")
         .bytes()
@@ -138,6 +141,47 @@ pub async fn read_parquet(store: &Store, key: &str) -> Vec<RecordBatch> {
         .expect("test file opens")
         .collect::<Result<Vec<_>, _>>()
         .expect("test file decodes")
+}
+
+/// A clock a test sets and advances by hand: wall time (possibly skewed) and monotonic time.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    now_ms: std::sync::atomic::AtomicI64,
+    monotonic_ms: std::sync::atomic::AtomicU64,
+}
+
+impl ManualClock {
+    /// A clock whose wall time reads `now_ms`.
+    pub fn at(now_ms: i64) -> Arc<Self> {
+        let clock = Self::default();
+        clock.set_now_ms(now_ms);
+        Arc::new(clock)
+    }
+
+    /// Sets the wall time.
+    pub fn set_now_ms(&self, now_ms: i64) {
+        self.now_ms
+            .store(now_ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Moves both clocks forward.
+    pub fn advance(&self, by: std::time::Duration) {
+        let ms = by.as_millis() as u64;
+        self.now_ms
+            .fetch_add(ms as i64, std::sync::atomic::Ordering::SeqCst);
+        self.monotonic_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl crate::clock::Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.now_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        self.monotonic_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// A store wrapper that returns every listing in reverse order, to prove that nothing
@@ -364,6 +408,9 @@ pub enum Fault {
     /// The first multipart upload started at or after operation `n` uploads its parts but
     /// is never completed nor aborted; the process crashes there (every later operation fails).
     PartialMultipart(u64),
+    /// The first create-only write at or after operation `n` lands, but its response is lost
+    /// (a 5xx) and the client's retry of the same write meets `412 Precondition Failed`.
+    RetriedIntoPrecondition(u64),
 }
 
 impl Fault {
@@ -373,7 +420,8 @@ impl Fault {
             | Fault::LostResponse(n)
             | Fault::Precondition(n)
             | Fault::Conflict(n)
-            | Fault::PartialMultipart(n) => n,
+            | Fault::PartialMultipart(n)
+            | Fault::RetriedIntoPrecondition(n) => n,
         }
     }
 }
@@ -416,6 +464,11 @@ impl FaultState {
                 if due && conditional && !self.fired.swap(true, SeqCst) =>
             {
                 Verdict::Fail
+            }
+            Fault::RetriedIntoPrecondition(_)
+                if due && conditional && !self.fired.swap(true, SeqCst) =>
+            {
+                Verdict::DoThenFail
             }
             Fault::PartialMultipart(_) if due && multipart && !self.fired.swap(true, SeqCst) => {
                 // The upload starts; its completion is where the process dies.
@@ -540,6 +593,16 @@ impl object_store::ObjectStore for FaultyStore {
                 Err(object_store::Error::Precondition {
                     path: location.to_string(),
                     source: format!("injected 412 Precondition Failed at operation {op}").into(),
+                })
+            }
+            (Verdict::DoThenFail, Some(Fault::RetriedIntoPrecondition(_))) => {
+                self.inner.put_opts(location, payload, opts).await?;
+                Err(object_store::Error::Precondition {
+                    path: location.to_string(),
+                    source: format!(
+                        "injected 5xx then 412 Precondition Failed on the retry at operation {op}"
+                    )
+                    .into(),
                 })
             }
             (Verdict::Fail, Some(Fault::Conflict(_))) if conditional => {

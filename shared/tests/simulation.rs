@@ -1,0 +1,599 @@
+//! A deterministic simulation of the commit protocol (crate doc, invariants 1-4, 6 and 11).
+//!
+//! One partition, several compactors, GC, late ingest and a reader, interleaved step by step
+//! by a seeded scheduler over an in-memory store whose clock is virtual. The real `commit`,
+//! `collect_garbage_with` and `live_set` run against that store; a compaction's sort is
+//! modelled (its output object records the union of its inputs' rows), since the protocol
+//! never looks inside a file. Jobs read a state and commit it much later (past the grace),
+//! crash with their output uploaded, lose commit responses (5xx, 5xx then 412), and every
+//! host clock is skewed by up to half the grace. After every step: every ingested row is live
+//! exactly once, and no live object is ever missing; once faults stop, the partition converges
+//! to one compacted file.
+//!
+//! `OURIOS_SIM_SEEDS=N` runs N seeds (default 5000); `OURIOS_SIM_SEED=S` replays one.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{TimeZone, Utc};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    Attributes, Extensions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload,
+    ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload,
+    PutResult,
+};
+use ourios_compaction::clock::{Clock, Expiry};
+use ourios_compaction::gc::collect_garbage_with;
+use ourios_compaction::manifest::{
+    CommitOutcome, CommitRequest, CompactedFile, Manifest, commit, live_set, load_latest,
+};
+use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::store::Store;
+use ourios_compaction::testing::{Fault, FaultyStore, xorshift64};
+
+const GRACE: Duration = Duration::from_secs(60);
+const GRACE_MS: i64 = 60_000;
+
+/// An object's bytes, Last-Modified (store clock, ms) and ETag.
+type Entry = (Bytes, i64, u64);
+
+/// An in-memory object store whose Last-Modified comes from the virtual store clock.
+#[derive(Debug, Default)]
+struct SimStore {
+    objects: Arc<Mutex<BTreeMap<String, Entry>>>,
+    now_ms: Arc<std::sync::atomic::AtomicI64>,
+    next_tag: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Display for SimStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SimStore")
+    }
+}
+
+impl SimStore {
+    fn now(&self) -> i64 {
+        self.now_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn meta(key: &str, entry: &Entry) -> ObjectMeta {
+        ObjectMeta {
+            location: Path::parse(key).expect("sim keys parse"),
+            last_modified: Utc.timestamp_millis_opt(entry.1).single().expect("a time"),
+            size: entry.0.len() as u64,
+            e_tag: Some(entry.2.to_string()),
+            version: None,
+        }
+    }
+
+    fn keys(&self) -> BTreeSet<String> {
+        self.objects.lock().expect("lock").keys().cloned().collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for SimStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let mut objects = self.objects.lock().expect("lock");
+        let key = location.to_string();
+        if matches!(opts.mode, PutMode::Create) && objects.contains_key(&key) {
+            return Err(object_store::Error::AlreadyExists {
+                path: key,
+                source: "exists".into(),
+            });
+        }
+        let tag = self
+            .next_tag
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        objects.insert(key, (Bytes::from(payload), self.now(), tag));
+        Ok(PutResult {
+            e_tag: Some(tag.to_string()),
+            version: None,
+            extensions: Extensions::default(),
+        })
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        _location: &Path,
+        _opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        Err(object_store::Error::NotImplemented {
+            operation: "put_multipart".into(),
+            implementer: "SimStore".into(),
+        })
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let objects = self.objects.lock().expect("lock");
+        let key = location.to_string();
+        let Some(entry) = objects.get(&key) else {
+            return Err(object_store::Error::NotFound {
+                path: key,
+                source: "missing".into(),
+            });
+        };
+        let meta = Self::meta(&key, entry);
+        let bytes = if options.head {
+            Bytes::new()
+        } else {
+            entry.0.clone()
+        };
+        let range: Range<u64> = 0..entry.0.len() as u64;
+        Ok(GetResult {
+            payload: GetResultPayload::Stream(
+                futures::stream::once(async move { Ok(bytes) }).boxed(),
+            ),
+            meta,
+            range,
+            attributes: Attributes::default(),
+            extensions: Extensions::default(),
+        })
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let objects = Arc::clone(&self.objects);
+        locations
+            .map(move |location| {
+                let location = location?;
+                objects.lock().expect("lock").remove(location.as_ref());
+                Ok(location)
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let prefix = prefix.map(|p| format!("{p}/")).unwrap_or_default();
+        let listed: Vec<_> = self
+            .objects
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, e)| Ok(Self::meta(k, e)))
+            .collect();
+        futures::stream::iter(listed).boxed()
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let offset = offset.to_string();
+        self.list(prefix)
+            .filter(move |m| {
+                let keep = m
+                    .as_ref()
+                    .map_or(true, |m| m.location.as_ref() > offset.as_str());
+                async move { keep }
+            })
+            .boxed()
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        _prefix: Option<&Path>,
+    ) -> object_store::Result<ListResult> {
+        Err(object_store::Error::NotImplemented {
+            operation: "list_with_delimiter".into(),
+            implementer: "SimStore".into(),
+        })
+    }
+
+    async fn copy_opts(
+        &self,
+        _from: &Path,
+        _to: &Path,
+        _options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        Err(object_store::Error::NotImplemented {
+            operation: "copy".into(),
+            implementer: "SimStore".into(),
+        })
+    }
+}
+
+/// A host's clocks: the store's time plus a fixed skew; monotonic time is the store's.
+#[derive(Debug)]
+struct HostClock {
+    store_ms: Arc<std::sync::atomic::AtomicI64>,
+    skew_ms: i64,
+}
+
+impl Clock for HostClock {
+    fn now_ms(&self) -> i64 {
+        self.store_ms.load(std::sync::atomic::Ordering::SeqCst) + self.skew_ms
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        self.store_ms.load(std::sync::atomic::Ordering::SeqCst) as u64
+    }
+}
+
+/// A compaction between reading its state and committing.
+struct Job {
+    id: String,
+    base: Manifest,
+    inputs: Vec<String>,
+    output: CompactedFile,
+    forget: Vec<String>,
+    /// Set when the output is uploaded (a sort may take longer than the grace).
+    commit_by: Option<Expiry>,
+}
+
+struct Sim {
+    seed: u64,
+    sim: Arc<SimStore>,
+    store: Store,
+    layout: Layout,
+    partition: PartitionId,
+    rows: BTreeMap<String, Vec<u64>>,
+    ingested: BTreeSet<u64>,
+    next_row: u64,
+    next_file: u64,
+    next_job: u64,
+    jobs: Vec<Job>,
+    random: Box<dyn FnMut() -> u64>,
+}
+
+impl Sim {
+    fn new(seed: u64) -> Self {
+        let sim = Arc::new(SimStore::default());
+        sim.now_ms
+            .store(1_800_000_000_000, std::sync::atomic::Ordering::SeqCst);
+        let store = Store::from_object_store(sim.clone(), "sim://");
+        Self {
+            seed,
+            sim,
+            store,
+            layout: Layout::default(),
+            partition: PartitionId::parse("acme", "2026-11-29T10").expect("partition"),
+            rows: BTreeMap::new(),
+            ingested: BTreeSet::new(),
+            next_row: 0,
+            next_file: 0,
+            next_job: 0,
+            jobs: Vec::new(),
+            random: Box::new(xorshift64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)),
+        }
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        (self.random)() % n.max(1)
+    }
+
+    fn clock(&mut self) -> Arc<dyn Clock> {
+        let skew_ms = self.below(GRACE_MS as u64 + 1) as i64 - GRACE_MS / 2;
+        Arc::new(HostClock {
+            store_ms: Arc::clone(&self.sim.now_ms),
+            skew_ms,
+        })
+    }
+
+    fn advance(&self, ms: i64) {
+        self.sim
+            .now_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    async fn put(&self, key: &str) {
+        self.store
+            .object_store()
+            .put(
+                &Path::parse(key).expect("key"),
+                PutPayload::from_static(b"x"),
+            )
+            .await
+            .expect("sim put");
+    }
+
+    async fn ingest(&mut self) {
+        let n = 1 + self.below(3);
+        let rows: Vec<u64> = (self.next_row..self.next_row + n).collect();
+        self.next_row += n;
+        let key = format!(
+            "{}/f{:04}.parquet",
+            self.layout.ingest_dir(&self.partition),
+            self.next_file
+        );
+        self.next_file += 1;
+        self.put(&key).await;
+        self.ingested.extend(&rows);
+        self.rows.insert(key, rows);
+    }
+
+    /// Reads the state as a compaction does; its (modelled) output is the inputs' rows.
+    async fn start_job(&mut self) {
+        let base = load_latest(&self.store, &self.layout, &self.partition)
+            .await
+            .expect("manifest");
+        let dir = self.layout.ingest_dir(&self.partition);
+        let listing = self.store.list_sorted(&dir).await.expect("list");
+        let live = live_set(&dir, &listing, &base);
+        if live.ingest.is_empty() && live.compacted.len() <= 1 {
+            return;
+        }
+        let compacted_listing = self
+            .store
+            .list_sorted(&self.layout.compacted_dir(&self.partition))
+            .await
+            .expect("list");
+        let listed: BTreeSet<String> = listing
+            .iter()
+            .chain(&compacted_listing)
+            .map(|m| m.location.to_string())
+            .collect();
+        let inputs = live.keys();
+        let mut rows = Vec::new();
+        for key in &inputs {
+            match self.rows.get(key) {
+                Some(r) if self.sim.keys().contains(key) => rows.extend(r.iter().copied()),
+                _ => panic!("seed {}: live input {key} cannot be read", self.seed),
+            }
+        }
+        let id = format!("job{:04}", self.next_job);
+        self.next_job += 1;
+        let set = inputs.join("|");
+        let key = format!(
+            "{}/part-{:016x}-{id}.parquet",
+            self.layout.compacted_dir(&self.partition),
+            fxhash(&set)
+        );
+        self.rows.insert(key.clone(), rows.clone());
+        self.jobs.push(Job {
+            id,
+            forget: base
+                .retired
+                .iter()
+                .filter(|r| !listed.contains(&r.key))
+                .map(|r| r.key.clone())
+                .collect(),
+            base,
+            inputs,
+            output: CompactedFile {
+                key,
+                rows: rows.len() as u64,
+                bytes: 1,
+                input_set: format!("{:016x}", fxhash(&set)),
+            },
+            commit_by: None,
+        });
+    }
+
+    /// A job finishes sorting and uploads its output.
+    async fn upload(&mut self) {
+        let waiting: Vec<usize> = (0..self.jobs.len())
+            .filter(|i| self.jobs[*i].commit_by.is_none())
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let i = waiting[self.below(waiting.len() as u64) as usize];
+        let clock = self.clock();
+        let key = self.jobs[i].output.key.clone();
+        self.put(&key).await;
+        self.jobs[i].commit_by = Some(Expiry::after(&clock, GRACE / 2));
+    }
+
+    /// Commits one waiting job, maybe losing the response of its write.
+    async fn commit_job(&mut self, faults: bool) {
+        let uploaded: Vec<usize> = (0..self.jobs.len())
+            .filter(|i| self.jobs[*i].commit_by.is_some())
+            .collect();
+        if uploaded.is_empty() {
+            return;
+        }
+        let i = uploaded[self.below(uploaded.len() as u64) as usize];
+        let job = self.jobs.remove(i);
+        let fault = match (faults, self.below(6)) {
+            (true, 0) => Some(Fault::LostResponse(1)),
+            (true, 1) => Some(Fault::RetriedIntoPrecondition(1)),
+            (true, 2) => Some(Fault::Precondition(1)),
+            _ => None,
+        };
+        let store = match fault {
+            Some(f) => Store::from_object_store(
+                Arc::new(FaultyStore::new(
+                    Arc::clone(self.store.object_store()),
+                    Some(f),
+                )),
+                "faulty",
+            ),
+            None => self.store.clone(),
+        };
+        let clock = self.clock();
+        let request = CommitRequest {
+            inputs: job.inputs.clone(),
+            output: Some(job.output.clone()),
+            quarantined: Vec::new(),
+            forget: job.forget.clone(),
+            ingested_bytes: 1,
+            job_id: job.id.clone(),
+            now_ms: clock.now_ms(),
+            commit_by: job.commit_by.clone(),
+        };
+        let outcome = commit(&store, &self.layout, &self.partition, &job.base, &request).await;
+        let delete_own = match outcome {
+            Ok(CommitOutcome::Committed(_)) => false,
+            Ok(CommitOutcome::AlreadyCommitted(m) | CommitOutcome::Conflict { current: m, .. }) => {
+                !m.references(&job.output.key)
+            }
+            // Too old to commit: nothing of ours was committed.
+            Err(ourios_compaction::Error::Deadline { .. }) => true,
+            // Unknown (a lost response the commit could not resolve): GC sweeps it.
+            Err(_) => false,
+        };
+        if delete_own {
+            self.store
+                .object_store()
+                .delete(&Path::parse(&job.output.key).expect("key"))
+                .await
+                .expect("delete");
+        }
+    }
+
+    async fn gc(&mut self) {
+        let clock = self.clock();
+        collect_garbage_with(
+            &self.store,
+            &self.layout,
+            &self.partition,
+            GRACE,
+            false,
+            &clock,
+        )
+        .await
+        .expect("gc");
+    }
+
+    /// Every ingested row is live exactly once, and every live key exists.
+    async fn check(&self, step: usize) {
+        let present = self.sim.keys();
+        let manifest = load_latest(&self.store, &self.layout, &self.partition)
+            .await
+            .expect("manifest");
+        let dir = self.layout.ingest_dir(&self.partition);
+        let listing = self.store.list_sorted(&dir).await.expect("list");
+        let live = live_set(&dir, &listing, &manifest);
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        for key in live.keys() {
+            assert!(
+                present.contains(&key),
+                "seed {} step {step}: live object {key} was deleted; replay with \
+                 OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test simulation",
+                self.seed,
+                self.seed
+            );
+            for row in &self.rows[&key] {
+                *counts.entry(*row).or_default() += 1;
+            }
+        }
+        let wrong: Vec<_> = self
+            .ingested
+            .iter()
+            .map(|r| (*r, counts.get(r).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n != 1)
+            .take(5)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "seed {} step {step}: rows not live exactly once (row, times) {wrong:?}; replay with \
+             OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test simulation",
+            self.seed,
+            self.seed
+        );
+    }
+
+    async fn run(mut self) {
+        for step in 0..60 {
+            match self.below(13) {
+                0..=2 => self.ingest().await,
+                3..=4 => self.start_job().await,
+                5..=6 => self.commit_job(true).await,
+                7 => self.gc().await,
+                12 => self.upload().await,
+                // A crash: the job's uploaded output is left behind.
+                8 if !self.jobs.is_empty() => {
+                    let i = self.below(self.jobs.len() as u64) as usize;
+                    self.jobs.remove(i);
+                }
+                // A long pause: jobs outlive the grace.
+                9 => {
+                    let pause = GRACE_MS + self.below(GRACE_MS as u64) as i64;
+                    self.advance(pause);
+                }
+                _ => {
+                    let pause = self.below(GRACE_MS as u64 / 4) as i64;
+                    self.advance(pause);
+                }
+            }
+            self.check(step).await;
+        }
+        // Faults stop; the stragglers commit or give up, and a clean run converges.
+        while !self.jobs.is_empty() {
+            self.upload().await;
+            self.commit_job(false).await;
+            self.check(1000).await;
+        }
+        self.start_job().await;
+        self.upload().await;
+        self.commit_job(false).await;
+        self.check(1001).await;
+        for _ in 0..2 {
+            self.advance(GRACE_MS + 1);
+            self.gc().await;
+        }
+        self.check(1002).await;
+        let manifest = load_latest(&self.store, &self.layout, &self.partition)
+            .await
+            .expect("manifest");
+        let compacted: Vec<String> = self
+            .sim
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with("compacted/"))
+            .collect();
+        let ingest_left: Vec<String> = self
+            .sim
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with("data/"))
+            .collect();
+        if self.ingested.is_empty() {
+            return;
+        }
+        assert_eq!(
+            (manifest.compacted.len(), compacted.len(), ingest_left.len()),
+            (1, 1, 0),
+            "seed {}: converges to one compacted file: {compacted:?} {ingest_left:?}; replay \
+             with OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test simulation",
+            self.seed,
+            self.seed
+        );
+    }
+}
+
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[test]
+fn the_commit_protocol_survives_seeded_interleavings() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let seeds: Vec<u64> = match std::env::var("OURIOS_SIM_SEED") {
+        Ok(seed) => vec![seed.parse().expect("OURIOS_SIM_SEED is a number")],
+        Err(_) => {
+            let n: u64 = std::env::var("OURIOS_SIM_SEEDS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(5000);
+            (1..=n).collect()
+        }
+    };
+    for seed in seeds {
+        runtime.block_on(Sim::new(seed).run());
+    }
+}
