@@ -1,4 +1,5 @@
-//! Process resources: the allocator's arena limit, the peak resident set size and CPU time.
+//! Process resources: the allocator's arena limit and trimming, the peak resident set size and
+//! CPU time.
 
 /// Arenas glibc's allocator may create (see [`tune_allocator`]).
 pub const ALLOCATOR_ARENAS: i32 = 1;
@@ -32,6 +33,54 @@ pub fn tune_allocator() {
         libc::mallopt(libc::M_ARENA_MAX, ALLOCATOR_ARENAS);
         libc::mallopt(libc::M_TRIM_THRESHOLD, ALLOCATOR_TRIM_BYTES);
         libc::mallopt(libc::M_MMAP_THRESHOLD, ALLOCATOR_MMAP_BYTES);
+    }
+}
+
+/// Gives every whole free page of the allocator's heap back to the system, not only the free
+/// top of the heap that glibc returns by itself (`malloc_trim`); off glibc it does nothing.
+///
+/// With one arena ([`ALLOCATOR_ARENAS`]) a merge frees its run batches (just under
+/// [`ALLOCATOR_MMAP_BYTES`], so they come from the heap) in the order the runs are used up,
+/// while small allocations that live to the end of the file (the output's row-group metadata)
+/// land between them: the freed batches are not all reused, the heap grows past them and the
+/// free pages stay resident. On the bloat partition (README, "Memory") the live heap peaked
+/// at 89 MB while the resident set reached 200-260 MB at a 64 MiB budget.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes the arenas' locks itself and only releases free pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Calls [`release_free_memory`] each time another `interval_bytes` have passed through a
+/// loop that allocates and frees as it goes (a merge), so the resident set follows the live
+/// heap at the cost of one walk over the free lists per interval.
+#[derive(Debug)]
+pub struct MemoryRelease {
+    interval_bytes: u64,
+    since_bytes: u64,
+}
+
+impl MemoryRelease {
+    /// Releases after every `interval_bytes` noted (0: never).
+    pub fn every(interval_bytes: u64) -> Self {
+        Self {
+            interval_bytes,
+            since_bytes: 0,
+        }
+    }
+
+    /// Notes `bytes` more passing through; releases free memory when the interval is full.
+    pub fn note(&mut self, bytes: u64) {
+        if self.interval_bytes == 0 {
+            return;
+        }
+        self.since_bytes += bytes;
+        if self.since_bytes >= self.interval_bytes {
+            self.since_bytes = 0;
+            release_free_memory();
+        }
     }
 }
 

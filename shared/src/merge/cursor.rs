@@ -8,7 +8,7 @@ use arrow::array::RecordBatch;
 use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
 use crate::key::{BatchKeys, SortKey};
-use crate::runs::{SortedRun, StringDecoder};
+use crate::runs::{RUN_READ_BUFFER_BYTES, SortedRun, StringDecoder};
 
 /// A batch iterator over rows already in key order.
 pub type BatchIter = Box<dyn Iterator<Item = Result<RecordBatch>> + Send>;
@@ -60,6 +60,8 @@ pub(super) struct Cursor {
     exhausted: bool,
     check_order: bool,
     _charge: Charge,
+    /// The run reader's own buffer (see [`RUN_READ_BUFFER_BYTES`]), held while it is open.
+    _reader_charge: Charge,
     pub(super) slot: usize,
 }
 
@@ -71,12 +73,16 @@ impl Cursor {
         gauge: &MemoryGauge,
         decoder: Option<&Arc<StringDecoder>>,
     ) -> Result<Option<Self>> {
-        let (name, mut batches, check_order): (String, BatchIter, bool) = match source {
+        let (name, mut batches, check_order, reader_charge) = match source {
             RunSource::Spilled(run) => {
+                let reader_charge = Charge::new(gauge, RUN_READ_BUFFER_BYTES);
                 let name = run.path.display().to_string();
-                (name, super::open_run(&run, decoder)?, false)
+                let batches: BatchIter = super::open_run(&run, decoder)?;
+                (name, batches, false, reader_charge)
             }
-            RunSource::Presorted { name, batches, .. } => (name, batches, true),
+            RunSource::Presorted { name, batches, .. } => {
+                (name, batches, true, Charge::new(gauge, 0))
+            }
         };
         let Some((batch, keys, charge)) = next_non_empty(&mut batches, key, gauge)? else {
             return Ok(None);
@@ -90,6 +96,7 @@ impl Cursor {
             exhausted: false,
             check_order,
             _charge: charge,
+            _reader_charge: reader_charge,
             slot: 0,
         };
         if check_order {

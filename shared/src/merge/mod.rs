@@ -15,10 +15,11 @@ use arrow::datatypes::SchemaRef;
 pub use cursor::RunSource;
 use cursor::{Advance, BatchIter, Cursor};
 
-use crate::budget::MemoryGauge;
+use crate::budget::{MemoryGauge, batch_memory_bytes};
 use crate::error::{Error, Result};
 use crate::gather::gather_rows;
 use crate::key::SortKey;
+use crate::memory::MemoryRelease;
 use crate::runs::{RunReader, RunWriter, ScratchDir, SortedRun, SpillCompression, StringDecoder};
 use crate::sink::ChunkSink;
 
@@ -44,6 +45,9 @@ pub struct MergeSettings {
     pub run_batch_target_bytes: u64,
     /// Compression of intermediate runs.
     pub compression: SpillCompression,
+    /// Bytes of merged rows between two releases of the allocator's free memory (see
+    /// [`MemoryRelease`]; 0: never).
+    pub release_interval_bytes: u64,
 }
 
 /// Merges spilled runs into `sink`, in passes of at most `fan_in` runs; earlier sources in
@@ -113,7 +117,7 @@ pub fn merge_runs(
     merge_pass(
         sources,
         key,
-        settings.chunk_rows,
+        (settings.chunk_rows, settings.release_interval_bytes),
         gauge,
         &mut decoding,
         decoder,
@@ -143,7 +147,8 @@ fn merge_to_run(
         .max()
         .unwrap_or(1);
     let rows = (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, 1024);
-    merge_pass(group, key, rows as usize, gauge, &mut writer, decoder)?;
+    let chunking = (rows as usize, settings.release_interval_bytes);
+    merge_pass(group, key, chunking, gauge, &mut writer, decoder)?;
     let run = writer.finish()?;
     for path in removable {
         std::fs::remove_file(&path).map_err(|e| Error::scratch(&path, e))?;
@@ -186,12 +191,13 @@ impl ChunkSink for DecodingSink<'_> {
     }
 }
 
-/// One merge of at most fan-in runs into a sink. Runs of one schema are merged as they are;
-/// otherwise `decoder` decodes them as they are read.
+/// One merge of at most fan-in runs into a sink, in chunks of `chunk_rows`, releasing the
+/// allocator's free memory every `release_interval_bytes` of chunks. Runs of one schema are
+/// merged as they are; otherwise `decoder` decodes them as they are read.
 fn merge_pass(
     sources: Vec<RunSource>,
     key: &SortKey,
-    chunk_rows: usize,
+    (chunk_rows, release_interval_bytes): (usize, u64),
     gauge: &MemoryGauge,
     sink: &mut dyn ChunkSink,
     decoder: &Arc<StringDecoder>,
@@ -222,6 +228,7 @@ fn merge_pass(
         }
     };
     build_heap(&mut heap, |a, b| less(&cursors, a, b));
+    let mut release = MemoryRelease::every(release_interval_bytes);
 
     while let Some(&top) = heap.first() {
         picks.push((cursors[top].slot, cursors[top].position()));
@@ -240,7 +247,7 @@ fn merge_pass(
         }
         sift_down(&mut heap, 0, |a, b| less(&cursors, a, b));
         if picks.len() == chunk_rows {
-            emit(&mut slots, &mut picks, &mut cursors, sink)?;
+            release.note(emit(&mut slots, &mut picks, &mut cursors, sink)?);
         }
     }
     if !picks.is_empty() {
@@ -249,15 +256,17 @@ fn merge_pass(
     Ok(())
 }
 
+/// Gathers the picked rows into one chunk for `sink`; returns the chunk's bytes.
 fn emit(
     slots: &mut Vec<RecordBatch>,
     picks: &mut Vec<(usize, usize)>,
     cursors: &mut [Cursor],
     sink: &mut dyn ChunkSink,
-) -> Result<()> {
+) -> Result<u64> {
     let refs: Vec<&RecordBatch> = slots.iter().collect();
     let chunk = gather_rows(&refs, picks).map_err(|e| Error::arrow("gathering merged rows", e))?;
     sink.write_chunk(&chunk)?;
+    let chunk_bytes = batch_memory_bytes(&chunk);
     picks.clear();
     // Keep only the batches cursors still read from.
     let mut kept = Vec::with_capacity(cursors.len());
@@ -266,7 +275,7 @@ fn emit(
         kept.push(c.batch().clone());
     }
     *slots = kept;
-    Ok(())
+    Ok(chunk_bytes)
 }
 
 fn build_heap(heap: &mut [usize], less: impl Fn(usize, usize) -> bool) {
@@ -349,6 +358,7 @@ mod tests {
             chunk_rows: 5,
             run_batch_target_bytes: 1 << 10,
             compression: SpillCompression::None,
+            release_interval_bytes: 1 << 10,
         };
         let mut sink = VecSink::default();
         let sources = runs(&scratch, &schema, count);

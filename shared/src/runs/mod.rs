@@ -7,6 +7,6 @@ mod scratch;
 mod string_codes;
 
 pub use formation::{FormedRuns, RunFormation};
-pub use run_file::{RunReader, RunWriter, SortedRun, SpillCompression};
+pub use run_file::{RUN_READ_BUFFER_BYTES, RunReader, RunWriter, SortedRun, SpillCompression};
 pub use scratch::ScratchDir;
 pub use string_codes::{StringCoder, StringDecoder};

@@ -120,6 +120,11 @@ impl RunWriter {
     }
 }
 
+/// Bytes an open run reader holds beside its batch: its read buffer, which gathers the small
+/// message headers (batch bodies larger than it are read past it, straight into the batch).
+/// A merge holds one per open run, so it is charged to the budget with the run's batch.
+pub const RUN_READ_BUFFER_BYTES: u64 = 8 << 10;
+
 /// Reads a run back, batch by batch.
 pub struct RunReader {
     path: PathBuf,
@@ -140,7 +145,8 @@ impl RunReader {
             read: 0,
             released: 0,
         };
-        let reader = StreamReader::try_new(BufReader::with_capacity(64 << 10, file), None)
+        let buffer = RUN_READ_BUFFER_BYTES as usize;
+        let reader = StreamReader::try_new(BufReader::with_capacity(buffer, file), None)
             .map_err(|e| Error::arrow(format!("opening run {}", path.display()), e))?;
         Ok(Self {
             path: path.to_path_buf(),
