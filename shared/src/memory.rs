@@ -60,6 +60,7 @@ pub fn release_free_memory() {
 pub struct MemoryRelease {
     interval_bytes: u64,
     since_bytes: u64,
+    num_releases: u64,
 }
 
 impl MemoryRelease {
@@ -68,7 +69,13 @@ impl MemoryRelease {
         Self {
             interval_bytes,
             since_bytes: 0,
+            num_releases: 0,
         }
+    }
+
+    /// How many times free memory was released.
+    pub fn num_releases(&self) -> u64 {
+        self.num_releases
     }
 
     /// Notes `bytes` more passing through; releases free memory when the interval is full.
@@ -79,6 +86,7 @@ impl MemoryRelease {
         self.since_bytes += bytes;
         if self.since_bytes >= self.interval_bytes {
             self.since_bytes = 0;
+            self.num_releases += 1;
             release_free_memory();
         }
     }
@@ -110,6 +118,21 @@ pub fn process_cpu_time() -> std::time::Duration {
 
 #[cfg(test)]
 mod tests {
+    use super::MemoryRelease;
+
+    #[test]
+    fn releases_once_per_full_interval() {
+        let mut release = MemoryRelease::every(100);
+        for _ in 0..9 {
+            release.note(30);
+        }
+        // 270 bytes: full at 120 and again at 240 (the count restarts after each release).
+        assert_eq!(release.num_releases(), 2);
+        let mut never = MemoryRelease::every(0);
+        never.note(u64::MAX);
+        assert_eq!(never.num_releases(), 0);
+    }
+
     #[test]
     fn reads_a_plausible_peak() {
         let rss = super::peak_rss_bytes();

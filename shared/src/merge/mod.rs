@@ -373,6 +373,10 @@ mod tests {
             sources, &key, settings, &scratch, &gauge, &mut sink, &decoder,
         )
         .unwrap();
+        // Every open run's read buffer was charged with its batch, and all was released.
+        let open_runs = count.min(fan_in) as u64;
+        assert!(gauge.peak() >= open_runs * crate::runs::RUN_READ_BUFFER_BYTES);
+        assert_eq!(gauge.current(), 0);
         let mut rows = Vec::new();
         for chunk in &sink.chunks {
             let services = chunk.column(0).as_string::<i32>();
