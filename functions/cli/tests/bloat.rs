@@ -1,19 +1,29 @@
 //! The seed's bloat partition (RFC 0036): 1,555 tiny files whose 8 KiB text bodies compress
 //! almost to nothing, about 13 MB of Parquet and 1.5 GiB of decoded rows, compacts at budgets
-//! of 32 MiB and 64 MiB with the whole process under 256 MiB.
+//! of 32 MiB and 64 MiB with the whole process under 256 MiB, inside a 256 MiB cgroup where
+//! the system lets the test create one.
 
+#[path = "common/cgroup.rs"]
+mod cgroup;
 mod common;
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use common::{json, run};
+use cgroup::run_limited;
+use common::{command, json};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 const HOUR: &str = "2026-11-29T10";
 const MIB: u64 = 1 << 20;
+/// The memory of the function the partition must compact in.
+const LIMIT_BYTES: u64 = 256 * MIB;
+/// The peak RSS the compaction stays under at either budget: its live memory (about 90 MB at
+/// 64 MiB) with room, well below the limit (it reached 260 MB before the merge gave the
+/// allocator's free memory back).
+const RSS_BOUND_BYTES: u64 = 160 * MIB;
 /// 2026-11-29T10:00:00Z in nanoseconds.
 const HOUR_START_NANOS: i64 = 1_795_946_400_000_000_000;
 const FILES: usize = 1_555;
@@ -83,25 +93,30 @@ fn stress_the_bloat_partition_compacts_under_256_mib_at_32_and_64_mib_budgets() 
     let store = dir.path().to_string_lossy().to_string();
     for budget in budgets {
         let tenant = format!("bloat{budget}");
-        let out = run(&[
-            "compact",
-            "--store",
-            &store,
-            "--tenant",
-            &tenant,
-            "--hour",
-            HOUR,
-            "--memory-budget",
-            budget,
-            "--json",
-        ]);
-        let report = json(&out);
+        let limited = run_limited(
+            &command(&[
+                "compact",
+                "--store",
+                &store,
+                "--tenant",
+                &tenant,
+                "--hour",
+                HOUR,
+                "--memory-budget",
+                budget,
+                "--json",
+            ]),
+            LIMIT_BYTES,
+        );
+        let out = &limited.output;
+        let report = json(out);
         assert_eq!(
             report["status"],
             "compacted",
             "{report:#}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        assert!(out.status.success(), "{:?}", out.status);
         assert_eq!(report["inputs"]["rows"], (FILES * ROWS) as u64);
         assert!(
             report["runs_spilled"].as_u64().expect("runs") > 1,
@@ -113,6 +128,38 @@ fn stress_the_bloat_partition_compacts_under_256_mib_at_32_and_64_mib_budgets() 
             "{budget}: peak RSS {} MiB, bound 256 MiB",
             rss / MIB
         );
-        eprintln!("{budget}: peak RSS {} MiB", rss / MIB);
+        assert!(
+            rss < RSS_BOUND_BYTES,
+            "{budget}: peak RSS {} MiB, bound {} MiB",
+            rss / MIB,
+            RSS_BOUND_BYTES / MIB
+        );
+        eprintln!(
+            "{budget}: peak RSS {} MiB, {} runs, {} merge passes, {} MiB spilled, {} ms",
+            rss / MIB,
+            report["runs_spilled"],
+            report["merge_passes"],
+            report["spill_bytes"].as_u64().unwrap_or(0) / MIB,
+            report["duration_ms"]
+        );
+        match &limited.confinement {
+            Ok(usage) => {
+                assert_eq!(usage.oom_kills, 0, "{budget}: OOM-killed in the cgroup");
+                let max = usage
+                    .max_usage_bytes
+                    .map_or("not reported".to_string(), |b| format!("{} MiB", b / MIB));
+                eprintln!(
+                    "{budget}: inside a {} MiB cgroup ({:?}): no OOM kill, most memory charged \
+                     (page cache of the spilled runs included) {max}",
+                    usage.limit_bytes / MIB,
+                    usage.version
+                );
+            }
+            Err(reason) => eprintln!(
+                "\n!!! {budget}: NOT run inside a {} MiB cgroup ({reason}): only the peak-RSS \
+                 bound was checked\n",
+                LIMIT_BYTES / MIB
+            ),
+        }
     }
 }

@@ -1,17 +1,25 @@
 //! Running the `ourios-compact` binary as a child process, as outside tools do.
 
+// Every test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
+
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// Runs the CLI with `args`, without the environment that would change its defaults.
-pub fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ourios-compact"))
+/// The CLI with `args`, without the environment that would change its defaults.
+pub fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ourios-compact"));
+    command
         .args(args)
         .env_remove("OURIOS_STORE")
-        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
-        .output()
-        .expect("the CLI starts")
+        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE");
+    command
+}
+
+/// Runs [`command`].
+pub fn run(args: &[&str]) -> Output {
+    command(args).output().expect("the CLI starts")
 }
 
 /// The one JSON object on stdout (stderr in the panic message when it is not).
