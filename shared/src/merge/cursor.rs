@@ -47,7 +47,9 @@ impl RunSource {
 
 pub(super) enum Advance {
     SameBatch,
-    NewBatch,
+    /// The cursor moved to its next batch; the charge of the one it left, whose rows may
+    /// still wait to be gathered, comes back to be dropped with that batch.
+    NewBatch(Charge),
     Exhausted,
 }
 
@@ -133,7 +135,7 @@ impl Cursor {
         let last = self.check_order.then(|| (self.keys.clone(), self.position));
         match next_non_empty(&mut self.batches, key, gauge)? {
             Some((batch, keys, charge)) => {
-                self._charge = charge;
+                let left = std::mem::replace(&mut self._charge, charge);
                 self.batch = batch;
                 self.keys = keys;
                 self.position = 0;
@@ -143,7 +145,7 @@ impl Cursor {
                     }
                     self.check_batch_order()?;
                 }
-                Ok(Advance::NewBatch)
+                Ok(Advance::NewBatch(left))
             }
             None => {
                 self.exhausted = true;

@@ -15,7 +15,7 @@ use arrow::datatypes::SchemaRef;
 pub use cursor::RunSource;
 use cursor::{Advance, BatchIter, Cursor};
 
-use crate::budget::{MemoryGauge, batch_memory_bytes};
+use crate::budget::{Charge, MemoryGauge, batch_memory_bytes};
 use crate::error::{Error, Result};
 use crate::gather::gather_rows;
 use crate::key::SortKey;
@@ -214,6 +214,9 @@ fn merge_pass(
     }
     // Batches referenced by picks not yet emitted; a cursor's current batch is always here.
     let mut slots: Vec<RecordBatch> = Vec::with_capacity(cursors.len() * 2);
+    // The charges of the batches cursors left that are still in `slots`: they are held until
+    // the next chunk is gathered, so they stay charged until then.
+    let mut left: Vec<Charge> = Vec::new();
     for c in &mut cursors {
         c.slot = slots.len();
         slots.push(c.batch().clone());
@@ -235,7 +238,8 @@ fn merge_pass(
         let advance = cursors[top].advance(key, gauge)?;
         match advance {
             Advance::SameBatch => {}
-            Advance::NewBatch => {
+            Advance::NewBatch(charge) => {
+                left.push(charge);
                 cursors[top].slot = slots.len();
                 slots.push(cursors[top].batch().clone());
             }
@@ -248,6 +252,7 @@ fn merge_pass(
         sift_down(&mut heap, 0, |a, b| less(&cursors, a, b));
         if picks.len() == chunk_rows {
             release.note(emit(&mut slots, &mut picks, &mut cursors, sink)?);
+            left.clear();
         }
     }
     if !picks.is_empty() {
