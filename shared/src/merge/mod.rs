@@ -320,9 +320,15 @@ mod tests {
     use crate::schema::UnifiedSchema;
     use crate::sink::VecSink;
 
-    /// `count` runs of three rows each; every run holds the same keys, so only the tie-break
-    /// (run order) orders rows of equal keys. Column `run` says which run a row came from.
-    fn runs(scratch: &ScratchDir, schema: &SchemaRef, count: usize) -> Vec<RunSource> {
+    /// `count` runs of three rows each, in batches of `batch_rows`; every run holds the same
+    /// keys, so only the tie-break (run order) orders rows of equal keys. Column `run` says
+    /// which run a row came from.
+    fn runs(
+        scratch: &ScratchDir,
+        schema: &SchemaRef,
+        count: usize,
+        batch_rows: usize,
+    ) -> Vec<RunSource> {
         (0..count)
             .map(|r| {
                 let batch = RecordBatch::try_new(
@@ -337,7 +343,10 @@ mod tests {
                 let mut writer =
                     RunWriter::create(scratch.file("run", "arrow"), schema, SpillCompression::None)
                         .unwrap();
-                writer.write(&batch).unwrap();
+                for start in (0..batch.num_rows()).step_by(batch_rows) {
+                    let rows = batch_rows.min(batch.num_rows() - start);
+                    writer.write(&batch.slice(start, rows)).unwrap();
+                }
                 RunSource::Spilled(writer.finish().unwrap())
             })
             .collect()
@@ -346,6 +355,17 @@ mod tests {
     /// Merges `count` runs at `fan_in`: the stats, the rows, and the run files left in
     /// scratch (the final pass's inputs; merged groups are removed as they are merged).
     fn merge(count: usize, fan_in: usize) -> (MergeStats, Vec<(String, i64, i64)>, usize) {
+        let (stats, rows, files, _) = merge_in_batches(count, fan_in, 3);
+        (stats, rows, files)
+    }
+
+    /// [`merge`] of runs in batches of `batch_rows`, also returning the gauge's peak and the
+    /// smallest batch of a run as read back.
+    fn merge_in_batches(
+        count: usize,
+        fan_in: usize,
+        batch_rows: usize,
+    ) -> (MergeStats, Vec<(String, i64, i64)>, usize, (u64, u64)) {
         let dir = tempfile::tempdir().unwrap();
         let scratch = ScratchDir::create(dir.path()).unwrap();
         let schema: SchemaRef = Arc::new(Schema::new(vec![
@@ -366,7 +386,14 @@ mod tests {
             release_interval_bytes: 1 << 10,
         };
         let mut sink = VecSink::default();
-        let sources = runs(&scratch, &schema, count);
+        let sources = runs(&scratch, &schema, count, batch_rows);
+        let smallest_batch = match &sources[0] {
+            RunSource::Spilled(run) => (crate::runs::RunReader::open(&run.path).unwrap())
+                .map(|b| batch_memory_bytes(&b.unwrap()))
+                .min()
+                .unwrap(),
+            RunSource::Presorted { .. } => unreachable!("spilled runs"),
+        };
         let gauge = MemoryGauge::new();
         let unified = UnifiedSchema {
             schema: Arc::clone(&schema),
@@ -391,7 +418,12 @@ mod tests {
                 rows.push((services.value(i).to_string(), times.value(i), run.value(i)));
             }
         }
-        (stats, rows, scratch.num_files())
+        (
+            stats,
+            rows,
+            scratch.num_files(),
+            (gauge.peak(), smallest_batch),
+        )
     }
 
     fn expected(count: usize) -> Vec<(String, i64, i64)> {
@@ -416,6 +448,16 @@ mod tests {
         let (stats, rows, files) = merge(20, 4);
         assert_eq!((stats.passes, stats.intermediate_runs, files), (3, 6, 4));
         assert_eq!(rows, expected(20));
+    }
+
+    #[test]
+    fn batches_cursors_left_stay_charged_until_their_rows_are_gathered() {
+        // Two runs of one-row batches, chunks of 5 rows: the first chunk picks a row from
+        // each of 4 batches its cursors then leave, which wait with the 2 current ones.
+        let (_, rows, _, (peak, batch)) = merge_in_batches(2, 4, 1);
+        assert_eq!(rows, expected(2));
+        let readers = 2 * crate::runs::RUN_READ_BUFFER_BYTES;
+        assert!(peak >= readers + 6 * batch, "peak {peak}, batch {batch}");
     }
 
     #[test]
