@@ -359,13 +359,13 @@ mod tests {
         (stats, rows, files)
     }
 
+    /// What [`merge_in_batches`] returns: [`merge`]'s figures and (the gauge's peak, the
+    /// smallest batch of a run as read back).
+    type Merged = (MergeStats, Vec<(String, i64, i64)>, usize, (u64, u64));
+
     /// [`merge`] of runs in batches of `batch_rows`, also returning the gauge's peak and the
     /// smallest batch of a run as read back.
-    fn merge_in_batches(
-        count: usize,
-        fan_in: usize,
-        batch_rows: usize,
-    ) -> (MergeStats, Vec<(String, i64, i64)>, usize, (u64, u64)) {
+    fn merge_in_batches(count: usize, fan_in: usize, batch_rows: usize) -> Merged {
         let dir = tempfile::tempdir().unwrap();
         let scratch = ScratchDir::create(dir.path()).unwrap();
         let schema: SchemaRef = Arc::new(Schema::new(vec![
