@@ -27,7 +27,8 @@
 //!    reason, left byte-for-byte in place and out of the live set; the rest still compacts.
 //! 8. **Bounded memory.** Decoded rows held at once stay within B plus one batch in run
 //!    formation and within B (plus one row per run) and one output chunk in the merge,
-//!    measured by a [`budget::MemoryGauge`].
+//!    measured by a [`budget::MemoryGauge`]; the merge's run readers' buffers are taken out of
+//!    B, and a batch a run has moved past stays charged until its last rows are gathered.
 //! 9. **Determinism.** The same input files give a byte-identical output, whatever the listing
 //!    order, budget, spill pattern or thread count.
 //! 10. **Keys as themselves.** The key listed is the key read, retired and deleted
