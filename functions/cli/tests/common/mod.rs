@@ -6,12 +6,22 @@ use serde_json::Value;
 
 /// Runs the CLI with `args`, without the environment that would change its defaults.
 pub fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ourios-compact"))
+    run_with_env(args, &[])
+}
+
+/// Runs the CLI with `args` and the variables `env`, without the environment that would
+/// change its defaults (the store, the function's memory, the prices).
+pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ourios-compact"));
+    command
         .args(args)
         .env_remove("OURIOS_STORE")
-        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
-        .output()
-        .expect("the CLI starts")
+        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE");
+    for name in ourios_compaction::cost::PRICE_VARIABLES {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("the CLI starts")
 }
 
 /// The one JSON object on stdout (stderr in the panic message when it is not).
