@@ -189,6 +189,8 @@ pub enum Command {
         scratch: Option<PathBuf>,
         #[command(flatten)]
         layout: LayoutArgs,
+        #[command(flatten)]
+        cost: CostArgs,
         /// Print one JSON object on stdout.
         #[arg(long)]
         json: bool,

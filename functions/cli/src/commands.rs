@@ -197,6 +197,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             memory_budget,
             scratch,
             layout,
+            cost,
             json,
         } => {
             let request = ourios_compaction::events::BackfillRequest {
@@ -213,6 +214,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                             CompactOptions::new(scratch.unwrap_or_else(std::env::temp_dir));
                         options.budget_bytes = budget_from(memory_budget.as_deref())?;
                         apply_layout(&mut options, &layout)?;
+                        apply_cost(&mut options, &cost)?;
                         Ok(options)
                     })
                     .transpose()?,
