@@ -46,7 +46,7 @@ pub async fn rewrite_plain(
     let mut checked = Vec::new();
     for meta in &live.ingest {
         let local = store
-            .local_path(&meta.location)
+            .read_in_place(&meta.location)
             .ok_or_else(|| Error::Config {
                 message: "the plain rewrite reads a local directory store".into(),
             })?;

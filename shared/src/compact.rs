@@ -12,6 +12,9 @@
 //! 5. **Commit**: one create-only manifest write makes the output live and retires the
 //!    inputs; losing the race is detected and reported (`noop` or `conflict`).
 //! 6. **Collect garbage** of the partition past the grace period.
+//!
+//! Every request of these steps goes through a counting store, and the report prices them
+//! with the job's duration and CPU time (`cost`, `cpu_ms`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,7 +35,7 @@ use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
     load_latest,
 };
-use crate::memory::peak_rss_bytes;
+use crate::memory::{peak_rss_bytes, process_cpu_time};
 use crate::partition::{Layout, PartitionId};
 use crate::report::{CompactionReport, InputTotals, OutputFile, Quarantined, Status};
 use crate::runs::{ScratchDir, SpillCompression};
@@ -61,6 +64,9 @@ pub async fn compact_partition(
 ) -> Result<CompactionReport> {
     options.validate()?;
     let started = Instant::now();
+    let cpu_started = process_cpu_time();
+    let store = &store.counting_requests();
+    let requests_before = store.request_counts();
     let job_id = options
         .job_id
         .clone()
@@ -104,6 +110,9 @@ pub async fn compact_partition(
     report.peak_decoded_bytes = gauge.peak();
     report.peak_rss_bytes = peak_rss_bytes();
     report.duration_ms = started.elapsed().as_millis() as u64;
+    report.cpu_ms = process_cpu_time().saturating_sub(cpu_started).as_millis() as u64;
+    let requests = store.request_counts().since(&requests_before);
+    report.price(&options.prices, options.function_memory_mb, requests);
     tracing::info!(
         partition = %report.partition,
         job_id = %report.job_id,
@@ -112,6 +121,8 @@ pub async fn compact_partition(
         files = report.inputs.files,
         runs_spilled = report.runs_spilled,
         duration_ms = report.duration_ms,
+        cpu_ms = report.cpu_ms,
+        usd = report.cost.usd,
         "compaction finished"
     );
     Ok(report)
@@ -391,7 +402,7 @@ async fn stage_inputs(
     let outcomes = futures::stream::iter(wanted.into_iter().enumerate())
         .map(|(i, (key, size, is_compacted))| async move {
             let name = key.filename().unwrap_or_default().to_string();
-            let local = match store.local_path(&key) {
+            let local = match store.read_in_place(&key) {
                 Some(path) if path.exists() || is_compacted => path,
                 Some(_) => {
                     let gone = Unreadable::Vanished("no longer in the store".into());

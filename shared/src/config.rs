@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use crate::error::{Error, Result};
 
 /// Names of the columns the engine interprets; every other column is carried through.
@@ -100,6 +101,10 @@ pub struct CompactOptions {
     pub clock: std::sync::Arc<dyn crate::clock::Clock>,
     /// Names this job (logs, manifest, the output's unique suffix); random when `None`.
     pub job_id: Option<String>,
+    /// Memory of the function the job runs in (MB), which its cost is billed for.
+    pub function_memory_mb: u64,
+    /// Prices the job's cost is reckoned at.
+    pub prices: Prices,
 }
 
 impl CompactOptions {
@@ -121,6 +126,8 @@ impl CompactOptions {
             code_strings: true,
             clock: crate::clock::SystemClock::shared(),
             job_id: None,
+            function_memory_mb: ONE_VCPU_FUNCTION_MB,
+            prices: Prices::default(),
         }
     }
 
@@ -152,6 +159,11 @@ impl CompactOptions {
         if matches!(self.max_rows_per_row_group, Some(0)) {
             return Err(Error::Config {
                 message: "max rows per row group must be positive".into(),
+            });
+        }
+        if self.function_memory_mb == 0 {
+            return Err(Error::Config {
+                message: "function memory must be at least 1 MB".into(),
             });
         }
         Ok(())

@@ -83,8 +83,20 @@ pub struct RequestCounts {
     pub delete: u64,
 }
 
+impl RequestCounts {
+    /// The requests made since `earlier` (a snapshot of the same counters).
+    pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
+        RequestCounts {
+            get: self.get.saturating_sub(earlier.get),
+            put: self.put.saturating_sub(earlier.put),
+            list: self.list.saturating_sub(earlier.list),
+            delete: self.delete.saturating_sub(earlier.delete),
+        }
+    }
+}
+
 /// The cost of one job.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct JobCost {
     /// Lambda compute: the job's duration times the function's memory in GB.
     pub lambda_gb_seconds: f64,
@@ -235,6 +247,33 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn requests_since_a_snapshot_are_the_difference() {
+        let earlier = RequestCounts {
+            get: 3,
+            put: 1,
+            list: 2,
+            delete: 0,
+        };
+        let now = RequestCounts {
+            get: 10,
+            put: 4,
+            list: 2,
+            delete: 5,
+        };
+        assert_eq!(
+            now.since(&earlier),
+            RequestCounts {
+                get: 7,
+                put: 3,
+                list: 0,
+                delete: 5,
+            }
+        );
+        // A snapshot of other counters never makes a negative count.
+        assert_eq!(earlier.since(&now).get, 0);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::cost::{JobCost, Prices, RequestCounts};
+
 /// How a compaction ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -87,6 +89,10 @@ pub struct CompactionReport {
     pub peak_rss_bytes: u64,
     /// Wall time of the job.
     pub duration_ms: u64,
+    /// CPU time (user and system, all threads) the process spent during the job.
+    pub cpu_ms: u64,
+    /// What the job cost: its duration in the function's memory, its requests, in dollars.
+    pub cost: JobCost,
     /// Inputs quarantined by this job.
     pub quarantined: Vec<Quarantined>,
     /// The job id written into the manifest.
@@ -122,6 +128,8 @@ impl CompactionReport {
             peak_decoded_bytes: 0,
             peak_rss_bytes: 0,
             duration_ms: 0,
+            cpu_ms: 0,
+            cost: JobCost::default(),
             quarantined: Vec::new(),
             job_id: job_id.to_string(),
             manifest_version: 0,
@@ -130,5 +138,17 @@ impl CompactionReport {
             error: None,
             error_kind: None,
         }
+    }
+
+    /// Sets `cost` from the job's duration and encoded input, a function of
+    /// `function_memory_mb` MB, the `requests` the job made and `prices`.
+    pub fn price(&mut self, prices: &Prices, function_memory_mb: u64, requests: RequestCounts) {
+        self.cost = JobCost::new(
+            prices,
+            self.duration_ms,
+            function_memory_mb,
+            requests,
+            self.inputs.bytes,
+        );
     }
 }

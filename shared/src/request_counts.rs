@@ -37,6 +37,17 @@ impl RequestCounters {
         }
     }
 
+    /// Counts one GET made outside the store (a local file read in place of a download).
+    pub fn count_get(&self) {
+        Self::add(&self.get, 1);
+    }
+
+    /// Counts the LIST requests of a listing of `entries` keys made outside the store (a local
+    /// directory walked in place): one per page, at least one.
+    pub fn count_listing(&self, entries: u64) {
+        Self::add(&self.list, entries.div_ceil(LIST_PAGE).max(1));
+    }
+
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
@@ -153,7 +164,7 @@ impl ObjectStore for RequestCountingStore {
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
         let result = self.inner.list_with_delimiter(prefix).await?;
         let entries = (result.objects.len() + result.common_prefixes.len()) as u64;
-        RequestCounters::add(&self.counters.list, entries.div_ceil(LIST_PAGE).max(1));
+        self.counters.count_listing(entries);
         Ok(result)
     }
 
@@ -260,5 +271,9 @@ mod tests {
         let n = store.list(Some(&Path::from("k"))).count().await;
         assert_eq!(n, 2_001);
         assert_eq!(counters.snapshot().list - before, 3);
+        counters.count_listing(0);
+        counters.count_listing(1_000);
+        counters.count_listing(1_001);
+        assert_eq!(counters.snapshot().list - before, 3 + 1 + 1 + 2);
     }
 }

@@ -7,6 +7,7 @@ use crate::config::{
     DEFAULT_BUDGET_BYTES, DEFAULT_ROW_GROUPS_PER_BLOCK, budget_for_function_memory, parse_duration,
     parse_size,
 };
+use crate::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use crate::error::{Error, Result};
 use crate::events::KeyScope;
 use crate::partition::Layout;
@@ -29,7 +30,7 @@ pub struct FunctionSettings {
 }
 
 /// Compactor-only settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CompactorSettings {
     /// Decoded-row budget B.
     pub budget_bytes: u64,
@@ -47,6 +48,11 @@ pub struct CompactorSettings {
     pub gc_grace: Duration,
     /// Time kept free before the invocation deadline (`OURIOS_DEADLINE_MARGIN`).
     pub deadline_margin: Duration,
+    /// The function's memory in MB (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`), which jobs are billed
+    /// for; one vCPU's worth when unset.
+    pub function_memory_mb: u64,
+    /// Prices of a job's cost (`OURIOS_PRICE_*`, else the published arm64 us-east-1 ones).
+    pub prices: Prices,
 }
 
 fn get_or<T>(
@@ -154,14 +160,18 @@ impl FunctionSettings {
 impl CompactorSettings {
     /// Reads the compactor's settings through `lookup`.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
-        let function_budget = match lookup("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") {
-            Some(mib) => {
-                budget_for_function_memory(parse_count(&mib).map_err(|e| Error::Config {
-                    message: format!("AWS_LAMBDA_FUNCTION_MEMORY_SIZE: {e}"),
-                })?)
-            }
-            None => DEFAULT_BUDGET_BYTES,
+        let function_memory_mb = match lookup("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") {
+            Some(mib) => Some(
+                parse_count(&mib)
+                    .and_then(positive)
+                    .map_err(|e| Error::Config {
+                        message: format!("AWS_LAMBDA_FUNCTION_MEMORY_SIZE: {e}"),
+                    })?,
+            ),
+            None => None,
         };
+        let function_budget =
+            function_memory_mb.map_or(DEFAULT_BUDGET_BYTES, budget_for_function_memory);
         Ok(Self {
             budget_bytes: get_or(lookup, "OURIOS_MEMORY_BUDGET", function_budget, parse_size)?,
             scratch_dir: get_or(lookup, "OURIOS_SCRATCH", "/tmp".to_string(), |s| {
@@ -194,6 +204,8 @@ impl CompactorSettings {
                 Duration::from_secs(20),
                 parse_duration,
             )?,
+            function_memory_mb: function_memory_mb.unwrap_or(ONE_VCPU_FUNCTION_MB),
+            prices: Prices::from_lookup(lookup)?,
         })
     }
 }
@@ -303,6 +315,28 @@ mod tests {
             CompactorSettings::from_lookup(&lookup(&[("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "big")]))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn compactor_cost_from_function_memory_and_prices() {
+        let s = CompactorSettings::from_lookup(&lookup(&[])).unwrap();
+        assert_eq!(s.function_memory_mb, ONE_VCPU_FUNCTION_MB);
+        assert_eq!(s.prices, Prices::default());
+        let s = CompactorSettings::from_lookup(&lookup(&[
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "3538"),
+            ("OURIOS_PRICE_LAMBDA_GB_SECOND", "0.0000166667"),
+        ]))
+        .unwrap();
+        assert_eq!(s.function_memory_mb, 3538);
+        assert_eq!(s.prices.lambda_gb_second, 0.000_016_666_7);
+        assert_eq!(s.prices.s3_get_request, Prices::default().s3_get_request);
+        for (name, value) in [
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "0"),
+            ("OURIOS_PRICE_S3_PUT_LIST_REQUEST", "free"),
+        ] {
+            let e = CompactorSettings::from_lookup(&lookup(&[(name, value)])).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
+        }
     }
 
     #[test]

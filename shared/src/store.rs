@@ -12,7 +12,9 @@ use object_store::prefix::PrefixStore;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::io::AsyncWriteExt;
 
+use crate::cost::RequestCounts;
 use crate::error::{Error, Result};
+use crate::request_counts::{RequestCounters, RequestCountingStore};
 
 /// The path of a key the system already holds (a listed key, a manifest entry), taken as
 /// itself: parsed, never re-encoded. `Path::from` percent-encodes `~ % # [ ] { } ^ | * ? " < >`
@@ -89,6 +91,8 @@ pub struct Store {
     inner: Arc<dyn ObjectStore>,
     local_root: Option<PathBuf>,
     display: String,
+    /// The request counters of a [`Store::counting_requests`] store.
+    requests: Option<Arc<RequestCounters>>,
 }
 
 impl Store {
@@ -123,6 +127,7 @@ impl Store {
                     inner,
                     local_root: None,
                     display: raw.to_string(),
+                    requests: None,
                 })
             }
             StoreUrl::Local(dir) => {
@@ -135,6 +140,7 @@ impl Store {
                     inner: Arc::new(fs.with_automatic_cleanup(true)),
                     local_root: Some(dir),
                     display: raw.to_string(),
+                    requests: None,
                 })
             }
             StoreUrl::Memory => Ok(Self::from_object_store(
@@ -150,6 +156,7 @@ impl Store {
             inner,
             local_root: None,
             display: display.to_string(),
+            requests: None,
         }
     }
 
@@ -160,7 +167,44 @@ impl Store {
             inner: wrap(Arc::clone(&self.inner)),
             local_root: None,
             display: self.display.clone(),
+            requests: self.requests.clone(),
         }
+    }
+
+    /// The same store with every request counted by S3 price class
+    /// ([`RequestCountingStore`]); a store that already counts is returned as it is (one set
+    /// of counters per job, however many layers ask). A local directory is still read and
+    /// listed in place, each read counted as the one GET that downloads the file from S3
+    /// ([`Store::read_in_place`]) and each listing as its LIST pages.
+    pub fn counting_requests(&self) -> Self {
+        if self.requests.is_some() {
+            return self.clone();
+        }
+        let (counting, counters) = RequestCountingStore::new(Arc::clone(&self.inner));
+        Self {
+            inner: Arc::new(counting),
+            local_root: self.local_root.clone(),
+            display: self.display.clone(),
+            requests: Some(counters),
+        }
+    }
+
+    /// Requests counted so far by a [`Store::counting_requests`] store (zero otherwise).
+    pub fn request_counts(&self) -> RequestCounts {
+        self.requests
+            .as_ref()
+            .map(|r| r.snapshot())
+            .unwrap_or_default()
+    }
+
+    /// The local file of a key to read in place, when the store is a local directory; a
+    /// counting store counts it as one GET (the download it stands for on S3).
+    pub fn read_in_place(&self, key: &Path) -> Option<PathBuf> {
+        let path = self.local_path(key)?;
+        if let Some(requests) = &self.requests {
+            requests.count_get();
+        }
+        Some(path)
     }
 
     /// The underlying object store.
@@ -189,9 +233,14 @@ impl Store {
         let mut objects = match &self.local_root {
             Some(root) => {
                 let (root, prefix) = (root.clone(), prefix.clone());
-                tokio::task::spawn_blocking(move || list_local(&root, &prefix))
+                let listed = tokio::task::spawn_blocking(move || list_local(&root, &prefix))
                     .await
-                    .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??
+                    .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??;
+                // Walked in place: counted as the listing it stands for on S3.
+                if let Some(requests) = &self.requests {
+                    requests.count_listing(listed.len() as u64);
+                }
+                listed
             }
             None => self
                 .inner

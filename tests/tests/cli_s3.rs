@@ -238,3 +238,35 @@ async fn gc_without_tenant_or_hour_covers_every_compacted_partition() {
             .is_err()
     );
 }
+
+/// On S3 the requests of `compact --json` are the store's own: one GET per input downloaded,
+/// the output's multipart upload and the manifest as PUTs, the listings as LISTs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_counts_its_s3_requests() {
+    let url = s3_url("cli-cost");
+    let (tenant, hour) = ("acme", "2026-11-29T10");
+    let mut args = vec!["generate"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend(["--files", "4", "--rows", "1000", "--json"]);
+    cli_json(&args);
+
+    let mut args = vec!["compact"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend(["--function-memory", "1024", "--json"]);
+    let report = cli_json(&args);
+    assert_eq!(report["status"], "compacted", "{report}");
+    let requests = &report["cost"]["requests"];
+    let count = |class: &str| requests[class].as_u64().expect("a count");
+    assert!(count("get") >= 4, "{report}");
+    // Create, at least one part and complete for the output; the manifest.
+    assert!(count("put") >= 4, "{report}");
+    assert!(count("list") >= 1, "{report}");
+    let duration_s = report["duration_ms"].as_f64().expect("duration") / 1000.0;
+    let gb_seconds = report["cost"]["lambda_gb_seconds"]
+        .as_f64()
+        .expect("GB-seconds");
+    assert!(
+        (gb_seconds - duration_s).abs() <= 1e-9,
+        "1,024 MB: {report}"
+    );
+}

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use ourios_compaction::config::DEFAULT_ROW_GROUPS_PER_BLOCK;
+use ourios_compaction::cost::ONE_VCPU_FUNCTION_MB;
 
 /// Sorted, bounded-memory compaction of Parquet log partitions.
 #[derive(Debug, Parser)]
@@ -41,6 +42,15 @@ pub struct LayoutArgs {
     pub max_rows_per_row_group: Option<u64>,
 }
 
+/// What a job's cost is reckoned for (prices: the `OURIOS_PRICE_*` variables).
+#[derive(Debug, Args, Clone)]
+pub struct CostArgs {
+    /// Memory of the Lambda function the job's cost is reckoned for, in MB (1769 has one
+    /// full vCPU).
+    #[arg(long, default_value_t = ONE_VCPU_FUNCTION_MB, value_parser = clap::value_parser!(u64).range(1..))]
+    pub function_memory: u64,
+}
+
 /// One partition.
 #[derive(Debug, Args, Clone)]
 pub struct PartitionArgs {
@@ -75,6 +85,8 @@ pub enum Command {
         /// Grace period before retired inputs are deleted, e.g. 15m.
         #[arg(long, env = "OURIOS_GC_GRACE", default_value = "15m")]
         gc_grace: String,
+        #[command(flatten)]
+        cost: CostArgs,
         /// Print one JSON object on stdout.
         #[arg(long)]
         json: bool,
@@ -177,6 +189,8 @@ pub enum Command {
         scratch: Option<PathBuf>,
         #[command(flatten)]
         layout: LayoutArgs,
+        #[command(flatten)]
+        cost: CostArgs,
         /// Print one JSON object on stdout.
         #[arg(long)]
         json: bool,
@@ -210,10 +224,13 @@ pub enum Command {
         #[arg(long, default_value = "demo-store")]
         store: PathBuf,
     },
-    /// Measure sorted compaction against a plain rewrite of the same partition.
+    /// Measure sorted compaction against a plain rewrite of the same partition, and what
+    /// each costs per GB next to S3 Tables' managed compaction.
     Bench {
         #[command(flatten)]
         bench: BenchArgs,
+        #[command(flatten)]
+        cost: CostArgs,
     },
     /// Count the range requests of a one-service window query and of a two-column scan on one
     /// partition compacted with row groups in blocks of each size asked for.

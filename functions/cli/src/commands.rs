@@ -7,6 +7,7 @@ use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{
     CompactOptions, DEFAULT_BUDGET_BYTES, budget_for_function_memory, parse_duration, parse_size,
 };
+use ourios_compaction::cost::Prices;
 use ourios_compaction::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
 use ourios_compaction::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::inspect::inspect_object;
@@ -17,7 +18,7 @@ use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 
-use crate::args::{Command, LayoutArgs, PartitionArgs, StoreArgs};
+use crate::args::{Command, CostArgs, LayoutArgs, PartitionArgs, StoreArgs};
 
 /// Runs one subcommand; the exit code says whether it succeeded.
 pub async fn run(command: Command) -> Result<ExitCode> {
@@ -30,6 +31,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             rg_bytes,
             layout: layout_args,
             gc_grace,
+            cost,
             json,
         } => {
             let (store, layout, partition) = open(&store, &partition)?;
@@ -42,6 +44,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 .transpose()?;
             apply_layout(&mut options, &layout_args)?;
             options.gc_grace = parse_duration(&gc_grace)?;
+            apply_cost(&mut options, &cost)?;
             options.progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
             let report = compact_partition(&store, &layout, &partition, &options).await?;
             print_report(&report, json);
@@ -194,6 +197,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             memory_budget,
             scratch,
             layout,
+            cost,
             json,
         } => {
             let request = ourios_compaction::events::BackfillRequest {
@@ -210,6 +214,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                             CompactOptions::new(scratch.unwrap_or_else(std::env::temp_dir));
                         options.budget_bytes = budget_from(memory_budget.as_deref())?;
                         apply_layout(&mut options, &layout)?;
+                        apply_cost(&mut options, &cost)?;
                         Ok(options)
                     })
                     .transpose()?,
@@ -218,7 +223,11 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             crate::backfill::run_backfill(&store, &request, &run).await
         }
         Command::Demo { store } => crate::demo::run_demo(&store).await,
-        Command::Bench { bench } => crate::demo::run_bench(&bench).await,
+        Command::Bench { bench, cost } => {
+            let mut options = CompactOptions::new(bench.store.join(".scratch"));
+            apply_cost(&mut options, &cost)?;
+            crate::demo::run_bench(&bench, &options).await
+        }
         Command::BenchRanges {
             bench,
             blocks,
@@ -286,6 +295,13 @@ fn apply_layout(options: &mut CompactOptions, layout: &LayoutArgs) -> Result<()>
             ),
         })?;
     options.max_rows_per_row_group = layout.max_rows_per_row_group;
+    Ok(())
+}
+
+/// Sets the function memory and the prices (`OURIOS_PRICE_*`) of the job's cost on `options`.
+fn apply_cost(options: &mut CompactOptions, cost: &CostArgs) -> Result<()> {
+    options.function_memory_mb = cost.function_memory;
+    options.prices = Prices::from_lookup(|name| std::env::var(name).ok())?;
     Ok(())
 }
 
@@ -388,6 +404,18 @@ fn print_report(report: &CompactionReport, json: bool) {
         report.peak_decoded_bytes,
         report.peak_rss_bytes,
         report.duration_ms
+    );
+    let (cost, requests) = (&report.cost, &report.cost.requests);
+    println!(
+        "  CPU {} ms; cost ${:.8} (${:.6} per GB of input): {:.3} GB-s, {} GET, {} PUT, {} LIST, {} DELETE",
+        report.cpu_ms,
+        cost.usd,
+        cost.usd_per_gb,
+        cost.lambda_gb_seconds,
+        requests.get,
+        requests.put,
+        requests.list,
+        requests.delete
     );
     for q in &report.quarantined {
         println!("  quarantined {}: {}", q.file, q.reason);

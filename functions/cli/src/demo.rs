@@ -7,6 +7,9 @@ use std::time::Instant;
 use ourios_compaction::baseline::rewrite_plain;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{CompactOptions, KeyColumns, parse_size};
+use ourios_compaction::cost::{
+    JobCost, ONE_VCPU_FUNCTION_MB, RequestCounts, S3_TABLES_BINPACK, S3_TABLES_SORT,
+};
 use ourios_compaction::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::memory::process_cpu_time;
@@ -167,8 +170,10 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Sorted compaction versus a plain rewrite of the same partition, side by side.
-pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
+/// Sorted compaction versus a plain rewrite of the same partition, side by side, and what
+/// each costs per GB on Lambda next to S3 Tables' managed compaction. `base` holds the
+/// function memory and prices the costs are reckoned with.
+pub async fn run_bench(args: &BenchArgs, base: &CompactOptions) -> Result<ExitCode> {
     let (dir, files, rows) = (args.store.as_path(), args.files, args.rows);
     let (memory_budget, repeat, json) = (args.memory_budget.as_str(), args.repeat, args.json);
     let store = fresh_store(dir)?;
@@ -183,7 +188,8 @@ pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     };
     eprintln!("generating {files} files x {rows} rows ...");
     let generated = generate_partition(&store, &layout, &partition, &spec).await?;
-    let mut options = CompactOptions::new(dir.join(".scratch"));
+    let mut options = base.clone();
+    options.scratch_dir = dir.join(".scratch");
     options.budget_bytes = parse_size(memory_budget)?;
     let service = service_names(24).get(6).cloned().unwrap_or_default();
     let window = window_for(&partition, &service);
@@ -196,11 +202,16 @@ pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     let mut plain_cpu_ms = Vec::new();
     let mut sorted_cpu_ms = Vec::new();
     let mut last = None;
+    // The plain rewrite's requests, counted as the compaction counts its own.
+    let counted = store.counting_requests();
+    let mut plain_requests = RequestCounts::default();
     for i in 0..repeat.max(1) {
         let out = object_store::path::Path::from(format!("bench-out/plain-{i}.parquet"));
         let t = Instant::now();
         let cpu = process_cpu_time();
-        let plain = rewrite_plain(&store, &layout, &partition, &options, &out).await?;
+        let before = counted.request_counts();
+        let plain = rewrite_plain(&counted, &layout, &partition, &options, &out).await?;
+        plain_requests = counted.request_counts().since(&before);
         plain_ms.push(t.elapsed().as_millis() as u64);
         plain_cpu_ms.push((process_cpu_time() - cpu).as_millis() as u64);
         let _ = std::fs::remove_dir_all(dir.join("bench-out"));
@@ -248,7 +259,28 @@ pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         .collect();
     let paired_ratio = median(paired);
     let (plain_med, sorted_med) = (median(plain_ms), median(sorted_ms));
+    let (plain_cpu_med, sorted_cpu_med) = (median(plain_cpu_ms), median(sorted_cpu_ms));
     let ratio = sorted_med as f64 / plain_med.max(1) as f64;
+    let input_bytes = report.inputs.bytes;
+    let sides = [
+        (plain_med, plain_cpu_med, plain_requests),
+        (sorted_med, sorted_cpu_med, report.cost.requests),
+    ];
+    let [plain_cost, sorted_cost] = sides.map(|(wall_ms, cpu_ms, requests)| {
+        let duration_ms = lambda_duration_ms(wall_ms, cpu_ms, options.function_memory_mb);
+        let cost = JobCost::new(
+            &options.prices,
+            duration_ms,
+            options.function_memory_mb,
+            requests,
+            input_bytes,
+        );
+        (duration_ms, cost)
+    });
+    let objects = report.inputs.files;
+    let s3_tables_sort = S3_TABLES_SORT.usd_per_gb_for(input_bytes, objects);
+    let s3_tables_binpack = S3_TABLES_BINPACK.usd_per_gb_for(input_bytes, objects);
+    let input_gb = input_bytes as f64 / 1e9;
     let result = serde_json::json!({
         "input_files": files,
         "input_rows": generated.rows,
@@ -258,8 +290,9 @@ pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         "sorted_compaction_ms": sorted_med,
         "ratio": (ratio * 100.0).round() / 100.0,
         "paired_ratio": (paired_ratio * 100.0).round() / 100.0,
-        "plain_rewrite_cpu_ms": median(plain_cpu_ms),
-        "sorted_compaction_cpu_ms": median(sorted_cpu_ms),
+        "plain_rewrite_cpu_ms": plain_cpu_med,
+        "sorted_compaction_cpu_ms": sorted_cpu_med,
+        "sorted_compaction_cpu_seconds_per_gb": sorted_cpu_med as f64 / 1000.0 / input_gb.max(1e-12),
         "plain_output_bytes": plain.bytes,
         "sorted_output_bytes": report.output.as_ref().map(|o| o.bytes),
         "runs_spilled": report.runs_spilled,
@@ -267,6 +300,14 @@ pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         "spill_bytes": report.spill_bytes,
         "peak_decoded_bytes": report.peak_decoded_bytes,
         "rows_per_second": generated.rows as f64 * 1000.0 / sorted_med.max(1) as f64,
+        "cost": {
+            "function_memory_mb": options.function_memory_mb,
+            "plain_rewrite": side_cost(plain_cost),
+            "sorted_compaction": side_cost(sorted_cost),
+            "s3_tables_sort_usd_per_gb": s3_tables_sort,
+            "s3_tables_binpack_usd_per_gb": s3_tables_binpack,
+            "s3_tables_sort_per_sorted_compaction": s3_tables_sort / sorted_cost.1.usd_per_gb.max(f64::MIN_POSITIVE),
+        },
         "query": {
             "service": service,
             "window": "minutes 20-30",
@@ -274,6 +315,15 @@ pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
             "compacted": query_after,
         },
     });
+    eprintln!(
+        "$ per GB of input at {} MB: sorted compaction {:.6}, plain rewrite {:.6}; \
+         S3 Tables sort {:.6}, binpack {:.6}",
+        options.function_memory_mb,
+        sorted_cost.1.usd_per_gb,
+        plain_cost.1.usd_per_gb,
+        s3_tables_sort,
+        s3_tables_binpack
+    );
     if json {
         println!("{result}");
     } else {
@@ -284,4 +334,20 @@ pub async fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     }
     let _ = std::fs::remove_dir_all(dir);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The duration a function of `memory_mb` would bill for a job measured at `wall_ms` and
+/// `cpu_ms` here: Lambda gives a function one vCPU per [`ONE_VCPU_FUNCTION_MB`], so the job
+/// takes at least its CPU time spread over that many vCPUs, and at least its measured wall
+/// time (more vCPUs than it can use do not shorten it).
+fn lambda_duration_ms(wall_ms: u64, cpu_ms: u64, memory_mb: u64) -> u64 {
+    let vcpu_bound = (cpu_ms as f64 * ONE_VCPU_FUNCTION_MB as f64 / memory_mb.max(1) as f64).ceil();
+    wall_ms.max(vcpu_bound as u64)
+}
+
+/// One side's cost in the bench's JSON: the billed duration and the cost.
+fn side_cost((duration_ms, cost): (u64, JobCost)) -> serde_json::Value {
+    let mut value = serde_json::to_value(cost).unwrap_or_default();
+    value["duration_ms"] = serde_json::Value::from(duration_ms);
+    value
 }

@@ -104,3 +104,50 @@ fn backfill_dry_run_schedule_and_run_local() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("ends before it starts"));
 }
+
+#[test]
+fn backfill_run_local_prices_each_compaction_for_the_function_memory() {
+    let dir = tempfile::tempdir().expect("dir");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let s = dir.path().to_string_lossy();
+    let out = run(&[
+        "generate",
+        "--store",
+        &s,
+        "--tenant",
+        "acme",
+        "--hour",
+        "2026-11-29T10",
+        "--files",
+        "3",
+        "--rows",
+        "200",
+    ]);
+    assert!(out.status.success());
+    let scratch_arg = scratch.path().to_string_lossy();
+    let local = backfill(
+        dir.path(),
+        &[
+            "--run-local",
+            "--scratch",
+            &scratch_arg,
+            "--function-memory",
+            "512",
+        ],
+    );
+    let report = &local["compactions"][0];
+    assert_eq!(report["status"], "compacted", "{local}");
+    let duration_s = report["duration_ms"].as_f64().expect("duration") / 1000.0;
+    let gb_seconds = report["cost"]["lambda_gb_seconds"]
+        .as_f64()
+        .expect("GB-seconds");
+    assert!((gb_seconds - duration_s / 2.0).abs() <= 1e-9, "{report}");
+    assert!(
+        report["cost"]["requests"]["get"].as_u64().expect("gets") >= 3,
+        "{report}"
+    );
+    assert!(
+        report["cost"]["usd"].as_f64().expect("usd") > 0.0,
+        "{report}"
+    );
+}

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{json, run};
+use common::{json, run, run_with_env};
 use serde_json::Value;
 
 const HOUR: &str = "2026-11-29T10";
@@ -424,4 +424,218 @@ fn bench_compares_the_sorted_compaction_with_a_plain_rewrite_of_the_same_rows() 
     let rows = |side: &str| result["query"][side]["rows_matched"].as_u64();
     assert_eq!(rows("uncompacted"), rows("compacted"), "{result}");
     assert!(!store.exists(), "the bench store is removed");
+}
+
+/// Checks a report's `cost` adds up from its parts at `prices` (dollars per GB-second, per
+/// invocation, per PUT or LIST, per GET) for a function of `memory_mb`.
+fn assert_cost_adds_up(report: &Value, memory_mb: f64, prices: [f64; 4]) {
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12);
+    let cost = &report["cost"];
+    let f = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("a number: {report}"));
+    let duration_ms = f(&report["duration_ms"]);
+    let gb_seconds = f(&cost["lambda_gb_seconds"]);
+    assert!(
+        close(gb_seconds, duration_ms / 1000.0 * memory_mb / 1024.0),
+        "{report}"
+    );
+    let requests = &cost["requests"];
+    let (get, put, list) = (
+        f(&requests["get"]),
+        f(&requests["put"]),
+        f(&requests["list"]),
+    );
+    assert!(requests["delete"].is_u64(), "{report}");
+    let [gb_second, invocation, put_list, get_price] = prices;
+    let usd = f(&cost["usd"]);
+    let expected = gb_seconds * gb_second + invocation + (put + list) * put_list + get * get_price;
+    assert!(close(usd, expected), "{usd} vs {expected}: {report}");
+    let input_gb = f(&report["inputs"]["bytes"]) / 1e9;
+    let per_gb = f(&cost["usd_per_gb"]);
+    if input_gb > 0.0 {
+        assert!(close(per_gb, usd / input_gb), "{report}");
+    } else {
+        assert_eq!(per_gb, 0.0, "{report}");
+    }
+}
+
+/// One compaction whose cost is checked: its flags, environment, and what they mean.
+struct PricedCase {
+    tenant: &'static str,
+    flags: &'static [&'static str],
+    memory_mb: f64,
+    env: &'static [(&'static str, &'static str)],
+    /// Dollars per GB-second, per invocation, per PUT or LIST, per GET.
+    prices: [f64; 4],
+}
+
+const PUBLISHED_PRICES: [f64; 4] = [0.000_013_333_4, 0.2e-6, 0.005e-3, 0.0004e-3];
+
+#[test]
+fn compact_json_report_carries_cpu_time_and_cost() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().to_string();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    // The default function (1,769 MB), twice that, and other prices.
+    let cases = [
+        PricedCase {
+            tenant: "acme",
+            flags: &[],
+            memory_mb: 1769.0,
+            env: &[],
+            prices: PUBLISHED_PRICES,
+        },
+        PricedCase {
+            tenant: "globex",
+            flags: &["--function-memory", "3538"],
+            memory_mb: 3538.0,
+            env: &[],
+            prices: PUBLISHED_PRICES,
+        },
+        PricedCase {
+            tenant: "initech",
+            flags: &[],
+            memory_mb: 1769.0,
+            env: &[
+                ("OURIOS_PRICE_LAMBDA_GB_SECOND", "0.0000166667"),
+                ("OURIOS_PRICE_S3_GET_REQUEST", "0"),
+            ],
+            prices: [0.000_016_666_7, 0.2e-6, 0.005e-3, 0.0],
+        },
+    ];
+    for case in cases {
+        let tenant = case.tenant;
+        generate(
+            dir.path(),
+            tenant,
+            &["--files", "6", "--rows", "2000", "--services", "5"],
+        );
+        let mut args = vec![
+            "compact",
+            "--store",
+            &store,
+            "--tenant",
+            tenant,
+            "--hour",
+            HOUR,
+            "--memory-budget",
+            "256KiB",
+            "--json",
+        ];
+        args.extend_from_slice(case.flags);
+        let out = run_with_env(&args, case.env);
+        let report = json(&out);
+        assert_eq!(report["status"], "compacted", "{report}");
+        let requests = &report["cost"]["requests"];
+        // Each input is read once (in place here, one GET on S3); the output and the
+        // manifest are written; the partition is listed.
+        assert!(requests["get"].as_u64().expect("gets") >= 6, "{report}");
+        assert!(requests["put"].as_u64().expect("puts") >= 2, "{report}");
+        assert!(requests["list"].as_u64().expect("lists") >= 1, "{report}");
+        let cpu_ms = report["cpu_ms"].as_u64().expect("cpu_ms");
+        let duration_ms = report["duration_ms"].as_u64().expect("duration");
+        assert!(cpu_ms > 0, "sorting 12,000 rows takes CPU: {report}");
+        // No process spends more CPU than its wall time on every core (1 ms per clock read).
+        assert!(cpu_ms <= (duration_ms + 2) * cores, "{report}");
+        assert_cost_adds_up(&report, case.memory_mb, case.prices);
+    }
+
+    // A noop still reads the state, and has no input to spread its cost over.
+    let out = run_with_env(
+        &[
+            "compact", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--json",
+        ],
+        &[],
+    );
+    let again = json(&out);
+    assert_eq!(again["status"], "noop");
+    assert!(again["cost"]["requests"]["list"].as_u64().expect("lists") >= 1);
+    assert_cost_adds_up(&again, 1769.0, PUBLISHED_PRICES);
+
+    let bad = run_with_env(
+        &[
+            "compact", "--store", &store, "--tenant", "acme", "--hour", HOUR,
+        ],
+        &[("OURIOS_PRICE_S3_GET_REQUEST", "-1")],
+    );
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("OURIOS_PRICE_S3_GET_REQUEST"));
+    let zero = run(&[
+        "compact",
+        "--store",
+        &store,
+        "--tenant",
+        "acme",
+        "--hour",
+        HOUR,
+        "--function-memory",
+        "0",
+    ]);
+    assert!(!zero.status.success());
+}
+
+#[test]
+fn bench_prices_both_sides_next_to_s3_tables() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().join("bench");
+    let out = run_ok(&[
+        "bench",
+        "--store",
+        &store.to_string_lossy(),
+        "--files",
+        "4",
+        "--rows",
+        "3000",
+        "--memory-budget",
+        "1MiB",
+        "--repeat",
+        "1",
+        "--function-memory",
+        "3538",
+        "--json",
+    ]);
+    let result = json(&out);
+    let cost = &result["cost"];
+    assert_eq!(cost["function_memory_mb"], 3538, "{result}");
+    let f = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("a number: {result}"));
+    let input_gb = f(&result["input_bytes"]) / 1e9;
+    // S3 Tables: $0.01 (sort) or $0.005 (binpack) per GB and $0.002 per 1,000 objects.
+    let per_object = 4.0 / 1000.0 * 0.002 / input_gb;
+    assert!((f(&cost["s3_tables_sort_usd_per_gb"]) - (0.01 + per_object)).abs() < 1e-9);
+    assert!((f(&cost["s3_tables_binpack_usd_per_gb"]) - (0.005 + per_object)).abs() < 1e-9);
+    for (side, wall, cpu) in [
+        (
+            "sorted_compaction",
+            "sorted_compaction_ms",
+            "sorted_compaction_cpu_ms",
+        ),
+        ("plain_rewrite", "plain_rewrite_ms", "plain_rewrite_cpu_ms"),
+    ] {
+        let priced = &cost[side];
+        // Billed for the wall time, or the CPU time spread over the function's two vCPUs
+        // when that is longer.
+        let billed = f(&priced["duration_ms"]);
+        let floor = f(&result[wall]).max((f(&result[cpu]) / 2.0).ceil());
+        assert!((billed - floor).abs() <= 1.0, "{side}: {result}");
+        assert!(
+            (f(&priced["lambda_gb_seconds"]) - billed / 1000.0 * 3538.0 / 1024.0).abs() < 1e-9,
+            "{side}: {result}"
+        );
+        assert!(
+            priced["requests"]["get"].as_u64().expect("gets") >= 4,
+            "{result}"
+        );
+        assert!(
+            priced["requests"]["put"].as_u64().expect("puts") >= 1,
+            "{result}"
+        );
+        let usd = f(&priced["usd"]);
+        assert!(
+            (f(&priced["usd_per_gb"]) - usd / input_gb).abs() <= 1e-9 * usd / input_gb,
+            "{result}"
+        );
+    }
+    let times = f(&cost["s3_tables_sort_per_sorted_compaction"]);
+    let expected =
+        f(&cost["s3_tables_sort_usd_per_gb"]) / f(&cost["sorted_compaction"]["usd_per_gb"]);
+    assert!((times - expected).abs() <= 1e-9 * expected, "{result}");
 }

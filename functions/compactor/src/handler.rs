@@ -45,6 +45,8 @@ impl Compactor {
         options.row_groups_per_block = s.row_groups_per_block;
         options.max_rows_per_row_group = s.max_rows_per_row_group;
         options.gc_grace = s.gc_grace;
+        options.function_memory_mb = s.function_memory_mb;
+        options.prices = s.prices;
         options.deadline = deadline.map(|d| {
             d.checked_sub(s.deadline_margin)
                 .unwrap_or_else(Instant::now)

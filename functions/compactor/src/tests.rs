@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use object_store::memory::InMemory;
+use ourios_compaction::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use ourios_compaction::dispatch::job::read_job;
 use ourios_compaction::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::events::KeyScope;
@@ -70,6 +71,8 @@ async fn setup(scratch: &Path) -> Compactor {
             max_rows_per_row_group: None,
             gc_grace: Duration::from_secs(900),
             deadline_margin: Duration::ZERO,
+            function_memory_mb: ONE_VCPU_FUNCTION_MB,
+            prices: Prices::default(),
         },
         readiness: ourios_compaction::plan::ReadinessConfig::default(),
     }
@@ -246,6 +249,11 @@ fn options_follow_the_settings_and_the_deadline() {
             max_rows_per_row_group: Some(65536),
             gc_grace: Duration::from_secs(60),
             deadline_margin: Duration::from_secs(20),
+            function_memory_mb: 3538,
+            prices: Prices {
+                lambda_gb_second: 0.000_016_666_7,
+                ..Prices::default()
+            },
         },
         readiness: ourios_compaction::plan::ReadinessConfig::default(),
     };
@@ -259,6 +267,73 @@ fn options_follow_the_settings_and_the_deadline() {
     assert_eq!(options.max_rows_per_row_group, Some(65536));
     assert_eq!(options.deadline, Some(deadline - Duration::from_secs(20)));
     assert_eq!(compactor.options(None).deadline, None);
+    assert_eq!(options.function_memory_mb, 3538);
+    assert_eq!(options.prices.lambda_gb_second, 0.000_016_666_7);
+}
+
+/// The job's cost in a compactor's answer, with the function memory the settings read from
+/// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`.
+async fn priced_report(memory_mb: &str) -> serde_json::Value {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let mut compactor = setup(scratch.path()).await;
+    let scratch_dir = scratch.path().to_string_lossy().into_owned();
+    let vars = [
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory_mb),
+        ("OURIOS_MEMORY_BUDGET", "1MiB"),
+        ("OURIOS_SCRATCH", scratch_dir.as_str()),
+        ("OURIOS_DEADLINE_MARGIN", "0s"),
+    ];
+    compactor.settings = CompactorSettings::from_lookup(&|name: &str| {
+        vars.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    })
+    .expect("settings");
+    handle(
+        &compactor,
+        load_event("compactor-job-created.json"),
+        None,
+        "cost",
+    )
+    .await
+    .expect("compacts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_memory_scales_the_job_cost() {
+    for memory_mb in [1024u64, 1769, 3538] {
+        let report = priced_report(&memory_mb.to_string()).await;
+        assert_eq!(report["status"], "compacted", "{report}");
+        let cost = &report["cost"];
+        let duration_ms = report["duration_ms"].as_u64().expect("duration");
+        assert!(duration_ms > 0, "{report}");
+        let gb_seconds = cost["lambda_gb_seconds"].as_f64().expect("GB-seconds");
+        // Billed memory is in GB of 1,024 MB: the same job in twice the memory costs twice
+        // the GB-seconds.
+        let expected = duration_ms as f64 / 1000.0 * memory_mb as f64 / 1024.0;
+        assert!(
+            (gb_seconds - expected).abs() <= 1e-9 * expected,
+            "{memory_mb} MB: {gb_seconds} GB-s for {duration_ms} ms"
+        );
+        let requests = &cost["requests"];
+        // Two inputs, the manifest and the job record are read; the output, the manifest
+        // are written and the job record is deleted.
+        assert!(requests["get"].as_u64().expect("gets") >= 2, "{report}");
+        assert!(requests["put"].as_u64().expect("puts") >= 2, "{report}");
+        assert!(requests["list"].as_u64().expect("lists") >= 1, "{report}");
+        assert!(
+            requests["delete"].as_u64().expect("deletes") >= 1,
+            "{report}"
+        );
+        assert!(report["cpu_ms"].is_u64(), "{report}");
+        let bytes = report["inputs"]["bytes"].as_f64().expect("bytes");
+        let usd = cost["usd"].as_f64().expect("usd");
+        let per_gb = cost["usd_per_gb"].as_f64().expect("usd per GB");
+        assert!(
+            (per_gb - usd / (bytes / 1e9)).abs() <= 1e-9 * per_gb,
+            "{report}"
+        );
+    }
 }
 
 #[test]

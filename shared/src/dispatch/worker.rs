@@ -59,12 +59,15 @@ pub async fn run_compaction_job(
     options: &CompactOptions,
     readiness_config: &ReadinessConfig,
 ) -> Result<JobOutcome> {
+    // The job's cost counts the job record's requests besides the compaction's.
+    let store = &store.counting_requests();
+    let requests_before = store.request_counts();
     let stored = job::read_job(store, partition).await?;
     let dispatch_job_id = stored
         .as_ref()
         .and_then(|s| s.record.as_ref())
         .map(|r| r.job_id.clone());
-    let report = compact_partition(store, layout, partition, options).await?;
+    let mut report = compact_partition(store, layout, partition, options).await?;
     let finished = report.status.is_success() || report.status == Status::Conflict;
     let record = if !finished {
         RecordAction::Left
@@ -89,6 +92,8 @@ pub async fn run_compaction_job(
             RecordAction::Deleted
         }
     };
+    let requests = store.request_counts().since(&requests_before);
+    report.price(&options.prices, options.function_memory_mb, requests);
     tracing::info!(
         partition = %partition,
         job_id = dispatch_job_id.as_deref().unwrap_or(""),

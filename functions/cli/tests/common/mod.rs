@@ -7,19 +7,30 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// The CLI with `args`, without the environment that would change its defaults.
+/// The CLI with `args`, without the environment that would change its defaults (the store,
+/// the function's memory, the prices).
 pub fn command(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ourios-compact"));
     command
         .args(args)
         .env_remove("OURIOS_STORE")
         .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE");
+    for name in ourios_compaction::cost::PRICE_VARIABLES {
+        command.env_remove(name);
+    }
     command
 }
 
 /// Runs [`command`].
 pub fn run(args: &[&str]) -> Output {
-    command(args).output().expect("the CLI starts")
+    run_with_env(args, &[])
+}
+
+/// Runs [`command`] with the variables `env` set.
+pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = command(args);
+    command.envs(env.iter().copied());
+    command.output().expect("the CLI starts")
 }
 
 /// The one JSON object on stdout (stderr in the panic message when it is not).
