@@ -294,6 +294,14 @@ async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
     let live = live_tags(&admin, &layout, &partition).await;
     assert_exactly_once(&live, &tags, "after three compactions under IAM");
     assert!(!has_job().await, "no job record left");
+    // GC (grace 0s) deleted every retired input and replaced output under the compactor's role.
+    let keys = all_keys(&admin).await;
+    assert!(
+        keys.iter().all(|k| !k.starts_with("data/")),
+        "retired inputs deleted: {keys:?}"
+    );
+    let outputs = keys.iter().filter(|k| k.starts_with("compacted/")).count();
+    assert_eq!(outputs, 1, "replaced outputs deleted: {keys:?}");
 
     // 5. The sweep (tenant listing, its cursor) and a backfill find nothing left to do.
     let swept = invoke(
