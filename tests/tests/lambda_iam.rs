@@ -267,22 +267,26 @@ async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
     assert_eq!(report["status"], "compacted", "{report}");
     assert!(!has_job().await, "job record deleted");
 
-    // 3. Another late file; a recorded function-URL request (base64 S3 notification), then a
-    // MinIO notification invoked directly, then the job record's S3 notification.
+    // 3. Another late file; recorded function-URL requests (a base64 S3 notification, a MinIO
+    // one), a MinIO notification and an encoded EventBridge event invoked directly, then the
+    // job record's S3 notification.
     tags.extend(land_file(&admin, &layout, &partition, "late-0005.parquet", 6000, 300).await);
-    let answer = invoke(&planner, "ourios-planner", "function-url-s3-base64.json");
-    assert_eq!(answer["statusCode"], 200, "{answer}");
-    let planned: Value =
-        serde_json::from_str(answer["body"].as_str().expect("a body")).expect("a JSON body");
-    assert_eq!(
-        planned["partitions"][0]["decision"], "dispatched",
-        "{planned}"
-    );
-    let replay = invoke(&planner, "ourios-planner", "minio-put.json");
-    assert_eq!(
-        replay["partitions"][0]["decision"], "job_active",
-        "{replay}"
-    );
+    let url_decision = |name: &str| {
+        let answer = invoke(&planner, "ourios-planner", name);
+        assert_eq!(answer["statusCode"], 200, "{name}: {answer}");
+        let body = answer["body"].as_str().expect("a body");
+        let planned: Value = serde_json::from_str(body).expect("a JSON body");
+        planned["partitions"][0]["decision"].clone()
+    };
+    assert_eq!(url_decision("function-url-s3-base64.json"), "dispatched");
+    assert_eq!(url_decision("function-url-minio-put.json"), "job_active");
+    for name in ["minio-put.json", "eventbridge-object-created-encoded.json"] {
+        let replay = invoke(&planner, "ourios-planner", name);
+        assert_eq!(
+            replay["partitions"][0]["decision"], "job_active",
+            "{name}: {replay}"
+        );
+    }
     let report = invoke(&compactor, "ourios-compactor", "compactor-job-created.json");
     assert_eq!(report["status"], "compacted", "{report}");
 
