@@ -25,7 +25,7 @@ decides S3 requests itself, from the same policies (everything else is moto's):
     an Allow whose condition fails becomes an explicit deny. Here StringLike and StringEquals
     on s3:prefix are evaluated with the listing's prefix (a listing without one has no
     s3:prefix), and an Allow whose condition fails does not apply. Any other operator fails
-    the request, naming it, rather than being ignored.
+    the request (and is recorded as a denial), naming it, rather than being ignored.
   - Multi-object delete. moto checks s3:DeleteObject on the bucket ARN; S3 checks it for each
     key and answers a denied key with AccessDenied inside a 200 response. Here, as S3 does.
   - A GET or HEAD of a missing key is 404 only for a caller that may s3:ListBucket with
@@ -73,11 +73,10 @@ class Denied(S3ClientError):
 
 
 class Unsupported(S3ClientError):
-    """A policy this server cannot evaluate faithfully: fails the request."""
+    """A policy this server cannot evaluate faithfully: fails the request (400, not retried)."""
 
     def __init__(self, message):
-        super().__init__("InternalError", message)
-        self.code = 500
+        super().__init__("NotImplemented", message)
 
 
 def as_list(value):
@@ -157,6 +156,14 @@ class Server:
 
     def check(self, request, resource):
         """Replaces S3IAMRequest.check_action_permitted (see the module doc)."""
+        try:
+            self.decide_request(request, resource)
+        except Unsupported as e:
+            user = getattr(request._access_key, "_owner_user_name", request._access_key.arn)
+            self.record(user, request._action, resource, e.message)
+            raise
+
+    def decide_request(self, request, resource):
         self.local.denied_deletes = set()
         documents = [IAMPolicy(p)._policy_json for p in request._access_key.collect_policies()]
         user = getattr(request._access_key, "_owner_user_name", request._access_key.arn)
