@@ -129,6 +129,9 @@ def decide(documents, action, resource, context):
     allowed = False
     for document in documents:
         for statement in as_list(document["Statement"]):
+            for element in ("NotAction", "NotResource", "NotPrincipal"):
+                if element in statement:
+                    raise Unsupported(f"policy element {element} is not evaluated by this server")
             if not any(wildcard(a, action, False) for a in as_list(statement.get("Action", []))):
                 continue
             if not any(wildcard(r, resource) for r in as_list(statement.get("Resource", []))):
