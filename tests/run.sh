@@ -20,7 +20,7 @@
 # Already have the tools? These are used instead of installing:
 #   S3_ENDPOINT (+ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)   a running S3-compatible server
 #   a `minio` binary on the PATH                               started on a free loopback port
-#   OURIOS_PYTHON      a Python with boto3, pyarrow, duckdb and polars
+#   OURIOS_PYTHON      a Python with boto3, moto[server], cfn-lint, pyarrow, duckdb and polars
 #   CFN_LINT, CHECKOV  the linters' executables; cargo-lambda on the PATH
 # A started server listens on 127.0.0.1 only and is always stopped on exit.
 set -euo pipefail
@@ -134,6 +134,10 @@ export CHECKOV="${CHECKOV:-$checkov_venv/bin/checkov}"
 # Everything the full run needs, each with how to provide it.
 "$python" -c 'import boto3' 2>/dev/null ||
     missing+=("boto3 in $python: let this script install tests/requirements.txt, or set OURIOS_PYTHON")
+# tests/tests/lambda_iam.rs starts its own IAM-enforcing moto server (tests/iam/s3_iam_server.py)
+# with this Python, whichever S3 server the other tests use.
+"$python" -c 'import moto.server, flask' 2>/dev/null ||
+    missing+=("moto[server] in $python (pin in tests/requirements.txt): the IAM-enforcing S3 server of tests/tests/lambda_iam.rs; set OURIOS_PYTHON to a Python that has it")
 [[ -x "$CHECKOV" ]] ||
     missing+=("checkov (pin in infra/tests/checkov-requirements.txt): set CHECKOV to its path")
 cargo lambda --version >/dev/null 2>&1 ||

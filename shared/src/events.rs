@@ -132,6 +132,21 @@ pub struct HttpRequest {
     pub body: Result<Option<Invocation>, NotAnEvent>,
 }
 
+impl HttpRequest {
+    /// The function-URL response to this request: `status` with `body` as JSON. `cookies` and
+    /// `isBase64Encoded` are spelled out: `cargo lambda watch` takes a response without
+    /// `cookies` for a failure and answers 500, which a MinIO webhook retries forever.
+    pub fn answer(status: u16, body: &Value) -> Value {
+        serde_json::json!({
+            "statusCode": status,
+            "headers": { "content-type": "application/json" },
+            "cookies": [],
+            "isBase64Encoded": false,
+            "body": body.to_string(),
+        })
+    }
+}
+
 /// Why a payload is not an invocation at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotAnEvent(pub String);

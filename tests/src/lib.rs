@@ -17,6 +17,8 @@ use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{parquet_bytes, put_bytes, read_parquet, rows_batch};
 
+pub mod emulator;
+
 /// The variable `tests/run.sh` sets to the S3 test server's endpoint.
 pub const S3_ENDPOINT_ENV: &str = "OURIOS_TEST_S3_ENDPOINT";
 /// The variable naming the test bucket (created by `tests/run.sh`).

@@ -9,7 +9,7 @@ use ourios_compaction::config::CompactOptions;
 use ourios_compaction::dispatch::worker::{current_job_id, run_compaction_job};
 use ourios_compaction::error::{ErrorKind, InvocationError};
 use ourios_compaction::events::{
-    Classified, Invocation, KeyScope, Record, Watch, classify, parse_invocation,
+    Classified, HttpRequest, Invocation, KeyScope, Record, Watch, classify, parse_invocation,
 };
 use ourios_compaction::metrics::compaction_metrics;
 use ourios_compaction::partition::{Layout, PartitionId};
@@ -94,11 +94,7 @@ pub async fn handle(
             json!({ "error": error.message, "kind": error.kind.name() }),
         ),
     };
-    Ok(json!({
-        "statusCode": status,
-        "headers": { "content-type": "application/json" },
-        "body": body.to_string(),
-    }))
+    Ok(HttpRequest::answer(status, &body))
 }
 
 async fn run(

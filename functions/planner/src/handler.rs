@@ -76,11 +76,7 @@ async fn answer_http(
             )
         }
     };
-    json!({
-        "statusCode": status,
-        "headers": { "content-type": "application/json" },
-        "body": body.to_string(),
-    })
+    HttpRequest::answer(status, &body)
 }
 
 async fn handle_invocation(

@@ -197,6 +197,10 @@ async fn every_event_file_through_the_handler() {
             (Expect::Http(status, want, job), Ok(got)) => {
                 assert_eq!(got["statusCode"], status, "{file}: {got}");
                 assert_eq!(got["headers"]["content-type"], "application/json", "{file}");
+                // Every field of a function-URL response (the emulator refuses one without
+                // `cookies`).
+                assert_eq!(got["cookies"], json!([]), "{file}: {got}");
+                assert_eq!(got["isBase64Encoded"], false, "{file}: {got}");
                 let body: Value = serde_json::from_str(got["body"].as_str().expect("a body"))
                     .unwrap_or_else(|e| panic!("{file}: body is not JSON ({e}): {got}"));
                 assert_subset(&body, &want, file);
