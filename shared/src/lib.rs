@@ -63,6 +63,7 @@
 //! | [`compact`] | the driver: one partition, in named steps |
 //! | [`partition`] | partition ids and the object-key layout |
 //! | [`store`] | store URLs and object-store helpers |
+//! | [`raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
 //! | [`config`] | typed settings, sizes and durations |
 //! | [`clock`] | the host's wall and monotonic clocks, substitutable in tests |
 //! | [`input`] | staging and checking input files |
@@ -134,6 +135,7 @@ pub mod plan;
 pub mod planned_reader;
 pub mod prune;
 pub mod query;
+pub mod raw_s3;
 pub mod read_plan;
 pub mod report;
 pub mod request_counts;

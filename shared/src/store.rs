@@ -13,6 +13,7 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::io::AsyncWriteExt;
 
 use crate::error::{Error, Result};
+use crate::raw_s3::{ConditionalDelete, RawS3, addressable};
 
 /// The path of a key the system already holds (a listed key, a manifest entry), taken as
 /// itself: parsed, never re-encoded. `Path::from` percent-encodes `~ % # [ ] { } ^ | * ? " < >`
@@ -88,13 +89,15 @@ impl StoreUrl {
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     local_root: Option<PathBuf>,
+    /// Raw S3 calls (an S3 store with credentials in the environment, never wrapped).
+    raw: Option<RawS3>,
     display: String,
 }
 
 impl Store {
     /// Opens a store root URL; a local directory is created if missing.
-    pub fn open(raw: &str) -> Result<Self> {
-        match StoreUrl::parse(raw)? {
+    pub fn open(url: &str) -> Result<Self> {
+        match StoreUrl::parse(url)? {
             StoreUrl::S3 { bucket, prefix } => {
                 let mut builder = AmazonS3Builder::from_env().with_bucket_name(&bucket);
                 let endpoint = std::env::var("AWS_ENDPOINT_URL_S3")
@@ -114,6 +117,7 @@ impl Store {
                 let s3 = builder.build().map_err(|e| Error::Config {
                     message: format!("cannot configure S3 for bucket {bucket}: {e}"),
                 })?;
+                let raw = RawS3::from_env(&bucket, &prefix);
                 let inner: Arc<dyn ObjectStore> = if prefix.is_empty() {
                     Arc::new(s3)
                 } else {
@@ -122,7 +126,8 @@ impl Store {
                 Ok(Self {
                     inner,
                     local_root: None,
-                    display: raw.to_string(),
+                    raw,
+                    display: url.to_string(),
                 })
             }
             StoreUrl::Local(dir) => {
@@ -134,7 +139,8 @@ impl Store {
                 Ok(Self {
                     inner: Arc::new(fs.with_automatic_cleanup(true)),
                     local_root: Some(dir),
-                    display: raw.to_string(),
+                    raw: None,
+                    display: url.to_string(),
                 })
             }
             StoreUrl::Memory => Ok(Self::from_object_store(
@@ -149,6 +155,7 @@ impl Store {
         Self {
             inner,
             local_root: None,
+            raw: None,
             display: display.to_string(),
         }
     }
@@ -159,8 +166,14 @@ impl Store {
         Self {
             inner: wrap(Arc::clone(&self.inner)),
             local_root: None,
+            raw: None,
             display: self.display.clone(),
         }
+    }
+
+    /// The raw S3 client of an S3 store opened from a URL with credentials in the environment.
+    pub fn raw_s3(&self) -> Option<&RawS3> {
+        self.raw.as_ref()
     }
 
     /// The underlying object store.
@@ -179,12 +192,13 @@ impl Store {
     /// Lists every object under a prefix, sorted by key.
     ///
     /// A key the object store cannot represent (an empty `//` segment, a `.` or `..` segment,
-    /// a control character) makes object_store 0.14 fail the listing and stop, on S3 (the
-    /// whole page) and on a local directory alike. A local directory is therefore listed here
-    /// entry by entry: such a file is reported and skipped, and the rest is listed. On S3 the
-    /// partition's listing fails with an error naming the key (a listing that silently missed
-    /// keys could forget retired files that still exist); callers going over many partitions
-    /// report it and go on with the others.
+    /// a control character) makes object_store 0.14 fail the whole listing, on S3 and on a
+    /// local directory alike. Such a key is reported (a warning naming it) and skipped, and
+    /// the rest is listed: a local directory is listed here entry by entry, and an S3 listing
+    /// that object_store fails is taken again by raw key ([`RawS3::list`]). Skipping is safe:
+    /// a key that cannot be addressed was never read, retired or deleted, so no manifest names
+    /// it. Without raw S3 access (no credentials in the environment, a wrapped store) the
+    /// object_store error is returned, naming the key.
     pub async fn list_sorted(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
         let mut objects = match &self.local_root {
             Some(root) => {
@@ -193,15 +207,81 @@ impl Store {
                     .await
                     .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??
             }
-            None => self
-                .inner
-                .list(Some(prefix))
-                .try_collect()
-                .await
-                .map_err(|e| Error::store("list", prefix, e))?,
+            None => match self.inner.list(Some(prefix)).try_collect().await {
+                Ok(objects) => objects,
+                Err(e) => match &self.raw {
+                    Some(raw) if may_be_unaddressable(&e) => {
+                        tracing::info!(prefix = %prefix, error = %e, "listing again by raw key");
+                        raw.list(prefix, false).await?.objects
+                    }
+                    _ => return Err(Error::store("list", prefix, e)),
+                },
+            },
         };
         objects.sort_by(|a, b| a.location.cmp(&b.location));
         Ok(objects)
+    }
+
+    /// The child directories of `prefix` (one delimited listing), sorted. A directory name the
+    /// object store cannot represent is reported and skipped, as in [`Store::list_sorted`].
+    pub async fn list_dirs(&self, prefix: &Path) -> Result<Vec<Path>> {
+        let mut dirs = match &self.local_root {
+            Some(root) => {
+                let (root, prefix) = (root.clone(), prefix.clone());
+                tokio::task::spawn_blocking(move || list_local_dirs(&root, &prefix))
+                    .await
+                    .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??
+            }
+            None => match self.inner.list_with_delimiter(Some(prefix)).await {
+                Ok(listing) => listing.common_prefixes,
+                Err(e) => match &self.raw {
+                    Some(raw) if may_be_unaddressable(&e) => {
+                        tracing::info!(prefix = %prefix, error = %e, "listing again by raw key");
+                        raw.list(prefix, true).await?.dirs
+                    }
+                    _ => return Err(Error::store("list", prefix, e)),
+                },
+            },
+        };
+        dirs.sort();
+        Ok(dirs)
+    }
+
+    /// Aborts the incomplete multipart uploads under `key_prefix` whose keys `is_own` accepts
+    /// (a killed earlier attempt of the same job); returns how many were aborted. Stores
+    /// without raw S3 access have no listable uploads: 0.
+    pub async fn abort_own_uploads(
+        &self,
+        key_prefix: &str,
+        is_own: impl Fn(&str) -> bool,
+    ) -> Result<usize> {
+        let Some(raw) = &self.raw else {
+            return Ok(0);
+        };
+        let mut aborted = 0;
+        for upload in raw.incomplete_uploads(key_prefix).await? {
+            if is_own(&upload.key) {
+                raw.abort_upload(&upload).await?;
+                tracing::info!(key = %upload.key, upload_id = %upload.upload_id, "aborted an incomplete upload of an earlier attempt");
+                aborted += 1;
+            }
+        }
+        Ok(aborted)
+    }
+
+    /// Deletes a listed object only while it is still the version listed (If-Match on its
+    /// ETag) where the store offers it; elsewhere a plain delete. Returns false when the
+    /// object changed since the listing and was left in place.
+    pub async fn delete_listed(&self, meta: &ObjectMeta) -> Result<bool> {
+        if let (Some(raw), Some(e_tag)) = (&self.raw, &meta.e_tag) {
+            return Ok(
+                raw.delete_if_match(&meta.location, e_tag).await? == ConditionalDelete::Deleted
+            );
+        }
+        match self.inner.delete(&meta.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+            Err(e) => Err(Error::store("delete", &meta.location, e)),
+        }
     }
 
     /// Now on the store's clock: writes a small object at `key`, reads back its Last-Modified
@@ -301,6 +381,50 @@ fn list_local(root: &FsPath, prefix: &Path) -> Result<Vec<ObjectMeta>> {
         }
     }
     Ok(objects)
+}
+
+/// True for the listing errors a key object_store cannot represent causes: an invalid path, or
+/// a response it could not parse (a control character in the XML). Denials and the like are
+/// returned as they are.
+fn may_be_unaddressable(error: &object_store::Error) -> bool {
+    matches!(
+        error,
+        object_store::Error::InvalidPath { .. } | object_store::Error::Generic { .. }
+    )
+}
+
+/// The subdirectories of `prefix` in a local store rooted at `root` that object_store can
+/// address.
+fn list_local_dirs(root: &FsPath, prefix: &Path) -> Result<Vec<Path>> {
+    let start = prefix
+        .parts()
+        .fold(root.to_path_buf(), |p, part| p.join(part.as_ref()));
+    let entries = match std::fs::read_dir(&start) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::scratch(&start, e)),
+    };
+    let mut dirs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::scratch(&start, e))?;
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = entry.file_name();
+        let child = match name.to_str() {
+            Some(name) if prefix.as_ref().is_empty() => name.to_string(),
+            Some(name) => format!("{prefix}/{name}"),
+            None => {
+                tracing::warn!(dir = %entry.path().display(), "skipping a directory whose name is not UTF-8");
+                continue;
+            }
+        };
+        match addressable(&child) {
+            Some(dir) => dirs.push(dir),
+            None => tracing::warn!(key = ?child, "skipping a directory the store cannot address"),
+        }
+    }
+    Ok(dirs)
 }
 
 /// object_store's local store writes `name#<digits>` while an upload is in flight.
