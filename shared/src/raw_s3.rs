@@ -112,24 +112,33 @@ impl RawS3 {
                 let Some(relative) = self.relative(&key) else {
                     continue;
                 };
-                match addressable(relative) {
-                    Some(location) => listing.objects.push(ObjectMeta {
-                        location,
-                        last_modified: object
-                            .last_modified()
-                            .and_then(|t| {
-                                chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
-                            })
-                            .unwrap_or_default(),
-                        size: object
-                            .size()
-                            .and_then(|s| u64::try_from(s).ok())
-                            .unwrap_or(0),
-                        e_tag: object.e_tag().map(str::to_string),
-                        version: None,
-                    }),
-                    None => listing.skipped.push(relative.to_string()),
-                }
+                let Some(location) = addressable(relative) else {
+                    listing.skipped.push(relative.to_string());
+                    continue;
+                };
+                // Grace periods are measured from Last-Modified: never guess it.
+                let (Some(last_modified), Some(size)) = (
+                    object
+                        .last_modified()
+                        .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+                    object.size().and_then(|s| u64::try_from(s).ok()),
+                ) else {
+                    return Err(Error::store(
+                        "list",
+                        relative,
+                        object_store::Error::Generic {
+                            store: "S3",
+                            source: "the listing gave no Last-Modified or size".into(),
+                        },
+                    ));
+                };
+                listing.objects.push(ObjectMeta {
+                    location,
+                    last_modified,
+                    size,
+                    e_tag: object.e_tag().map(str::to_string),
+                    version: None,
+                });
             }
             for dir in page.common_prefixes() {
                 let Some(key) = dir.prefix().map(percent_decode) else {
