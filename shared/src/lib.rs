@@ -18,7 +18,8 @@
 //! 3. **Grace before delete.** Inputs are deleted only after the commit that retires them and
 //!    a grace period, measured on the store's clock ([`gc`]).
 //! 4. **Convergence.** Any crash leaves a state from which a rerun converges; uncommitted
-//!    outputs are swept by [`gc`].
+//!    outputs are swept by [`gc`], and the incomplete uploads of a killed attempt by the next
+//!    attempt of its job ([`dispatch::worker`]).
 //! 5. **Late files stay live.** Files that land during a compaction are not retired by it.
 //! 6. **Idempotence.** Rerunning a job that committed changes nothing (`noop`): each attempt
 //!    names its output `part-<hash of the input set>-<job id>`, and the manifest records the
@@ -32,7 +33,8 @@
 //!    order, budget, spill pattern or thread count.
 //! 10. **Keys as themselves.** The key listed is the key read, retired and deleted
 //!     ([`store::key_path`], never a re-encoding); a key the store cannot address is reported
-//!     and skipped, and never stops other partitions.
+//!     and skipped ([`store::Store::list_sorted`], [`raw_s3`] on S3), and never stops other
+//!     partitions.
 //! 11. **No resurrection.** A commit based on a version older than the last forgetting of
 //!     retired files ends `conflict` (the manifest's `forgotten_in` watermark).
 //!

@@ -474,4 +474,26 @@ mod tests {
         assert!(StoreUrl::parse("s3:///x").is_err());
         assert!(StoreUrl::parse("").is_err());
     }
+
+    #[tokio::test]
+    async fn local_listings_skip_names_the_store_cannot_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().to_string_lossy()).unwrap();
+        for name in ["tenant=a", "tenant=b\u{1}"] {
+            let tenant = dir.path().join("data").join(name);
+            std::fs::create_dir_all(&tenant).unwrap();
+            std::fs::write(tenant.join("f.parquet"), b"x").unwrap();
+            std::fs::write(tenant.join("g\u{1}.parquet"), b"x").unwrap();
+        }
+        let dirs = store.list_dirs(&Path::from("data")).await.unwrap();
+        assert_eq!(dirs, [Path::from("data/tenant=a")]);
+        let keys: Vec<String> = store
+            .list_sorted(&Path::from("data"))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.location.to_string())
+            .collect();
+        assert_eq!(keys, ["data/tenant=a/f.parquet"]);
+    }
 }
