@@ -24,7 +24,10 @@ ACTIONS = {
     "put": ["s3:PutObject"],
     "put_multipart": ["s3:PutObject", "s3:AbortMultipartUpload"],
     "delete": ["s3:DeleteObject"],
+    "abort_upload": ["s3:AbortMultipartUpload"],
 }
+# Bucket-level operations: the action on the bucket itself.
+BUCKET_ACTIONS = {"list_uploads": "s3:ListBucketMultipartUploads"}
 
 
 def violations(template, role, operations, root):
@@ -36,6 +39,10 @@ def violations(template, role, operations, root):
         if name in ("list", "list_with_delimiter"):
             if not access.may_list(key):
                 missing.append(f"{name} {key!r}: s3:ListBucket with s3:prefix {access.root}{key!r}")
+            continue
+        if name in BUCKET_ACTIONS:
+            if not access.may_on_bucket(BUCKET_ACTIONS[name]):
+                missing.append(f"{name} {key!r}: {BUCKET_ACTIONS[name]} on the bucket")
             continue
         for action in ACTIONS[name]:
             if not access.may(action, key):

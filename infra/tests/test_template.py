@@ -178,6 +178,10 @@ class Access:
         arn = f"arn:aws:s3:::{self.bucket}/{self.root}{key}"
         return any(a == action and iam_match(r, arn) for a, r, _ in self.allowed)
 
+    def may_on_bucket(self, action):
+        arn = f"arn:aws:s3:::{self.bucket}"
+        return any(a == action and r == arn for a, r, _ in self.allowed)
+
     def may_list(self, prefix):
         arn = f"arn:aws:s3:::{self.bucket}"
         full = f"{self.root}{prefix}"
@@ -369,6 +373,10 @@ class TemplateTest(unittest.TestCase):
             for key in (COMPACTED_KEY, MANIFEST_KEY, JOB_KEY):
                 self.assertTrue(compactor.may("s3:PutObject", key), key)
             self.assertTrue(compactor.may("s3:AbortMultipartUpload", COMPACTED_KEY))
+            # A job lists incomplete uploads (a bucket-level action) to abort its earlier attempts'.
+            self.assertTrue(compactor.may_on_bucket("s3:ListBucketMultipartUploads"))
+            self.assertFalse(planner.may_on_bucket("s3:ListBucketMultipartUploads"))
+            self.assertFalse(compactor.may("s3:AbortMultipartUpload", INGEST_KEY))
             self.assertFalse(compactor.may("s3:PutObject", INGEST_KEY))
             self.assertFalse(compactor.may("s3:DeleteObject", f"data/{PARTITION}/_SUCCESS"))
 

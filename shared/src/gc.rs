@@ -20,9 +20,12 @@
 //! never a scan of the ingest data. The compacted prefix is listed too because a partition
 //! whose first compaction crashed after its upload has an orphan but no manifest yet.
 //!
-//! Abandoned multipart uploads (a crash mid-upload) are invisible to listings and to
-//! `object_store`; the bucket's lifecycle rule `AbortIncompleteMultipartUpload` removes them
-//! (see `infra/`), and they never become objects, so they never enter a live set.
+//! On S3 an orphan is deleted only while it is the version listed (If-Match on its ETag).
+//!
+//! Abandoned multipart uploads (a crash mid-upload) are invisible to listings and never become
+//! objects, so they never enter a live set. The next attempt of the same dispatched job aborts
+//! them ([`crate::dispatch::worker`]); the bucket's lifecycle rule
+//! `AbortIncompleteMultipartUpload` removes the rest (see `infra/`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -206,10 +209,23 @@ pub async fn collect_garbage_with(
             .retain(|k| !latest.references(k) && !latest.quarantined.iter().any(|q| &q.key == k));
         plan.retired
             .retain(|k| latest.retired.iter().any(|r| &r.key == k) && !latest.has_compacted(k));
+        // Orphans go by conditional delete where the store offers it: only the version listed.
+        for key in &plan.orphans {
+            let Some(meta) = compacted_listing
+                .iter()
+                .find(|o| o.location.as_ref() == key)
+            else {
+                continue;
+            };
+            if store.delete_listed(meta).await? {
+                deleted += 1;
+            } else {
+                tracing::warn!(key = %key, "an orphan changed since it was listed; left in place");
+            }
+        }
         let keys: Vec<Path> = plan
             .retired
             .iter()
-            .chain(&plan.orphans)
             .chain(&plan.manifests)
             .filter_map(|k| match key_path(k) {
                 Ok(path) => Some(path),
@@ -317,14 +333,9 @@ async fn hours_of_tenant(store: &Store, root: &Path, tenant: &str) -> Result<Vec
 
 /// Values `v` of the child directories `<dir>/<name>=<v>` (one delimited listing).
 async fn child_values(store: &Store, dir: &Path, name: &str) -> Result<Vec<String>> {
-    let listing = store
-        .object_store()
-        .list_with_delimiter(Some(dir))
-        .await
-        .map_err(|e| Error::store("list", dir, e))?;
+    let dirs = store.list_dirs(dir).await?;
     let prefix = format!("{name}=");
-    let mut values: Vec<String> = listing
-        .common_prefixes
+    let mut values: Vec<String> = dirs
         .iter()
         .filter_map(|p| p.filename()?.strip_prefix(&prefix).map(str::to_string))
         .collect();

@@ -18,7 +18,8 @@
 //! 3. **Grace before delete.** Inputs are deleted only after the commit that retires them and
 //!    a grace period, measured on the store's clock ([`gc`]).
 //! 4. **Convergence.** Any crash leaves a state from which a rerun converges; uncommitted
-//!    outputs are swept by [`gc`].
+//!    outputs are swept by [`gc`], and the incomplete uploads of a killed attempt by the next
+//!    attempt of its job ([`dispatch::worker`]).
 //! 5. **Late files stay live.** Files that land during a compaction are not retired by it.
 //! 6. **Idempotence.** Rerunning a job that committed changes nothing (`noop`): each attempt
 //!    names its output `part-<hash of the input set>-<job id>`, and the manifest records the
@@ -33,7 +34,8 @@
 //!    order, budget, spill pattern or thread count.
 //! 10. **Keys as themselves.** The key listed is the key read, retired and deleted
 //!     ([`store::key_path`], never a re-encoding); a key the store cannot address is reported
-//!     and skipped, and never stops other partitions.
+//!     and skipped ([`store::Store::list_sorted`], [`raw_s3`] on S3), and never stops other
+//!     partitions.
 //! 11. **No resurrection.** A commit based on a version older than the last forgetting of
 //!     retired files ends `conflict` (the manifest's `forgotten_in` watermark).
 //!
@@ -64,6 +66,7 @@
 //! | [`compact`] | the driver: one partition, in named steps |
 //! | [`partition`] | partition ids and the object-key layout |
 //! | [`store`] | store URLs and object-store helpers |
+//! | [`raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
 //! | [`config`] | typed settings, sizes and durations |
 //! | [`clock`] | the host's wall and monotonic clocks, substitutable in tests |
 //! | [`input`] | staging and checking input files |
@@ -135,6 +138,7 @@ pub mod plan;
 pub mod planned_reader;
 pub mod prune;
 pub mod query;
+pub mod raw_s3;
 pub mod read_plan;
 pub mod report;
 pub mod request_counts;

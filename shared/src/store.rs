@@ -14,6 +14,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::cost::RequestCounts;
 use crate::error::{Error, Result};
+use crate::raw_s3::{ConditionalDelete, RawS3, addressable};
 use crate::request_counts::{RequestCounters, RequestCountingStore};
 
 /// The path of a key the system already holds (a listed key, a manifest entry), taken as
@@ -90,6 +91,8 @@ impl StoreUrl {
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     local_root: Option<PathBuf>,
+    /// Raw S3 calls (an S3 store with credentials in the environment, never wrapped).
+    raw: Option<RawS3>,
     display: String,
     /// The request counters of a [`Store::counting_requests`] store.
     requests: Option<Arc<RequestCounters>>,
@@ -97,8 +100,8 @@ pub struct Store {
 
 impl Store {
     /// Opens a store root URL; a local directory is created if missing.
-    pub fn open(raw: &str) -> Result<Self> {
-        match StoreUrl::parse(raw)? {
+    pub fn open(url: &str) -> Result<Self> {
+        match StoreUrl::parse(url)? {
             StoreUrl::S3 { bucket, prefix } => {
                 let mut builder = AmazonS3Builder::from_env().with_bucket_name(&bucket);
                 let endpoint = std::env::var("AWS_ENDPOINT_URL_S3")
@@ -118,6 +121,7 @@ impl Store {
                 let s3 = builder.build().map_err(|e| Error::Config {
                     message: format!("cannot configure S3 for bucket {bucket}: {e}"),
                 })?;
+                let raw = RawS3::from_env(&bucket, &prefix);
                 let inner: Arc<dyn ObjectStore> = if prefix.is_empty() {
                     Arc::new(s3)
                 } else {
@@ -126,7 +130,8 @@ impl Store {
                 Ok(Self {
                     inner,
                     local_root: None,
-                    display: raw.to_string(),
+                    raw,
+                    display: url.to_string(),
                     requests: None,
                 })
             }
@@ -139,7 +144,8 @@ impl Store {
                 Ok(Self {
                     inner: Arc::new(fs.with_automatic_cleanup(true)),
                     local_root: Some(dir),
-                    display: raw.to_string(),
+                    raw: None,
+                    display: url.to_string(),
                     requests: None,
                 })
             }
@@ -155,6 +161,7 @@ impl Store {
         Self {
             inner,
             local_root: None,
+            raw: None,
             display: display.to_string(),
             requests: None,
         }
@@ -166,6 +173,7 @@ impl Store {
         Self {
             inner: wrap(Arc::clone(&self.inner)),
             local_root: None,
+            raw: None,
             display: self.display.clone(),
             requests: self.requests.clone(),
         }
@@ -184,6 +192,7 @@ impl Store {
         Self {
             inner: Arc::new(counting),
             local_root: self.local_root.clone(),
+            raw: self.raw.clone(),
             display: self.display.clone(),
             requests: Some(counters),
         }
@@ -207,6 +216,11 @@ impl Store {
         Some(path)
     }
 
+    /// The raw S3 client of an S3 store opened from a URL with credentials in the environment.
+    pub fn raw_s3(&self) -> Option<&RawS3> {
+        self.raw.as_ref()
+    }
+
     /// The underlying object store.
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
@@ -223,12 +237,13 @@ impl Store {
     /// Lists every object under a prefix, sorted by key.
     ///
     /// A key the object store cannot represent (an empty `//` segment, a `.` or `..` segment,
-    /// a control character) makes object_store 0.14 fail the listing and stop, on S3 (the
-    /// whole page) and on a local directory alike. A local directory is therefore listed here
-    /// entry by entry: such a file is reported and skipped, and the rest is listed. On S3 the
-    /// partition's listing fails with an error naming the key (a listing that silently missed
-    /// keys could forget retired files that still exist); callers going over many partitions
-    /// report it and go on with the others.
+    /// a control character) makes object_store 0.14 fail the whole listing, on S3 and on a
+    /// local directory alike. Such a key is reported (a warning naming it) and skipped, and
+    /// the rest is listed: a local directory is listed here entry by entry, and an S3 listing
+    /// that object_store fails is taken again by raw key ([`RawS3::list`]). Skipping is safe:
+    /// a key that cannot be addressed was never read, retired or deleted, so no manifest names
+    /// it. Without raw S3 access (no credentials in the environment, a wrapped store) the
+    /// object_store error is returned, naming the key.
     pub async fn list_sorted(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
         let mut objects = match &self.local_root {
             Some(root) => {
@@ -242,15 +257,85 @@ impl Store {
                 }
                 listed
             }
-            None => self
-                .inner
-                .list(Some(prefix))
-                .try_collect()
-                .await
-                .map_err(|e| Error::store("list", prefix, e))?,
+            None => match self.inner.list(Some(prefix)).try_collect().await {
+                Ok(objects) => objects,
+                Err(e) => match &self.raw {
+                    Some(raw) if may_be_unaddressable(&e) => {
+                        tracing::info!(prefix = %prefix, error = %e, "listing again by raw key");
+                        let listed = raw.list(prefix, false).await?.objects;
+                        if let Some(requests) = &self.requests {
+                            requests.count_listing(listed.len() as u64);
+                        }
+                        listed
+                    }
+                    _ => return Err(Error::store("list", prefix, e)),
+                },
+            },
         };
         objects.sort_by(|a, b| a.location.cmp(&b.location));
         Ok(objects)
+    }
+
+    /// The child directories of `prefix` (one delimited listing), sorted. A directory name the
+    /// object store cannot represent is reported and skipped, as in [`Store::list_sorted`].
+    pub async fn list_dirs(&self, prefix: &Path) -> Result<Vec<Path>> {
+        let mut dirs = match &self.local_root {
+            Some(root) => {
+                let (root, prefix) = (root.clone(), prefix.clone());
+                tokio::task::spawn_blocking(move || list_local_dirs(&root, &prefix))
+                    .await
+                    .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??
+            }
+            None => match self.inner.list_with_delimiter(Some(prefix)).await {
+                Ok(listing) => listing.common_prefixes,
+                Err(e) => match &self.raw {
+                    Some(raw) if may_be_unaddressable(&e) => {
+                        tracing::info!(prefix = %prefix, error = %e, "listing again by raw key");
+                        raw.list(prefix, true).await?.dirs
+                    }
+                    _ => return Err(Error::store("list", prefix, e)),
+                },
+            },
+        };
+        dirs.sort();
+        Ok(dirs)
+    }
+
+    /// Aborts the incomplete multipart uploads under `key_prefix` whose keys `is_own` accepts
+    /// (a killed earlier attempt of the same job); returns how many were aborted. Stores
+    /// without raw S3 access have no listable uploads: 0.
+    pub async fn abort_own_uploads(
+        &self,
+        key_prefix: &str,
+        is_own: impl Fn(&str) -> bool,
+    ) -> Result<usize> {
+        let Some(raw) = &self.raw else {
+            return Ok(0);
+        };
+        let mut aborted = 0;
+        for upload in raw.incomplete_uploads(key_prefix).await? {
+            if is_own(&upload.key) {
+                raw.abort_upload(&upload).await?;
+                tracing::info!(key = %upload.key, upload_id = %upload.upload_id, "aborted an incomplete upload of an earlier attempt");
+                aborted += 1;
+            }
+        }
+        Ok(aborted)
+    }
+
+    /// Deletes a listed object only while it is still the version listed (If-Match on its
+    /// ETag) where the store offers it; elsewhere a plain delete. Returns false when the
+    /// object changed since the listing and was left in place.
+    pub async fn delete_listed(&self, meta: &ObjectMeta) -> Result<bool> {
+        if let (Some(raw), Some(e_tag)) = (&self.raw, &meta.e_tag) {
+            return Ok(
+                raw.delete_if_match(&meta.location, e_tag).await? == ConditionalDelete::Deleted
+            );
+        }
+        match self.inner.delete(&meta.location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+            Err(e) => Err(Error::store("delete", &meta.location, e)),
+        }
     }
 
     /// Now on the store's clock: writes a small object at `key`, reads back its Last-Modified
@@ -352,6 +437,50 @@ fn list_local(root: &FsPath, prefix: &Path) -> Result<Vec<ObjectMeta>> {
     Ok(objects)
 }
 
+/// True for the listing errors a key object_store cannot represent causes: an invalid path, or
+/// a response it could not parse (a control character in the XML). Denials and the like are
+/// returned as they are.
+fn may_be_unaddressable(error: &object_store::Error) -> bool {
+    matches!(
+        error,
+        object_store::Error::InvalidPath { .. } | object_store::Error::Generic { .. }
+    )
+}
+
+/// The subdirectories of `prefix` in a local store rooted at `root` that object_store can
+/// address.
+fn list_local_dirs(root: &FsPath, prefix: &Path) -> Result<Vec<Path>> {
+    let start = prefix
+        .parts()
+        .fold(root.to_path_buf(), |p, part| p.join(part.as_ref()));
+    let entries = match std::fs::read_dir(&start) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::scratch(&start, e)),
+    };
+    let mut dirs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::scratch(&start, e))?;
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = entry.file_name();
+        let child = match name.to_str() {
+            Some(name) if prefix.as_ref().is_empty() => name.to_string(),
+            Some(name) => format!("{prefix}/{name}"),
+            None => {
+                tracing::warn!(dir = %entry.path().display(), "skipping a directory whose name is not UTF-8");
+                continue;
+            }
+        };
+        match addressable(&child) {
+            Some(dir) => dirs.push(dir),
+            None => tracing::warn!(key = ?child, "skipping a directory the store cannot address"),
+        }
+    }
+    Ok(dirs)
+}
+
 /// object_store's local store writes `name#<digits>` while an upload is in flight.
 fn is_staging_file(key: &str) -> bool {
     key.rsplit('/')
@@ -398,5 +527,27 @@ mod tests {
         assert!(StoreUrl::parse("gs://x").is_err());
         assert!(StoreUrl::parse("s3:///x").is_err());
         assert!(StoreUrl::parse("").is_err());
+    }
+
+    #[tokio::test]
+    async fn local_listings_skip_names_the_store_cannot_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().to_string_lossy()).unwrap();
+        for name in ["tenant=a", "tenant=b\u{1}"] {
+            let tenant = dir.path().join("data").join(name);
+            std::fs::create_dir_all(&tenant).unwrap();
+            std::fs::write(tenant.join("f.parquet"), b"x").unwrap();
+            std::fs::write(tenant.join("g\u{1}.parquet"), b"x").unwrap();
+        }
+        let dirs = store.list_dirs(&Path::from("data")).await.unwrap();
+        assert_eq!(dirs, [Path::from("data/tenant=a")]);
+        let keys: Vec<String> = store
+            .list_sorted(&Path::from("data"))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.location.to_string())
+            .collect();
+        assert_eq!(keys, ["data/tenant=a/f.parquet"]);
     }
 }

@@ -1,14 +1,16 @@
 //! A deterministic simulation of the commit protocol (crate doc, invariants 1-4, 6 and 11).
 //!
-//! One partition, several compactors, GC, late ingest and a reader, interleaved step by step
-//! by a seeded scheduler over an in-memory store whose clock is virtual. The real `commit`,
-//! `collect_garbage_with` and `live_set` run against that store; a compaction's sort is
-//! modelled (its output object records the union of its inputs' rows), since the protocol
+//! Three partitions of two tenants, several compactors, GC, late ingest (some of it corrupt)
+//! and a reader, interleaved step by step by a seeded scheduler over an in-memory store whose
+//! clock is virtual. The real `commit`, `collect_garbage_with` and `live_set` run against that
+//! store; a compaction's sort is modelled (its output object records the union of its good
+//! inputs' rows, and a corrupt input is quarantined as the real check does), since the protocol
 //! never looks inside a file. Jobs read a state and commit it much later (past the grace),
 //! crash with their output uploaded, lose commit responses (5xx, 5xx then 412), and every
 //! host clock is skewed by up to half the grace. After every step: every ingested row is live
-//! exactly once, and no live object is ever missing; once faults stop, the partition converges
-//! to one compacted file.
+//! exactly once or sits in a quarantined file, no live or quarantined object is ever missing,
+//! and no quarantined file is live; once faults stop, every partition converges to one
+//! compacted file beside its quarantined ones.
 //!
 //! `OURIOS_SIM_SEEDS=N` runs N seeds (default 5000); `OURIOS_SIM_SEED=S` replays one.
 
@@ -30,7 +32,8 @@ use object_store::{
 use ourios_compaction::clock::{Clock, Expiry};
 use ourios_compaction::gc::collect_garbage_with;
 use ourios_compaction::manifest::{
-    CommitOutcome, CommitRequest, CompactedFile, Manifest, commit, live_set, load_latest,
+    CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
+    load_latest,
 };
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::store::Store;
@@ -231,11 +234,16 @@ impl Clock for HostClock {
 /// A compaction between reading its state and committing.
 struct Job {
     id: String,
+    partition: PartitionId,
     base: Manifest,
     inputs: Vec<String>,
-    output: CompactedFile,
+    /// None when every input was bad.
+    output: Option<CompactedFile>,
+    quarantined: Vec<QuarantinedFile>,
     forget: Vec<String>,
-    /// Set when the output is uploaded (a sort may take longer than the grace).
+    /// Set when the sort is done and the output (if any) uploaded.
+    uploaded: bool,
+    /// Half the grace after the upload (a sort may take longer than the grace).
     commit_by: Option<Expiry>,
 }
 
@@ -244,8 +252,10 @@ struct Sim {
     sim: Arc<SimStore>,
     store: Store,
     layout: Layout,
-    partition: PartitionId,
+    partitions: Vec<PartitionId>,
     rows: BTreeMap<String, Vec<u64>>,
+    /// Ingest files a compaction finds unreadable.
+    corrupt: BTreeSet<String>,
     ingested: BTreeSet<u64>,
     next_row: u64,
     next_file: u64,
@@ -265,8 +275,16 @@ impl Sim {
             sim,
             store,
             layout: Layout::default(),
-            partition: PartitionId::parse("acme", "2026-11-29T10").expect("partition"),
+            partitions: [
+                ("acme", "2026-11-29T10"),
+                ("acme", "2026-11-29T11"),
+                ("beta", "2026-11-29T10"),
+            ]
+            .iter()
+            .map(|(t, h)| PartitionId::parse(t, h).expect("partition"))
+            .collect(),
             rows: BTreeMap::new(),
+            corrupt: BTreeSet::new(),
             ingested: BTreeSet::new(),
             next_row: 0,
             next_file: 0,
@@ -278,6 +296,11 @@ impl Sim {
 
     fn below(&mut self, n: u64) -> u64 {
         (self.random)() % n.max(1)
+    }
+
+    fn pick_partition(&mut self) -> PartitionId {
+        let i = self.below(self.partitions.len() as u64) as usize;
+        self.partitions[i].clone()
     }
 
     fn clock(&mut self) -> Arc<dyn Clock> {
@@ -306,26 +329,31 @@ impl Sim {
     }
 
     async fn ingest(&mut self) {
+        let partition = self.pick_partition();
         let n = 1 + self.below(3);
         let rows: Vec<u64> = (self.next_row..self.next_row + n).collect();
         self.next_row += n;
         let key = format!(
             "{}/f{:04}.parquet",
-            self.layout.ingest_dir(&self.partition),
+            self.layout.ingest_dir(&partition),
             self.next_file
         );
         self.next_file += 1;
         self.put(&key).await;
+        if self.below(8) == 0 {
+            self.corrupt.insert(key.clone());
+        }
         self.ingested.extend(&rows);
         self.rows.insert(key, rows);
     }
 
-    /// Reads the state as a compaction does; its (modelled) output is the inputs' rows.
-    async fn start_job(&mut self) {
-        let base = load_latest(&self.store, &self.layout, &self.partition)
+    /// Reads the state as a compaction does; its (modelled) output is the good inputs' rows,
+    /// and its corrupt inputs are quarantined.
+    async fn start_job(&mut self, partition: PartitionId) {
+        let base = load_latest(&self.store, &self.layout, &partition)
             .await
             .expect("manifest");
-        let dir = self.layout.ingest_dir(&self.partition);
+        let dir = self.layout.ingest_dir(&partition);
         let listing = self.store.list_sorted(&dir).await.expect("list");
         let live = live_set(&dir, &listing, &base);
         if live.ingest.is_empty() && live.compacted.len() <= 1 {
@@ -333,7 +361,7 @@ impl Sim {
         }
         let compacted_listing = self
             .store
-            .list_sorted(&self.layout.compacted_dir(&self.partition))
+            .list_sorted(&self.layout.compacted_dir(&partition))
             .await
             .expect("list");
         let listed: BTreeSet<String> = listing
@@ -341,8 +369,16 @@ impl Sim {
             .chain(&compacted_listing)
             .map(|m| m.location.to_string())
             .collect();
-        let inputs = live.keys();
+        let (bad, inputs): (Vec<String>, Vec<String>) = live
+            .keys()
+            .into_iter()
+            .partition(|k| self.corrupt.contains(k));
         let mut rows = Vec::new();
+        for key in inputs.iter().chain(&bad) {
+            if !self.sim.keys().contains(key) {
+                panic!("seed {}: live input {key} cannot be read", self.seed);
+            }
+        }
         for key in &inputs {
             match self.rows.get(key) {
                 Some(r) if self.sim.keys().contains(key) => rows.extend(r.iter().copied()),
@@ -354,12 +390,26 @@ impl Sim {
         let set = inputs.join("|");
         let key = format!(
             "{}/part-{:016x}-{id}.parquet",
-            self.layout.compacted_dir(&self.partition),
+            self.layout.compacted_dir(&partition),
             fxhash(&set)
         );
-        self.rows.insert(key.clone(), rows.clone());
+        let output = (!inputs.is_empty()).then(|| CompactedFile {
+            key: key.clone(),
+            rows: rows.len() as u64,
+            bytes: 1,
+            input_set: format!("{:016x}", fxhash(&set)),
+        });
+        self.rows.insert(key, rows);
         self.jobs.push(Job {
             id,
+            partition,
+            quarantined: bad
+                .into_iter()
+                .map(|key| QuarantinedFile {
+                    key,
+                    reason: "corrupt".to_string(),
+                })
+                .collect(),
             forget: base
                 .retired
                 .iter()
@@ -368,12 +418,8 @@ impl Sim {
                 .collect(),
             base,
             inputs,
-            output: CompactedFile {
-                key,
-                rows: rows.len() as u64,
-                bytes: 1,
-                input_set: format!("{:016x}", fxhash(&set)),
-            },
+            output,
+            uploaded: false,
             commit_by: None,
         });
     }
@@ -381,22 +427,24 @@ impl Sim {
     /// A job finishes sorting and uploads its output.
     async fn upload(&mut self) {
         let waiting: Vec<usize> = (0..self.jobs.len())
-            .filter(|i| self.jobs[*i].commit_by.is_none())
+            .filter(|i| !self.jobs[*i].uploaded)
             .collect();
         if waiting.is_empty() {
             return;
         }
         let i = waiting[self.below(waiting.len() as u64) as usize];
         let clock = self.clock();
-        let key = self.jobs[i].output.key.clone();
-        self.put(&key).await;
-        self.jobs[i].commit_by = Some(Expiry::after(&clock, GRACE / 2));
+        self.jobs[i].uploaded = true;
+        if let Some(output) = self.jobs[i].output.clone() {
+            self.put(&output.key).await;
+            self.jobs[i].commit_by = Some(Expiry::after(&clock, GRACE / 2));
+        }
     }
 
     /// Commits one waiting job, maybe losing the response of its write.
     async fn commit_job(&mut self, faults: bool) {
         let uploaded: Vec<usize> = (0..self.jobs.len())
-            .filter(|i| self.jobs[*i].commit_by.is_some())
+            .filter(|i| self.jobs[*i].uploaded)
             .collect();
         if uploaded.is_empty() {
             return;
@@ -422,19 +470,22 @@ impl Sim {
         let clock = self.clock();
         let request = CommitRequest {
             inputs: job.inputs.clone(),
-            output: Some(job.output.clone()),
-            quarantined: Vec::new(),
+            output: job.output.clone(),
+            quarantined: job.quarantined.clone(),
             forget: job.forget.clone(),
             ingested_bytes: 1,
             job_id: job.id.clone(),
             now_ms: clock.now_ms(),
             commit_by: job.commit_by.clone(),
         };
-        let outcome = commit(&store, &self.layout, &self.partition, &job.base, &request).await;
+        let outcome = commit(&store, &self.layout, &job.partition, &job.base, &request).await;
+        let Some(output) = &job.output else {
+            return;
+        };
         let delete_own = match outcome {
             Ok(CommitOutcome::Committed(_)) => false,
             Ok(CommitOutcome::AlreadyCommitted(m) | CommitOutcome::Conflict { current: m, .. }) => {
-                !m.references(&job.output.key)
+                !m.references(&output.key)
             }
             // Too old to commit: nothing of ours was committed.
             Err(ourios_compaction::Error::Deadline { .. }) => true,
@@ -444,46 +495,53 @@ impl Sim {
         if delete_own {
             self.store
                 .object_store()
-                .delete(&Path::parse(&job.output.key).expect("key"))
+                .delete(&Path::parse(&output.key).expect("key"))
                 .await
                 .expect("delete");
         }
     }
 
-    async fn gc(&mut self) {
+    async fn gc(&mut self, partition: &PartitionId) {
         let clock = self.clock();
-        collect_garbage_with(
-            &self.store,
-            &self.layout,
-            &self.partition,
-            GRACE,
-            false,
-            &clock,
-        )
-        .await
-        .expect("gc");
+        collect_garbage_with(&self.store, &self.layout, partition, GRACE, false, &clock)
+            .await
+            .expect("gc");
     }
 
-    /// Every ingested row is live exactly once, and every live key exists.
+    /// Every ingested row is live exactly once or sits in a quarantined file, every live or
+    /// quarantined key exists, and no quarantined file is live.
     async fn check(&self, step: usize) {
+        let replay = format!(
+            "replay with OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test simulation",
+            self.seed
+        );
         let present = self.sim.keys();
-        let manifest = load_latest(&self.store, &self.layout, &self.partition)
-            .await
-            .expect("manifest");
-        let dir = self.layout.ingest_dir(&self.partition);
-        let listing = self.store.list_sorted(&dir).await.expect("list");
-        let live = live_set(&dir, &listing, &manifest);
         let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
-        for key in live.keys() {
-            assert!(
-                present.contains(&key),
-                "seed {} step {step}: live object {key} was deleted; replay with \
-                 OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test simulation",
-                self.seed,
-                self.seed
-            );
-            for row in &self.rows[&key] {
-                *counts.entry(*row).or_default() += 1;
+        for partition in &self.partitions {
+            let manifest = load_latest(&self.store, &self.layout, partition)
+                .await
+                .expect("manifest");
+            let dir = self.layout.ingest_dir(partition);
+            let listing = self.store.list_sorted(&dir).await.expect("list");
+            let live = live_set(&dir, &listing, &manifest).keys();
+            let quarantined: Vec<String> =
+                manifest.quarantined.iter().map(|q| q.key.clone()).collect();
+            for key in live.iter().chain(&quarantined) {
+                assert!(
+                    present.contains(key),
+                    "seed {} step {step}: live or quarantined object {key} was deleted; {replay}",
+                    self.seed,
+                );
+                for row in &self.rows[key] {
+                    *counts.entry(*row).or_default() += 1;
+                }
+            }
+            for key in &quarantined {
+                assert!(
+                    self.corrupt.contains(key) && !live.contains(key),
+                    "seed {} step {step}: {key} is quarantined but good or live; {replay}",
+                    self.seed,
+                );
             }
         }
         let wrong: Vec<_> = self
@@ -495,10 +553,9 @@ impl Sim {
             .collect();
         assert!(
             wrong.is_empty(),
-            "seed {} step {step}: rows not live exactly once (row, times) {wrong:?}; replay with \
-             OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test simulation",
+            "seed {} step {step}: rows not live or quarantined exactly once (row, times) \
+             {wrong:?}; {replay}",
             self.seed,
-            self.seed
         );
     }
 
@@ -506,9 +563,15 @@ impl Sim {
         for step in 0..60 {
             match self.below(13) {
                 0..=2 => self.ingest().await,
-                3..=4 => self.start_job().await,
+                3..=4 => {
+                    let partition = self.pick_partition();
+                    self.start_job(partition).await;
+                }
                 5..=6 => self.commit_job(true).await,
-                7 => self.gc().await,
+                7 => {
+                    let partition = self.pick_partition();
+                    self.gc(&partition).await;
+                }
                 12 => self.upload().await,
                 // A crash: the job's uploaded output is left behind.
                 8 if !self.jobs.is_empty() => {
@@ -533,38 +596,53 @@ impl Sim {
             self.commit_job(false).await;
             self.check(1000).await;
         }
-        self.start_job().await;
-        self.upload().await;
-        self.commit_job(false).await;
-        self.check(1001).await;
+        for partition in self.partitions.clone() {
+            self.start_job(partition).await;
+            while !self.jobs.is_empty() {
+                self.upload().await;
+                self.commit_job(false).await;
+            }
+            self.check(1001).await;
+        }
         for _ in 0..2 {
             self.advance(GRACE_MS + 1);
-            self.gc().await;
+            for partition in self.partitions.clone() {
+                self.gc(&partition).await;
+            }
         }
         self.check(1002).await;
-        let manifest = load_latest(&self.store, &self.layout, &self.partition)
+        for partition in &self.partitions {
+            self.check_converged(partition).await;
+        }
+    }
+
+    /// One compacted file (when any good row landed) and no ingest file but the quarantined.
+    async fn check_converged(&self, partition: &PartitionId) {
+        let manifest = load_latest(&self.store, &self.layout, partition)
             .await
             .expect("manifest");
-        let compacted: Vec<String> = self
-            .sim
-            .keys()
-            .into_iter()
-            .filter(|k| k.starts_with("compacted/"))
+        let keys = self.sim.keys();
+        let compacted_dir = format!("{}/", self.layout.compacted_dir(partition));
+        let ingest_dir = format!("{}/", self.layout.ingest_dir(partition));
+        let compacted: Vec<&String> = keys
+            .iter()
+            .filter(|k| k.starts_with(&compacted_dir))
             .collect();
-        let ingest_left: Vec<String> = self
-            .sim
-            .keys()
-            .into_iter()
-            .filter(|k| k.starts_with("data/"))
-            .collect();
-        if self.ingested.is_empty() {
-            return;
-        }
-        assert_eq!(
-            (manifest.compacted.len(), compacted.len(), ingest_left.len()),
-            (1, 1, 0),
-            "seed {}: converges to one compacted file: {compacted:?} {ingest_left:?}; replay \
-             with OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test simulation",
+        let ingest_left: BTreeSet<&String> =
+            keys.iter().filter(|k| k.starts_with(&ingest_dir)).collect();
+        let quarantined: BTreeSet<&String> = manifest.quarantined.iter().map(|q| &q.key).collect();
+        let good_rows = self
+            .rows
+            .iter()
+            .any(|(k, r)| k.starts_with(&ingest_dir) && !self.corrupt.contains(k) && !r.is_empty());
+        let expected = usize::from(good_rows);
+        assert!(
+            manifest.compacted.len() == expected
+                && compacted.len() == expected
+                && ingest_left == quarantined,
+            "seed {}: {partition} converges to {expected} compacted file(s) beside its quarantined \
+             ones: {compacted:?} {ingest_left:?} {quarantined:?}; replay with OURIOS_SIM_SEED={} \
+             cargo test --release -p ourios-compaction --test simulation",
             self.seed,
             self.seed
         );

@@ -82,6 +82,22 @@ pub fn cli_bin() -> std::path::PathBuf {
     path
 }
 
+/// Runs the CLI, expects success, and parses its JSON output.
+pub fn cli_json(args: &[&str]) -> serde_json::Value {
+    let output = std::process::Command::new(cli_bin())
+        .args(args)
+        .output()
+        .expect("the CLI starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "ourios-compact {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("ourios-compact {args:?} printed no JSON ({e}): {stdout}"))
+}
+
 /// The partition most tests use.
 pub fn test_partition() -> PartitionId {
     PartitionId::parse("acme", "2026-11-29T10").expect("a valid partition")

@@ -4,7 +4,6 @@
 //! while leaving uncompacted partitions alone.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
@@ -14,24 +13,8 @@ use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::put_bytes;
 use ourios_integration_tests::{
-    all_keys, assert_exactly_once, cli_bin, land_files, live_tags, s3_url,
+    all_keys, assert_exactly_once, cli_json, land_files, live_tags, s3_url,
 };
-
-/// Runs the CLI, expects success, and parses its JSON output.
-fn cli_json(args: &[&str]) -> serde_json::Value {
-    let output = Command::new(cli_bin())
-        .args(args)
-        .output()
-        .expect("the CLI starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "ourios-compact {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("ourios-compact {args:?} printed no JSON ({e}): {stdout}"))
-}
 
 fn partition_args<'a>(url: &'a str, tenant: &'a str, hour: &'a str) -> Vec<&'a str> {
     vec!["--store", url, "--tenant", tenant, "--hour", hour]

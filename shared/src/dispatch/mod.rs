@@ -188,13 +188,8 @@ pub async fn find_tenants(
         return Ok(unique.into_iter().collect());
     }
     let root = Path::from(layout.ingest_prefix());
-    let listing = store
-        .object_store()
-        .list_with_delimiter(Some(&root))
-        .await
-        .map_err(|e| Error::store("list", &root, e))?;
-    let mut tenants: Vec<String> = listing
-        .common_prefixes
+    let dirs = store.list_dirs(&root).await?;
+    let mut tenants: Vec<String> = dirs
         .iter()
         .filter_map(|p| p.filename()?.strip_prefix("tenant=").map(str::to_string))
         .filter(|t| {

@@ -744,3 +744,50 @@ async fn a_backfill_goes_past_a_failing_partition_and_stops_before_its_deadline(
         Some("tenant=acme/year=2026/month=11/day=29/hour=09")
     );
 }
+
+#[test]
+fn attempt_outputs_belong_to_their_job_only() {
+    use super::worker::is_attempt_output;
+    let dir = "compacted/tenant=acme/year=2026/month=11/day=29/hour=10";
+    let job = "00c0ffee00c0ffee";
+    assert!(is_attempt_output(
+        &format!("{dir}/part-0a1b-{job}-1234abcd.parquet"),
+        job
+    ));
+    for other in [
+        format!("{dir}/part-0a1b-{job}0-1234abcd.parquet"),
+        format!("{dir}/part-0a1b-1{job}-1234abcd.parquet"),
+        format!("{dir}/part-0a1b-{job}.parquet"),
+        format!("{dir}/part-0a1b-direct-{job}-1.parquet"),
+        format!("{dir}/{job}-1234abcd.parquet"),
+    ] {
+        assert!(!is_attempt_output(&other, job), "{other}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatched_job_names_its_attempt_after_the_job() {
+    let store = memory();
+    let layout = Layout::default();
+    let p = partition();
+    land(&store, &p, "a.parquet", 0, 10).await;
+    let outcome = dispatch_closed(&store, &p).await;
+    let job = outcome.job_id.unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let done = run_compaction_job(
+        &store,
+        &layout,
+        &p,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.report.status, Status::Compacted);
+    assert_eq!(
+        done.aborted_uploads, 0,
+        "a memory store has no listable uploads"
+    );
+    let key = done.report.output.unwrap().key;
+    assert!(super::worker::is_attempt_output(&key, &job), "{key}");
+}

@@ -41,6 +41,8 @@ pub struct JobOutcome {
     pub dispatch_job_id: Option<String>,
     /// What became of the job record.
     pub record: RecordAction,
+    /// Incomplete multipart uploads of earlier attempts of the same job that were aborted.
+    pub aborted_uploads: usize,
 }
 
 /// The dispatch job id of a partition's job record, if one exists and is readable.
@@ -67,6 +69,15 @@ pub async fn run_compaction_job(
         .as_ref()
         .and_then(|s| s.record.as_ref())
         .map(|r| r.job_id.clone());
+    let mut options = options.clone();
+    let mut aborted_uploads = 0;
+    if let Some(job) = &dispatch_job_id
+        && options.job_id.is_none()
+    {
+        options.job_id = Some(attempt_id(job));
+        aborted_uploads = abort_earlier_attempts(store, layout, partition, job).await;
+    }
+    let options = &options;
     let mut report = compact_partition(store, layout, partition, options).await?;
     let finished = report.status.is_success() || report.status == Status::Conflict;
     let record = if !finished {
@@ -105,5 +116,45 @@ pub async fn run_compaction_job(
         report,
         dispatch_job_id,
         record,
+        aborted_uploads,
     })
+}
+
+/// The id of one attempt of a dispatched job: the job id and a random suffix. Each attempt
+/// names its output apart (`part-<input-set hash>-<job>-<attempt>.parquet`), and a later
+/// attempt of the job recognises the uploads an earlier one left.
+fn attempt_id(job_id: &str) -> String {
+    format!("{job_id}-{:08x}", rand::random::<u32>())
+}
+
+/// True when `key` is the output of an attempt of the dispatched job `job_id`.
+pub fn is_attempt_output(key: &str, job_id: &str) -> bool {
+    key.rsplit('/')
+        .next()
+        .and_then(|name| name.strip_prefix("part-"))
+        .and_then(|name| name.split_once('-'))
+        .and_then(|(_, attempt)| attempt.strip_prefix(job_id))
+        .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Aborts the incomplete multipart uploads an earlier, killed attempt of the same job left
+/// under the partition's compacted directory (DESIGN §5 invariant 4); uploads of other jobs,
+/// which may be live, are left alone. A failure is logged: it never stops the job.
+async fn abort_earlier_attempts(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    job_id: &str,
+) -> usize {
+    let prefix = format!("{}/part-", layout.compacted_dir(partition));
+    match store
+        .abort_own_uploads(&prefix, |key| is_attempt_output(key, job_id))
+        .await
+    {
+        Ok(aborted) => aborted,
+        Err(e) => {
+            tracing::warn!(partition = %partition, error = %e, "could not abort the uploads of earlier attempts");
+            0
+        }
+    }
 }

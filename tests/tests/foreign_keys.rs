@@ -1,0 +1,120 @@
+//! Keys object_store cannot represent (an empty `//` segment, a `.` segment, a control
+//! character) beside real partitions on the S3 test server: they are reported and skipped,
+//! never read, retired or deleted, and no partition or tenant stops because of them (`files`,
+//! `compact`, `query`, `gc` through the CLI; the planner's sweep through its entry point).
+//! DESIGN §5 invariant 8.
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use chrono::TimeZone;
+use ourios_compaction::dispatch::sweep;
+use ourios_compaction::manifest::partition_files;
+use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::plan::ReadinessConfig;
+use ourios_compaction::store::Store;
+use ourios_integration_tests::{assert_exactly_once, cli_json, land_files, live_tags, s3_url};
+
+const HOUR: &str = "2026-11-29T10";
+
+/// Keys object_store cannot address, inside a partition and beside the tenants.
+fn foreign_keys(layout: &Layout, partition: &PartitionId) -> Vec<String> {
+    let dir = layout.ingest_dir(partition);
+    vec![
+        format!("{dir}//empty-segment.parquet"),
+        format!("{dir}/./dot-segment.parquet"),
+        format!("{dir}/control\u{1}char.parquet"),
+        format!("{}//stray.parquet", layout.ingest_prefix()),
+        format!("{}/./tenant=ghost/x.parquet", layout.ingest_prefix()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
+    let url = s3_url("foreign");
+    let store = Store::open(&url).expect("store");
+    let layout = Layout::default();
+    let acme = PartitionId::parse("acme", HOUR).expect("partition");
+    let beta = PartitionId::parse("beta", HOUR).expect("partition");
+    let acme_tags = land_files(&store, &layout, &acme, 2, 500).await;
+    let beta_tags = land_files(&store, &layout, &beta, 2, 500).await;
+    let raw = store.raw_s3().expect("the S3 test store has raw S3 access");
+    let foreign = foreign_keys(&layout, &acme);
+    for key in &foreign {
+        raw.put_raw(key, Bytes::from_static(b"not addressable"))
+            .await
+            .expect("a foreign key lands");
+    }
+
+    // The live set: the real files, the foreign ones skipped.
+    let files = partition_files(&store, &layout, &acme)
+        .await
+        .expect("a partition with foreign keys lists");
+    assert_eq!(files.live.len(), 2, "{:?}", files.live);
+
+    // The planner's sweep plans both tenants.
+    let now = chrono::Utc
+        .with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
+        .single()
+        .expect("a valid instant");
+    let outcomes = sweep(&store, &layout, now, &ReadinessConfig::default())
+        .await
+        .expect("the sweep lists tenants past a foreign key");
+    let dispatched: BTreeSet<(String, String)> = outcomes
+        .iter()
+        .filter(|o| o.decision == "dispatched")
+        .map(|o| (o.tenant.clone(), o.hour.clone()))
+        .collect();
+    assert!(
+        outcomes.iter().all(|o| o.decision != "failed"),
+        "{outcomes:?}"
+    );
+    for tenant in ["acme", "beta"] {
+        assert!(
+            dispatched.contains(&(tenant.to_string(), HOUR.to_string())),
+            "{tenant} not dispatched: {outcomes:?}"
+        );
+    }
+
+    // The CLI: files, compact, query and gc of every partition go on.
+    for (partition, tags) in [(&acme, &acme_tags), (&beta, &beta_tags)] {
+        let tenant = partition.tenant();
+        let base = ["--store", url.as_str(), "--tenant", tenant, "--hour", HOUR];
+        let files = cli_json(&[&["files"], &base[..], &["--json"]].concat());
+        assert_eq!(files["live"].as_array().map(Vec::len), Some(2), "{files}");
+        let report = cli_json(&[&["compact"], &base[..], &["--json"]].concat());
+        assert_eq!(report["status"], "compacted", "{report}");
+        assert_eq!(report["inputs"]["rows"], 1000, "{report}");
+        let queried = cli_json(&[
+            "query",
+            "--store",
+            &url,
+            "--tenant",
+            tenant,
+            "--from",
+            "2026-11-29T10:00:00Z",
+            "--to",
+            "2026-11-29T11:00:00Z",
+            "--json",
+        ]);
+        assert_eq!(queried["stats"]["rows_matched"], 1000, "{queried}");
+        let live = live_tags(&store, &layout, partition).await;
+        assert_exactly_once(&live, tags, tenant);
+    }
+    let gc = cli_json(&["gc", "--store", &url, "--grace", "0s", "--json"]);
+    assert_eq!(gc["partitions"].as_array().map(Vec::len), Some(2), "{gc}");
+    assert_eq!(gc["deleted"], 4, "the four retired inputs: {gc}");
+
+    // The foreign keys are still there: never read, retired or deleted.
+    let remaining = raw
+        .list(&object_store::path::Path::from(""), false)
+        .await
+        .expect("a raw listing");
+    let skipped: BTreeSet<&str> = remaining.skipped.iter().map(String::as_str).collect();
+    for key in &foreign {
+        assert!(
+            skipped.contains(key.as_str()),
+            "{key:?} is gone: {skipped:?}"
+        );
+    }
+}
