@@ -1,0 +1,310 @@
+//! The gate: every store operation of a task parks here until the scheduler lets it
+//! proceed, or injects a fault in its place.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, UploadPart,
+};
+use tokio::sync::oneshot;
+
+use crate::store::{ObjResult, VirtualStore};
+
+/// How long a task may run without reaching the store before the simulation reports a hang.
+const HANG: Duration = Duration::from_secs(300);
+
+/// What the scheduler lets a parked operation do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Proceed,
+    /// A 5xx: not applied, an error returned.
+    Unavailable,
+    /// Applied, but the response is lost: an error returned.
+    LostResponse,
+    /// The task dies before the operation; nothing of it or after it takes effect.
+    CrashBefore,
+    /// The task dies right after the operation took effect.
+    CrashAfter,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct TaskState {
+    /// The parked operation and the channel that releases it.
+    pub(crate) parked: Option<(String, oneshot::Sender<Verdict>)>,
+    pub(crate) ops_in_progress: usize,
+    pub(crate) open_uploads: usize,
+    pub(crate) done: bool,
+    pub(crate) crashed: bool,
+}
+
+impl TaskState {
+    /// Parked at the gate, or finished with nothing left in flight.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.parked.is_some() || (self.done && self.ops_in_progress == 0 && self.open_uploads == 0)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Gate {
+    pub(crate) tasks: Mutex<BTreeMap<u64, TaskState>>,
+    pub(crate) changed: Condvar,
+}
+
+impl Gate {
+    pub(crate) fn update(&self, task: u64, change: impl FnOnce(&mut TaskState)) {
+        let mut tasks = self.tasks.lock().expect("lock");
+        change(tasks.get_mut(&task).expect("a registered task"));
+        self.changed.notify_all();
+    }
+
+    pub(crate) async fn arrive(&self, task: u64, what: &str) -> Verdict {
+        let rx = {
+            let mut tasks = self.tasks.lock().expect("lock");
+            let state = tasks.get_mut(&task).expect("a registered task");
+            if state.crashed {
+                return Verdict::CrashBefore;
+            }
+            let (tx, rx) = oneshot::channel();
+            state.parked = Some((what.to_string(), tx));
+            self.changed.notify_all();
+            rx
+        };
+        rx.await.unwrap_or(Verdict::CrashBefore)
+    }
+
+    /// Waits until every task is settled; returns the parked tasks and their operations.
+    pub(crate) fn settle(&self) -> Vec<(u64, String)> {
+        let mut tasks = self.tasks.lock().expect("lock");
+        loop {
+            if tasks.values().all(TaskState::is_settled) {
+                return tasks
+                    .iter()
+                    .filter_map(|(id, t)| t.parked.as_ref().map(|(op, _)| (*id, op.clone())))
+                    .collect();
+            }
+            let (guard, wait) = self.changed.wait_timeout(tasks, HANG).expect("lock");
+            tasks = guard;
+            assert!(
+                !wait.timed_out() || tasks.values().all(TaskState::is_settled),
+                "a task neither reached the store nor finished in {HANG:?}"
+            );
+        }
+    }
+
+    pub(crate) fn release(&self, task: u64, verdict: Verdict) {
+        self.update(task, |state| {
+            if matches!(verdict, Verdict::CrashBefore | Verdict::CrashAfter) {
+                state.crashed = true;
+            }
+            let (_, tx) = state.parked.take().expect("a parked operation");
+            let _ = tx.send(verdict);
+        });
+    }
+}
+
+/// Counts an operation in progress until dropped.
+pub(crate) struct InProgress {
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) task: u64,
+}
+
+impl InProgress {
+    pub(crate) fn new(gate: &Arc<Gate>, task: u64) -> Self {
+        gate.update(task, |s| s.ops_in_progress += 1);
+        Self {
+            gate: Arc::clone(gate),
+            task,
+        }
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.gate.update(self.task, |s| s.ops_in_progress -= 1);
+    }
+}
+
+/// One task's way through the gate: its id and the lock that lets one of its operations
+/// through at a time (so the order of its concurrent operations is the order they queued).
+#[derive(Debug, Clone)]
+pub(crate) struct Turn {
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) task: u64,
+    pub(crate) serial: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Turn {
+    pub(crate) async fn run<T>(
+        &self,
+        what: String,
+        op: impl std::future::Future<Output = ObjResult<T>>,
+    ) -> ObjResult<T> {
+        let _counted = InProgress::new(&self.gate, self.task);
+        let _turn = self.serial.lock().await;
+        let injected = |kind: &str| object_store::Error::Generic {
+            store: "GateStore",
+            source: format!("injected {kind} at {what}").into(),
+        };
+        match self.gate.arrive(self.task, &what).await {
+            Verdict::Proceed => op.await,
+            Verdict::Unavailable => Err(injected("503")),
+            Verdict::CrashBefore => Err(injected("crash")),
+            Verdict::LostResponse | Verdict::CrashAfter => {
+                op.await?;
+                Err(injected("lost response"))
+            }
+        }
+    }
+}
+
+/// A task's view of the store: every operation waits its turn at the gate.
+#[derive(Debug)]
+pub(crate) struct GateStore {
+    pub(crate) inner: Arc<VirtualStore>,
+    pub(crate) turn: Turn,
+}
+
+impl std::fmt::Display for GateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GateStore(task {})", self.turn.task)
+    }
+}
+
+/// A multipart upload whose part, completion and abort each wait at the gate.
+#[derive(Debug)]
+pub(crate) struct GateUpload {
+    pub(crate) inner: Box<dyn MultipartUpload>,
+    pub(crate) turn: Turn,
+    pub(crate) key: String,
+}
+
+impl Drop for GateUpload {
+    fn drop(&mut self) {
+        self.turn
+            .gate
+            .update(self.turn.task, |s| s.open_uploads -= 1);
+    }
+}
+
+#[async_trait::async_trait]
+impl MultipartUpload for GateUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        let part = self.inner.put_part(data);
+        let (turn, what) = (self.turn.clone(), format!("put_part {}", self.key));
+        Box::pin(async move { turn.run(what, part).await })
+    }
+
+    async fn complete(&mut self) -> ObjResult<PutResult> {
+        let what = format!("complete {}", self.key);
+        self.turn.run(what, self.inner.complete()).await
+    }
+
+    async fn abort(&mut self) -> ObjResult<()> {
+        let what = format!("abort {}", self.key);
+        self.turn.run(what, self.inner.abort()).await
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for GateStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> ObjResult<PutResult> {
+        let what = format!("put({:?}) {location}", opts.mode);
+        self.turn
+            .run(what, self.inner.put_opts(location, payload, opts))
+            .await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> ObjResult<Box<dyn MultipartUpload>> {
+        let what = format!("put_multipart {location}");
+        let inner = self
+            .turn
+            .run(what, self.inner.put_multipart_opts(location, opts))
+            .await?;
+        let turn = self.turn.clone();
+        turn.gate.update(turn.task, |s| s.open_uploads += 1);
+        Ok(Box::new(GateUpload {
+            inner,
+            turn,
+            key: location.to_string(),
+        }))
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> ObjResult<GetResult> {
+        let what = format!("get(head {}) {location}", options.head);
+        self.turn
+            .run(what, self.inner.get_opts(location, options))
+            .await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, ObjResult<Path>>,
+    ) -> BoxStream<'static, ObjResult<Path>> {
+        let (inner, turn) = (Arc::clone(&self.inner), self.turn.clone());
+        locations
+            .then(move |location| {
+                let (inner, turn) = (Arc::clone(&inner), turn.clone());
+                async move {
+                    let location = location?;
+                    let what = format!("delete {location}");
+                    let one = futures::stream::once(futures::future::ready(Ok(location)));
+                    let deleted = async move {
+                        let mut results = inner.delete_stream(one.boxed());
+                        results.next().await.expect("one result")
+                    };
+                    turn.run(what, deleted).await
+                }
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, ObjResult<ObjectMeta>> {
+        let (inner, turn) = (Arc::clone(&self.inner), self.turn.clone());
+        let prefix = prefix.cloned();
+        futures::stream::once(async move {
+            let what = format!("list {}", prefix.as_ref().map_or("", |p| p.as_ref()));
+            let listing = inner.list(prefix.as_ref()).try_collect::<Vec<_>>();
+            turn.run(what, listing).await
+        })
+        .map(|listed| match listed {
+            Ok(metas) => futures::stream::iter(metas.into_iter().map(Ok)).boxed(),
+            Err(e) => futures::stream::once(futures::future::ready(Err(e))).boxed(),
+        })
+        .flatten()
+        .boxed()
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> ObjResult<ListResult> {
+        let what = format!("list_dirs {}", prefix.map_or("", |p| p.as_ref()));
+        self.turn
+            .run(what, self.inner.list_with_delimiter(prefix))
+            .await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: object_store::CopyOptions,
+    ) -> ObjResult<()> {
+        let what = format!("copy {from} {to}");
+        self.turn
+            .run(what, self.inner.copy_opts(from, to, options))
+            .await
+    }
+}
