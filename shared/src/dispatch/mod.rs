@@ -5,6 +5,7 @@
 //! writes. The decision itself is [`crate::plan::plan_partition`], pure; this module reads
 //! its inputs and carries it out.
 
+pub mod compactor;
 pub mod invocation;
 pub mod job;
 pub mod worker;
