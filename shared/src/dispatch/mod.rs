@@ -464,4 +464,6 @@ pub async fn backfill_until(
 }
 
 #[cfg(test)]
+mod order_properties;
+#[cfg(test)]
 mod tests;

@@ -86,7 +86,8 @@ async fn all_keys(store: &Store) -> Vec<String> {
     listed.into_iter().map(|m| m.location.to_string()).collect()
 }
 
-fn s3_event(keys: &[String]) -> serde_json::Value {
+/// An S3 notification of object creations of `keys`, `=` percent-encoded as S3 sends it.
+pub(super) fn s3_event(keys: &[String]) -> serde_json::Value {
     let records: Vec<_> = keys
         .iter()
         .map(|k| {
