@@ -23,6 +23,18 @@ pub enum Status {
 }
 
 impl Status {
+    /// The name the reports use (`compacted`, `noop`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Compacted => "compacted",
+            Status::Noop => "noop",
+            Status::Partial => "partial",
+            Status::Conflict => "conflict",
+            Status::Timeout => "timeout",
+            Status::Failed => "failed",
+        }
+    }
+
     /// True for the outcomes a caller treats as success (exit code 0).
     pub fn is_success(self) -> bool {
         matches!(self, Status::Compacted | Status::Noop | Status::Partial)

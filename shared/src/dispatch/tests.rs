@@ -792,3 +792,24 @@ async fn a_dispatched_job_names_its_attempt_after_the_job() {
     let key = done.report.output.unwrap().key;
     assert!(super::worker::is_attempt_output(&key, &job), "{key}");
 }
+
+#[test]
+fn outcome_decisions_are_written_by_their_names() {
+    use OutcomeDecision::*;
+    let cases = [
+        (Dispatched, "dispatched"),
+        (WouldDispatch, "would_dispatch"),
+        (JobActive, "job_active"),
+        (NotReady, "not_ready"),
+        (NothingToCompact, "nothing_to_compact"),
+        (Failed, "failed"),
+        (WouldCompact, "would_compact"),
+        (Compaction(Status::Noop), "noop"),
+        (Compaction(Status::Timeout), "timeout"),
+    ];
+    for (decision, name) in cases {
+        assert_eq!(serde_json::to_value(decision).unwrap(), json!(name));
+        // The CLI's table pads the text form.
+        assert_eq!(format!("{decision:<16}|"), format!("{name:<16}|"));
+    }
+}
