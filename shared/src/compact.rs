@@ -108,6 +108,7 @@ pub async fn compact_partition(
         }
     }
     report.peak_decoded_bytes = gauge.peak();
+    report.decoded_bytes_at_end = gauge.current();
     report.peak_rss_bytes = peak_rss_bytes();
     report.duration_ms = started.elapsed().as_millis() as u64;
     report.cpu_ms = process_cpu_time().saturating_sub(cpu_started).as_millis() as u64;

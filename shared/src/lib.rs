@@ -93,9 +93,10 @@
 //! | [`prune`] | row-group pruning from footer statistics |
 //! | [`events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
 //! | [`plan`] | readiness and dispatch decisions (pure) |
-//! | [`dispatch`] | job records, the planner's entry point, sweep, backfill, the compactor's job |
+//! | [`dispatch`] | job records, the planner's and the compactor's entry points, sweep, backfill |
 //! | [`settings`] | the functions' settings from named variables |
 //! | [`metrics`] | CloudWatch embedded-metric-format lines |
+//! | `logging` | the tracing subscriber the binaries install (feature `logging`) |
 //! | [`query`] | the window query with pruning statistics |
 //! | [`scan`] | the full scan of some columns of a partition |
 //! | [`counting`] | a store wrapper counting read requests |
@@ -127,6 +128,8 @@ pub mod generate;
 pub mod input;
 pub mod inspect;
 pub mod key;
+#[cfg(feature = "logging")]
+pub mod logging;
 pub mod manifest;
 pub mod memory;
 pub mod merge;

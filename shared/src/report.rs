@@ -23,6 +23,18 @@ pub enum Status {
 }
 
 impl Status {
+    /// The name the reports use (`compacted`, `noop`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Compacted => "compacted",
+            Status::Noop => "noop",
+            Status::Partial => "partial",
+            Status::Conflict => "conflict",
+            Status::Timeout => "timeout",
+            Status::Failed => "failed",
+        }
+    }
+
     /// True for the outcomes a caller treats as success (exit code 0).
     pub fn is_success(self) -> bool {
         matches!(self, Status::Compacted | Status::Noop | Status::Partial)
@@ -85,6 +97,10 @@ pub struct CompactionReport {
     pub spill_bytes: u64,
     /// Most decoded bytes held at once.
     pub peak_decoded_bytes: u64,
+    /// Decoded bytes still charged to the budget when the job ended: 0 unless a reservation
+    /// leaked (not serialized; tests check it).
+    #[serde(skip)]
+    pub decoded_bytes_at_end: u64,
     /// Peak resident memory of the process.
     pub peak_rss_bytes: u64,
     /// Wall time of the job.
@@ -126,6 +142,7 @@ impl CompactionReport {
             merge_passes: 0,
             spill_bytes: 0,
             peak_decoded_bytes: 0,
+            decoded_bytes_at_end: 0,
             peak_rss_bytes: 0,
             duration_ms: 0,
             cpu_ms: 0,

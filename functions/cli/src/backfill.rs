@@ -10,7 +10,8 @@ use ourios_compaction::Result;
 use ourios_compaction::config::CompactOptions;
 use ourios_compaction::dispatch::worker::run_compaction_job;
 use ourios_compaction::dispatch::{
-    BackfillReport, PartitionOutcome, backfill, backfill_partitions, partition_facts,
+    BackfillReport, OutcomeDecision, PartitionOutcome, backfill, backfill_partitions,
+    partition_facts,
 };
 use ourios_compaction::events::BackfillRequest;
 use ourios_compaction::partition::Layout;
@@ -110,7 +111,7 @@ async fn run_locally(
             let mut outcome = PartitionOutcome {
                 tenant: partition.tenant().to_string(),
                 hour: partition.hour_label(),
-                decision: "would_compact".to_string(),
+                decision: OutcomeDecision::WouldCompact,
                 reason: format!(
                     "{} uncompacted file(s), {} bytes",
                     facts.num_uncompacted_files, facts.uncompacted_bytes
@@ -129,10 +130,7 @@ async fn run_locally(
                 )
                 .await?
                 .report;
-                outcome.decision = serde_json::to_value(compaction.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default();
+                outcome.decision = OutcomeDecision::Compaction(compaction.status);
                 outcome.job_id = Some(compaction.job_id.clone());
                 compactions.push(compaction);
             }

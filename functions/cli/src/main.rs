@@ -8,15 +8,17 @@ mod latency;
 mod ranges;
 mod table;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use ourios_compaction::logging::{LogStyle, init_tracing};
 
 fn main() -> ExitCode {
     ourios_compaction::memory::tune_allocator();
     let cli = args::Cli::parse();
-    init_tracing(cli.log_json);
+    init_tracing(LogStyle::Cli { json: cli.log_json }, &|name| {
+        std::env::var(name).ok()
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -34,21 +36,5 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OURIOS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org).
-    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

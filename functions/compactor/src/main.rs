@@ -8,6 +8,7 @@ mod tests;
 use std::time::Instant;
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
+use ourios_compaction::logging::{LogStyle, init_tracing};
 use ourios_compaction::settings::{CompactorSettings, FunctionSettings};
 use ourios_compaction::store::Store;
 use serde_json::Value;
@@ -17,8 +18,8 @@ use crate::handler::Compactor;
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     ourios_compaction::memory::tune_allocator();
-    init_tracing();
     let lookup = |name: &str| std::env::var(name).ok();
+    init_tracing(LogStyle::Function, &lookup);
     let settings = FunctionSettings::from_lookup(&lookup)?;
     let compactor = Compactor {
         store: Store::open(&settings.store_url)?,
@@ -50,17 +51,4 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         })
     }))
     .await
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OURIOS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_current_span(true)
-        .with_span_list(true)
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .without_time()
-        .init();
 }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
 use chrono::{DateTime, Utc};
+use ourios_compaction::dispatch::OutcomeDecision;
 use ourios_compaction::dispatch::invocation::{Handled, Planner, PlannerAnswer};
 use ourios_compaction::error::{ErrorKind, InvocationError};
 use ourios_compaction::events::{HttpRequest, Invocation, parse_invocation};
@@ -150,7 +151,7 @@ async fn handle_invocation(
             let partitions: Vec<_> = report
                 .partitions
                 .into_iter()
-                .filter(|p| p.decision != "nothing_to_compact")
+                .filter(|p| p.decision != OutcomeDecision::NothingToCompact)
                 .collect();
             Ok(json!({
                 "partitions": partitions,

@@ -9,14 +9,16 @@ use std::time::Instant;
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::dispatch::invocation::Planner;
+use ourios_compaction::logging::{LogStyle, init_tracing};
 use ourios_compaction::settings::{FunctionSettings, deadline_instant};
 use ourios_compaction::store::Store;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    init_tracing();
-    let settings = FunctionSettings::from_lookup(&|name| std::env::var(name).ok())?;
+    let lookup = |name: &str| std::env::var(name).ok();
+    init_tracing(LogStyle::Function, &lookup);
+    let settings = FunctionSettings::from_lookup(&lookup)?;
     let planner = Planner {
         store: Store::open(&settings.store_url)?,
         layout: settings.layout,
@@ -36,17 +38,4 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             })
     }))
     .await
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OURIOS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_current_span(true)
-        .with_span_list(false)
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .without_time()
-        .init();
 }

@@ -5,6 +5,7 @@
 //! writes. The decision itself is [`crate::plan::plan_partition`], pure; this module reads
 //! its inputs and carries it out.
 
+pub mod compactor;
 pub mod invocation;
 pub mod job;
 pub mod worker;
@@ -25,12 +26,73 @@ use crate::plan::{
     Decision, JobState, NotReady, PartitionFacts, ReadinessConfig, plan_partition, readiness,
     sweep_window,
 };
+use crate::report::Status;
 use crate::store::Store;
 
 pub use job::{JobRecord, WriteOutcome};
 
 /// Most partitions one backfill request may cover (tenants × hours).
 pub const MAX_BACKFILL_PARTITIONS: usize = 100_000;
+
+/// What was done with one partition, as the planner (or a local backfill) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeDecision {
+    /// A job record was written.
+    Dispatched,
+    /// A job record would be written (dry run).
+    WouldDispatch,
+    /// A job is already scheduled or running.
+    JobActive,
+    /// The hour is open and below the pressure thresholds.
+    NotReady,
+    /// No uncompacted files.
+    NothingToCompact,
+    /// Planning failed (the error in the reason).
+    Failed,
+    /// A local backfill would compact it (dry run).
+    WouldCompact,
+    /// A local backfill compacted it, with this outcome.
+    #[serde(untagged)]
+    Compaction(Status),
+}
+
+impl OutcomeDecision {
+    /// The name written in the JSON (`dispatched`, `job_active`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Dispatched => "dispatched",
+            Self::WouldDispatch => "would_dispatch",
+            Self::JobActive => "job_active",
+            Self::NotReady => "not_ready",
+            Self::NothingToCompact => "nothing_to_compact",
+            Self::Failed => "failed",
+            Self::WouldCompact => "would_compact",
+            Self::Compaction(status) => status.as_str(),
+        }
+    }
+
+    /// The outcome of a planned [`Decision`] that writes nothing.
+    fn of_skip(not_ready: &NotReady) -> Self {
+        match not_ready {
+            NotReady::NothingToCompact => Self::NothingToCompact,
+            NotReady::HourOpen { .. } => Self::NotReady,
+            NotReady::JobActive { .. } => Self::JobActive,
+        }
+    }
+}
+
+impl std::fmt::Display for OutcomeDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for OutcomeDecision {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
 
 /// What happened to one partition, as the planner reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -39,9 +101,8 @@ pub struct PartitionOutcome {
     pub tenant: String,
     /// Hour, `YYYY-MM-DDTHH`.
     pub hour: String,
-    /// `dispatched`, `would_dispatch` (dry run), `job_active`, `not_ready`,
-    /// `nothing_to_compact`, or `failed` (the error in `reason`).
-    pub decision: String,
+    /// What was done.
+    pub decision: OutcomeDecision,
     /// Why, in words.
     pub reason: String,
     /// The job id when a job record was written.
@@ -53,11 +114,12 @@ pub struct PartitionOutcome {
 }
 
 impl PartitionOutcome {
-    fn new(partition: &PartitionId, decision: &str, reason: String) -> Self {
+    /// An outcome of `decision` for `partition`, without a job id or an error kind.
+    pub fn new(partition: &PartitionId, decision: OutcomeDecision, reason: String) -> Self {
         Self {
             tenant: partition.tenant().to_string(),
             hour: partition.hour_label(),
-            decision: decision.to_string(),
+            decision,
             reason,
             job_id: None,
             error_kind: None,
@@ -69,13 +131,16 @@ impl PartitionOutcome {
         tracing::error!(partition = %partition, error = %error, kind = error.kind().name(), "partition not planned");
         Self {
             error_kind: Some(error.kind()),
-            ..Self::new(partition, "failed", error.to_string())
+            ..Self::new(partition, OutcomeDecision::Failed, error.to_string())
         }
     }
 
     /// True when a job record was written (or would be, in a dry run).
     pub fn is_dispatched(&self) -> bool {
-        self.decision == "dispatched" || self.decision == "would_dispatch"
+        matches!(
+            self.decision,
+            OutcomeDecision::Dispatched | OutcomeDecision::WouldDispatch
+        )
     }
 }
 
@@ -144,10 +209,14 @@ pub async fn dispatch_partition(
     let reason = decision.to_string();
     let record = JobRecord::new(partition, &reason, now);
     let written = match (&decision, mode.dry_run) {
-        (Decision::Skip(_), _) => {
-            return Ok(PartitionOutcome::new(partition, decision.label(), reason));
+        (Decision::Skip(not_ready), _) => {
+            let decision = OutcomeDecision::of_skip(not_ready);
+            return Ok(PartitionOutcome::new(partition, decision, reason));
         }
-        (_, true) => return Ok(PartitionOutcome::new(partition, "would_dispatch", reason)),
+        (_, true) => {
+            let decision = OutcomeDecision::WouldDispatch;
+            return Ok(PartitionOutcome::new(partition, decision, reason));
+        }
         (Decision::Dispatch(_), false) => job::create_job(store, &record, partition).await?,
         (Decision::ReplaceStale { .. }, false) => {
             let Some(stored) = &stored else {
@@ -163,12 +232,12 @@ pub async fn dispatch_partition(
             tracing::info!(partition = %partition, job_id = %record.job_id, reason = %reason, "dispatched a compaction");
             PartitionOutcome {
                 job_id: Some(record.job_id),
-                ..PartitionOutcome::new(partition, "dispatched", reason)
+                ..PartitionOutcome::new(partition, OutcomeDecision::Dispatched, reason)
             }
         }
         WriteOutcome::Lost => PartitionOutcome::new(
             partition,
-            "job_active",
+            OutcomeDecision::JobActive,
             "another planner dispatched this partition first".to_string(),
         ),
     })
@@ -450,8 +519,8 @@ pub async fn backfill_until(
                 PartitionOutcome::failed(partition, &e)
             }
         };
-        if outcome.decision != "nothing_to_compact" {
-            if outcome.decision == "dispatched" && !pacing.min_interval.is_zero() {
+        if outcome.decision != OutcomeDecision::NothingToCompact {
+            if outcome.decision == OutcomeDecision::Dispatched && !pacing.min_interval.is_zero() {
                 tokio::time::sleep(pacing.min_interval).await;
             }
             report.scheduled += usize::from(outcome.is_dispatched());
@@ -462,5 +531,7 @@ pub async fn backfill_until(
     Ok(report)
 }
 
+#[cfg(test)]
+mod order_properties;
 #[cfg(test)]
 mod tests;

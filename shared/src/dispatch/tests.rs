@@ -86,7 +86,8 @@ async fn all_keys(store: &Store) -> Vec<String> {
     listed.into_iter().map(|m| m.location.to_string()).collect()
 }
 
-fn s3_event(keys: &[String]) -> serde_json::Value {
+/// An S3 notification of object creations of `keys`, `=` percent-encoded as S3 sends it.
+pub(super) fn s3_event(keys: &[String]) -> serde_json::Value {
     let records: Vec<_> = keys
         .iter()
         .map(|k| {
@@ -790,4 +791,25 @@ async fn a_dispatched_job_names_its_attempt_after_the_job() {
     );
     let key = done.report.output.unwrap().key;
     assert!(super::worker::is_attempt_output(&key, &job), "{key}");
+}
+
+#[test]
+fn outcome_decisions_are_written_by_their_names() {
+    use OutcomeDecision::*;
+    let cases = [
+        (Dispatched, "dispatched"),
+        (WouldDispatch, "would_dispatch"),
+        (JobActive, "job_active"),
+        (NotReady, "not_ready"),
+        (NothingToCompact, "nothing_to_compact"),
+        (Failed, "failed"),
+        (WouldCompact, "would_compact"),
+        (Compaction(Status::Noop), "noop"),
+        (Compaction(Status::Timeout), "timeout"),
+    ];
+    for (decision, name) in cases {
+        assert_eq!(serde_json::to_value(decision).unwrap(), json!(name));
+        // The CLI's table pads the text form.
+        assert_eq!(format!("{decision:<16}|"), format!("{name:<16}|"));
+    }
 }

@@ -45,13 +45,6 @@ pub struct JobOutcome {
     pub aborted_uploads: usize,
 }
 
-/// The dispatch job id of a partition's job record, if one exists and is readable.
-pub async fn current_job_id(store: &Store, partition: &PartitionId) -> Result<Option<String>> {
-    Ok(job::read_job(store, partition)
-        .await?
-        .and_then(|s| s.record.map(|r| r.job_id)))
-}
-
 /// Runs one compaction job and ends its job record, re-arming it only when `readiness` says
 /// the partition is ready again.
 pub async fn run_compaction_job(
@@ -69,6 +62,10 @@ pub async fn run_compaction_job(
         .as_ref()
         .and_then(|s| s.record.as_ref())
         .map(|r| r.job_id.clone());
+    if let Some(job) = &dispatch_job_id {
+        // Names the job on every line the caller's span holds, when it declares `job_id`.
+        tracing::Span::current().record("job_id", job.as_str());
+    }
     let mut options = options.clone();
     let mut aborted_uploads = 0;
     if let Some(job) = &dispatch_job_id
