@@ -4,7 +4,7 @@ Reads {"role": "PlannerRole", "operations": [{"operation": "get", "key": "..."},
 (keys relative to the store root, listing prefixes with their trailing slash), evaluates the
 template as test_template.py does, for a store at the bucket's root and under a root prefix,
 and exits non-zero naming every operation the role does not allow. The functions' handler tests
-record their operations with a recording store and run this (DESIGN §9).
+record their operations with a recording store and run this (`infra/README.md`, "How the permissions are checked").
 
 A GET or HEAD also needs s3:ListBucket on its key: without it S3 answers a missing key with 403
 instead of 404.

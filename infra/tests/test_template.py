@@ -1,4 +1,4 @@
-"""Reads infra/template.yaml and checks what the deployment promises (DESIGN §9).
+"""Reads infra/template.yaml and checks what the deployment promises (`infra/README.md`, "How the permissions are checked").
 
 The template is loaded with cfn-lint's decoder (it understands !Ref, !Sub, !If, !GetAtt) and
 its intrinsic functions are evaluated for concrete parameter values, so the checks are about
@@ -26,7 +26,7 @@ REPO = INFRA.parent
 TEMPLATE = INFRA / "template.yaml"
 EVENTS = REPO / "events"
 
-# Keys of one partition, relative to the store root (DESIGN §2).
+# Keys of one partition, relative to the store root (the README's storage layout).
 PARTITION = "tenant=acme/year=2026/month=11/day=29/hour=10"
 INGEST_KEY = f"data/{PARTITION}/batch 0014.parquet"
 COMPACTED_KEY = f"compacted/{PARTITION}/part-1e7d7f84df1fb6384bf08354.parquet"

@@ -31,7 +31,7 @@ impl Default for KeyColumns {
 pub const DEFAULT_BUDGET_BYTES: u64 = 64 << 20;
 /// Smallest budget accepted (tests use tiny budgets to force many runs).
 pub const MIN_BUDGET_BYTES: u64 = 16 << 10;
-/// Fan-in cap of one merge pass (RFC 0036 §3.2).
+/// Fan-in cap of one merge pass.
 pub const DEFAULT_MERGE_FAN_IN: usize = 64;
 /// Most rows per output chunk handed to the writer.
 pub const OUTPUT_CHUNK_ROWS: usize = 1024;
@@ -52,7 +52,7 @@ pub fn output_chunk_rows(row_bytes: u64) -> usize {
     (OUTPUT_CHUNK_BYTES / row_bytes.max(1)).clamp(16, OUTPUT_CHUNK_ROWS as u64) as usize
 }
 
-/// Row groups per output block when nothing else says: 4, chosen by `bench-ranges` (README,
+/// Row groups per output block when nothing else says: 4, chosen by `bench-ranges` (`shared/BENCHMARKS.md`,
 /// "Range requests"): a two-column scan makes a third of the GETs of the plain layout and
 /// runs in half the time at a 25 ms round trip, while the window query keeps its wall time;
 /// 8 saves a few more scan GETs but costs the window more (1 is the plain row-major layout).

@@ -1,5 +1,5 @@
 //! What a function invocation holds: envelopes unwrapped, keys decoded once, records sorted
-//! into accepted, ignored and rejected (DESIGN §6).
+//! into accepted, ignored and rejected (`functions/README.md`).
 //!
 //! Everything here is pure: a JSON payload in, domain values out. The planner and the
 //! compactor share the unwrapping (S3 notifications direct or inside SQS or SNS messages,
@@ -550,7 +550,7 @@ pub enum IgnoreReason {
     /// An event that creates nothing (`ObjectRemoved:*`, ...).
     CreatesNothing,
     /// A writer's side file under the ingest prefix (`_SUCCESS`, `*.crc`, `_temporary/…`):
-    /// not data (DESIGN §2).
+    /// not data (the README's storage layout).
     WriterSideFile,
 }
 

@@ -1,8 +1,8 @@
 //! Garbage collection of one partition: a pure plan, then its execution.
 //!
 //! Retired inputs are deleted only once the grace period has passed since the commit that
-//! retired them (a reader that listed before the commit may still be reading them, DESIGN
-//! §5 invariant 3). Compacted outputs that no manifest references (a crash between upload
+//! retired them (a reader that listed before the commit may still be reading them,
+//! invariant 3). Compacted outputs that no manifest references (a crash between upload
 //! and commit, or a lost race) are deleted once older than the grace period.
 //!
 //! Every instant is the store's: a commit's time is its manifest version's Last-Modified, an

@@ -43,7 +43,7 @@ pub fn tune_allocator() {
 /// [`ALLOCATOR_MMAP_BYTES`], so they come from the heap) in the order the runs are used up,
 /// while small allocations that live to the end of the file (the output's row-group metadata)
 /// land between them: the freed batches are not all reused, the heap grows past them and the
-/// free pages stay resident. On the bloat partition (README, "Memory") the live heap peaked
+/// free pages stay resident. On the bloat partition (`shared/BENCHMARKS.md`, memory) the live heap peaked
 /// at 89 MB while the resident set reached 200-260 MB at a 64 MiB budget.
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -275,7 +275,7 @@ pub fn is_ingest_file_name(name: &str) -> bool {
 /// True for a writer's side file, given its path under the ingest prefix: a segment (directory
 /// or file name) starting with `_` or `.` (`_SUCCESS`, `_committed_*`, `_started_*`,
 /// `_temporary/…`, `.part-0000.crc`) or a name ending in `.crc`. Side files are not data:
-/// every part of the system ignores them (DESIGN §2).
+/// every part of the system ignores them (the README's storage layout).
 ///
 /// INVARIANT: `.` and `..` segments and empty segments are never side files: a key holding
 /// them fails the grammar and is rejected, never ignored.

@@ -1,5 +1,5 @@
 //! Readiness and dispatch decisions for one partition: pure functions of the listing facts,
-//! the manifest, the job record, the clock reading and the settings (DESIGN §6).
+//! the manifest, the job record, the clock reading and the settings (`functions/README.md`).
 
 use std::fmt;
 use std::time::Duration;

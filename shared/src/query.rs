@@ -52,7 +52,7 @@ pub struct WindowQuery {
     pub limit: usize,
 }
 
-/// What a query read (RFC 0007's result statistics).
+/// What a query read (result statistics).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct QueryStats {
     /// Live files considered.

@@ -1,4 +1,4 @@
-//! The adaptive row-group threshold of compacted output (RFC 0036 §3.3): pure.
+//! The adaptive row-group threshold of compacted output: pure.
 
 /// Target number of row groups for a partition of any size.
 pub const TARGET_ROW_GROUPS: u64 = 8;

@@ -1,6 +1,6 @@
 //! Every kind of bad input is quarantined: left byte-for-byte in place, recorded with a reason
 //! naming the file, excluded from the live set, while the rest of the partition compacts
-//! and the result says `partial` (DESIGN §5, invariant 7).
+//! and the result says `partial` (invariant 7).
 
 use std::sync::Arc;
 

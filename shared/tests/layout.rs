@@ -1,4 +1,4 @@
-//! The compacted layout (RFC 0036 §3.3–§3.4): row groups at the threshold, `sorting_columns`
+//! The compacted layout: row groups at the threshold, `sorting_columns`
 //! on every row group, statistics and a bloom filter on the service column; the time-only
 //! fallback; the schema union; late files merged with the existing compacted file; reruns.
 

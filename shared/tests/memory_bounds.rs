@@ -1,7 +1,7 @@
 //! Invariant 8: decoded rows held at once stay within the budget B plus one batch, measured
 //! by the memory gauge, for the shapes that broke earlier designs: many small, highly
 //! compressible inputs whose encoded total is far below B while their decoded rows exceed
-//! it (the seed's 1,555-file production failure); wide rows (40 attributes of 250 bytes);
+//! it (a 1,555-file production failure); wide rows (40 attributes of 250 bytes);
 //! and one huge input file with a single row group. Each shape runs in the plain layout and
 //! with row groups grouped in blocks of 8.
 
@@ -106,7 +106,7 @@ async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
         .map(|i| batch(&partition, 200, 4, 250, i, false))
         .collect();
     let decoded: u64 = files.iter().map(batch_memory_bytes).sum();
-    // Encoded total is small: set B to twice it, as the seed's skip-spill gate would.
+    // Encoded total is small: set B to twice it, as a skip-spill gate on encoded size would.
     let encoded: u64 = files
         .iter()
         .map(|b| parquet_bytes(std::slice::from_ref(b), 1000).len() as u64)

@@ -1,6 +1,6 @@
 //! The window query: it returns exactly a full scan's rows (property test, on uncompacted and
 //! compacted partitions), and on a compacted hour a one-service window scans at most
-//! `ceil(B_sw / T) + 2` row groups (RFC 0036's RFC0036.2), a bound an unsorted file breaks,
+//! `ceil(B_sw / T) + 2` row groups (the layout's acceptance bound), a bound an unsorted file breaks,
 //! in the plain layout and with row groups grouped in blocks.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Writer side files are not data (DESIGN §2): a Spark-style partition's `_SUCCESS`, `.crc`,
+//! Writer side files are not data (the README's storage layout): a Spark-style partition's `_SUCCESS`, `.crc`,
 //! `_committed_*`, `_started_*` and `_temporary/` objects are never compacted, quarantined,
 //! retired, deleted or read, and never make a job `partial`, through compaction, the live
 //! set, queries and garbage collection, run twice.

@@ -3,7 +3,7 @@
 //!
 //! Every ingest row carries a unique integer `tag`. A partition is correct when the tags of
 //! all its live files (the reader rule, `manifest::partition_files`) are exactly the tags
-//! landed: none missing, none twice (DESIGN §5, invariant 1).
+//! landed: none missing, none twice (invariant 1).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! The commit protocol's outcomes, in memory and on the S3 test server: a retried job is a
-//! `noop` (DESIGN §5, invariant 6); a job whose inputs another compactor committed first is a
+//! `noop` (invariant 6); a job whose inputs another compactor committed first is a
 //! `noop` (identical work) or a `conflict` (different work), never a second copy of the rows
 //! (invariants 1 and 2); a committer far behind a pruned manifest history is rebased, never
 //! left believing it won with a version nobody reads.
@@ -138,7 +138,7 @@ async fn competing_jobs_on_s3() {
 }
 
 /// A file that lands while a job runs (after it listed the partition) stays live beside the
-/// job's output, and the next job merges it with the compacted file (DESIGN §5, invariant 5).
+/// job's output, and the next job merges it with the compacted file (invariant 5).
 async fn late_file_stays_live_and_is_compacted_next_time(store: Store) {
     let layout = Layout::default();
     let partition = test_partition();

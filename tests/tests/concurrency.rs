@@ -1,5 +1,5 @@
 //! Concurrent compactors on one partition of the S3 test server, as separate processes of the
-//! release CLI, while ingest files keep landing (DESIGN §5, invariants 1, 2 and 5).
+//! release CLI, while ingest files keep landing (invariants 1, 2 and 5).
 //!
 //! Each round starts four `ourios-compact compact --store s3://… --json` processes at once.
 //! Afterwards, and at sampled instants while they run, the live files hold every landed row

@@ -5,7 +5,7 @@
 //! forced 409 on the conditional write, and a multipart upload left with its parts written and
 //! never completed.
 //!
-//! After every fault the live set holds every row exactly once (DESIGN §5, invariant 1) and the
+//! After every fault the live set holds every row exactly once (invariant 1) and the
 //! quarantined file is untouched (invariant 7). A rerun without faults converges to one
 //! compacted file (invariant 4), and GC with a zero grace leaves nothing but the live output,
 //! the quarantined file and the latest manifest versions.

@@ -2,7 +2,7 @@
 //! character) beside real partitions on the S3 test server: they are reported and skipped,
 //! never read, retired or deleted, and no partition or tenant stops because of them (`files`,
 //! `compact`, `query`, `gc` through the CLI; the planner's sweep through its entry point).
-//! DESIGN §5 invariant 8.
+//! invariant 10.
 
 use std::collections::BTreeSet;
 

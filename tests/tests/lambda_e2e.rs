@@ -1,5 +1,5 @@
 //! Both functions end to end under cargo-lambda's local emulator, against the S3 test server
-//! (DESIGN §10): ingest files land, the planner gets their seal event (from `events/`), the
+//! (`functions/README.md`): ingest files land, the planner gets their seal event (from `events/`), the
 //! compactor gets the job record's event, and the live set is checked row by row.
 //!
 //! Needs `cargo lambda` on the PATH (`bash tests/run.sh` installs it into .tools/venv) and the

@@ -1,6 +1,6 @@
 //! A compactor job aborts the incomplete multipart uploads a killed earlier attempt of the same
 //! job left behind, and never another job's (which may be live), on the S3 test server.
-//! DESIGN §5 invariant 4.
+//! invariant 4.
 
 use chrono::TimeZone;
 use ourios_compaction::config::CompactOptions;

@@ -1,6 +1,6 @@
 //! One conformance suite run against every backend: in-memory, a local directory and the S3
 //! test server. It checks the object-store behaviours the commit protocol relies on
-//! (DESIGN §5, invariant 2: create-only writes detect a lost race) and the protocol's basic
+//! (invariant 2: create-only writes detect a lost race) and the protocol's basic
 //! behaviours on top of them.
 
 use bytes::Bytes;

@@ -1,4 +1,4 @@
-//! The seed's bloat partition (RFC 0036): 1,555 tiny files whose 8 KiB text bodies compress
+//! The bloat partition of a production failure: 1,555 tiny files whose 8 KiB text bodies compress
 //! almost to nothing, about 13 MB of Parquet and 1.5 GiB of decoded rows, compacts at budgets
 //! of 32 MiB and 64 MiB with the whole process under 256 MiB, inside a 256 MiB cgroup where
 //! the system lets the test create one.

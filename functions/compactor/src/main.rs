@@ -1,5 +1,5 @@
 //! `ourios-compactor`: the Lambda function that compacts one partition per job within the
-//! function's memory, spilling to `/tmp` and stopping before the invocation deadline (DESIGN §7).
+//! function's memory, spilling to `/tmp` and stopping before the invocation deadline (`functions/README.md`).
 
 mod handler;
 #[cfg(test)]

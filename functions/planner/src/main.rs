@@ -1,5 +1,5 @@
 //! `ourios-planner`: the Lambda function that turns seal events, sweeps and backfills into
-//! at most one compaction job per partition (DESIGN §6).
+//! at most one compaction job per partition (`functions/README.md`).
 
 mod handler;
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The planner's one entry point: an unwrapped invocation in, what was done with every
 //! record and partition out. Accepted partitions are dispatched before anything is reported
-//! as failed (DESIGN §6).
+//! as failed (`functions/README.md`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

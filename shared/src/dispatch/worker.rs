@@ -135,7 +135,7 @@ pub fn is_attempt_output(key: &str, job_id: &str) -> bool {
 }
 
 /// Aborts the incomplete multipart uploads an earlier, killed attempt of the same job left
-/// under the partition's compacted directory (DESIGN §5 invariant 4); uploads of other jobs,
+/// under the partition's compacted directory (invariant 4); uploads of other jobs,
 /// which may be live, are left alone. A failure is logged: it never stops the job.
 async fn abort_earlier_attempts(
     store: &Store,

@@ -1,4 +1,4 @@
-//! Decoding, unwrapping and the accept/ignore/reject rules (DESIGN §6).
+//! Decoding, unwrapping and the accept/ignore/reject rules (`functions/README.md`).
 
 use serde_json::json;
 

@@ -29,7 +29,7 @@ const NEW_TRACE_ONE_IN: u64 = 8;
 /// A service jumps elsewhere in its log on one line in this many (otherwise it reads on).
 const JUMP_ONE_IN: u64 = 20;
 
-/// The schema of a generated ingest file (the input-row contract of DESIGN.md §2).
+/// The schema of a generated ingest file (the input-row contract of the README's storage layout).
 pub fn ingest_schema(wide: bool) -> SchemaRef {
     let entries = Field::new(
         "key_value",

@@ -2,7 +2,7 @@
 //!
 //! Live = the compacted files the manifest lists, plus every ingest file in the partition
 //! directory that the manifest neither retired nor quarantined. A file that lands during
-//! a compaction is not in the manifest, so it stays live (DESIGN §5, invariant 5).
+//! a compaction is not in the manifest, so it stays live (invariant 5).
 
 use object_store::ObjectMeta;
 use object_store::path::Path;

@@ -4,7 +4,7 @@
 //! `_compaction/manifests/<partition>/v<NNNNNNNNNNNNNNNNNNNN>.json`, each created with a
 //! create-only write (If-None-Match). The highest version is the state; a commit creates
 //! the next version, so of two racing committers exactly one wins and the other sees
-//! `AlreadyExists` (DESIGN §5, invariant 2). This works alike on S3, MinIO, a local
+//! `AlreadyExists` (invariant 2). This works alike on S3, MinIO, a local
 //! directory and in memory.
 
 mod commit;

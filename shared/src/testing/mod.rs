@@ -481,7 +481,7 @@ impl FaultState {
 }
 
 /// A store wrapper that injects one [`Fault`] at the N-th store operation, to check that
-/// every crash point leaves a state from which a rerun converges (DESIGN §5, invariant 4).
+/// every crash point leaves a state from which a rerun converges (invariant 4).
 ///
 /// Operations counted: every put, get, list, listing with delimiter, copy, the start of a
 /// multipart upload, each uploaded part, its completion or abort, and each deleted key.
