@@ -291,8 +291,9 @@ class TemplateTest(unittest.TestCase):
             self.assertTrue(low <= spec["MinValue"] <= spec["Default"] <= spec["MaxValue"] <= high, name)
 
     def test_environment_is_what_the_functions_read(self):
-        # The settings module and the functions' mains (OURIOS_LOG) are where they are read.
-        sources = [REPO / "shared/src/settings.rs"] + sorted(REPO.glob("functions/*/src/main.rs"))
+        # The settings and logging modules and the functions' mains are where they are read.
+        sources = [REPO / "shared/src/settings.rs", REPO / "shared/src/logging.rs"]
+        sources += sorted(REPO.glob("functions/*/src/main.rs"))
         known = {v for s in sources for v in re.findall(r'"(OURIOS_[A-Z_]+)"', s.read_text())}
         for name, (_, props) in self.functions.items():
             variables = props["Environment"]["Variables"]
