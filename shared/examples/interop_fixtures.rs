@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
-use ourios_compaction::blocks::{BlockOptions, BlockWriter};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
+use ourios_compaction::layout::blocks::{BlockOptions, BlockWriter};
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;

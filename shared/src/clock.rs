@@ -1,6 +1,6 @@
 //! The host's clocks as the protocol uses them: a wall clock for labels and a monotonic clock
 //! for durations. Absolute instants that decide deletions come from the store's clock
-//! ([`crate::gc`]), never from these.
+//! ([`crate::manifest::gc`]), never from these.
 
 use std::sync::Arc;
 use std::time::Instant;

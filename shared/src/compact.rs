@@ -26,25 +26,26 @@ use sha2::{Digest, Sha256};
 
 use crate::budget::MemoryGauge;
 use crate::clock::Expiry;
-use crate::config::CompactOptions;
-use crate::engine::{SortFailure, SortJob, SortStats, sort_inputs};
+use crate::config::{CompactOptions, sort_key_label};
 use crate::error::{Error, Result};
-use crate::gc::collect_garbage_with;
+use crate::input::schema::{UnifiedSchema, unify};
 use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, page_cap_bytes};
+use crate::layout::threshold::resolve_rg_bytes;
+use crate::layout::writer::{OutputWriter, partition_output_settings};
+use crate::manifest::gc::collect_garbage_with;
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
     load_latest,
 };
-use crate::memory::{peak_rss_bytes, process_cpu_time};
-use crate::partition::{Layout, PartitionId};
+use crate::partition::{Layout, PartitionId, staged_input_name};
 use crate::report::{CompactionReport, InputTotals, OutputFile, Quarantined, Status};
-use crate::runs::{ScratchDir, SpillCompression};
-use crate::schema::{UnifiedSchema, unify};
-use crate::sink::with_sink_thread;
+use crate::scratch::ScratchDir;
+use crate::sort::memory::{peak_rss_bytes, process_cpu_time};
+use crate::sort::runs::SpillCompression;
+use crate::sort::sink::with_sink_thread;
+use crate::sort::{SortFailure, SortJob, SortStats, sort_inputs};
+use crate::store::upload::start_upload;
 use crate::store::{Store, key_path};
-use crate::threshold::resolve_rg_bytes;
-use crate::upload::start_upload;
-use crate::writer::{OutputWriter, partition_output_settings, sort_key_label};
 
 /// Version of the output layout; part of the output name so a format change never reuses one.
 const LAYOUT_VERSION: &str = "ourios-compaction/2";
@@ -410,7 +411,7 @@ async fn stage_inputs(
                     return Ok(Err((key, gone)));
                 }
                 None => {
-                    let dest = scratch.path().join(format!("input-{i:06}.parquet"));
+                    let dest = scratch.path().join(staged_input_name(i));
                     match store.download(&key, &dest).await {
                         Ok(_) => dest,
                         // A compacted file is this system's own: any failure fails the job.
@@ -524,10 +525,7 @@ fn output_key(
     }
     let digest = hash.finalize();
     let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-    let key = Path::from(format!(
-        "{}/part-{hex}-{job_id}.parquet",
-        layout.compacted_dir(partition)
-    ));
+    let key = layout.output_key(partition, &hex, job_id);
     (key, hex)
 }
 

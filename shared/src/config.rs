@@ -27,6 +27,18 @@ impl Default for KeyColumns {
     }
 }
 
+/// Key-value metadata key naming the sort order of a compacted file.
+pub const SORT_KEY_METADATA: &str = "ourios.sort_key";
+
+/// The value of [`SORT_KEY_METADATA`] for a key.
+pub fn sort_key_label(keys: &KeyColumns, has_service: bool) -> String {
+    if has_service {
+        format!("{} ASC NULLS FIRST, {} ASC", keys.service, keys.time)
+    } else {
+        format!("{} ASC", keys.time)
+    }
+}
+
 /// Default decoded-row budget when nothing else says: 64 MiB.
 pub const DEFAULT_BUDGET_BYTES: u64 = 64 << 20;
 /// Smallest budget accepted (tests use tiny budgets to force many runs).
@@ -94,7 +106,7 @@ pub struct CompactOptions {
     /// whichever comes first (default: no row cap).
     pub max_rows_per_row_group: Option<u64>,
     /// Carry repetitive string columns as codes while sorting (see
-    /// [`StringCoder`](crate::runs::StringCoder)). The output is byte-identical either way;
+    /// [`StringCoder`](crate::sort::runs::StringCoder)). The output is byte-identical either way;
     /// off only to measure or to compare.
     pub code_strings: bool,
     /// The host's clocks (durations and labels; grace periods use the store's clock).

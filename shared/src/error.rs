@@ -76,12 +76,6 @@ impl From<Error> for InvocationError {
     }
 }
 
-impl From<crate::events::NotAnEvent> for InvocationError {
-    fn from(error: crate::events::NotAnEvent) -> Self {
-        Self::new(ErrorKind::InvalidInput, error.to_string())
-    }
-}
-
 impl From<serde_json::Error> for InvocationError {
     /// Our own answer failed to serialize: a bug, never the caller's input.
     fn from(error: serde_json::Error) -> Self {

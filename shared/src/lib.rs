@@ -16,10 +16,10 @@
 //! 2. **One conditional write per commit.** A commit creates the next manifest version with a
 //!    create-only write; a lost race is detected, never overwritten ([`manifest::commit`]).
 //! 3. **Grace before delete.** Inputs are deleted only after the commit that retires them and
-//!    a grace period, measured on the store's clock ([`gc`]).
+//!    a grace period, measured on the store's clock ([`manifest::gc`]).
 //! 4. **Convergence.** Any crash leaves a state from which a rerun converges; uncommitted
-//!    outputs are swept by [`gc`], and the incomplete uploads of a killed attempt by the next
-//!    attempt of its job ([`dispatch::worker`]).
+//!    outputs are swept by [`manifest::gc`], and the incomplete uploads of a killed attempt by
+//!    the next attempt of its job ([`serverless::dispatch::worker`]).
 //! 5. **Late files stay live.** Files that land during a compaction are not retired by it.
 //! 6. **Idempotence.** Rerunning a job that committed changes nothing (`noop`): each attempt
 //!    names its output `part-<hash of the input set>-<job id>`, and the manifest records the
@@ -34,8 +34,8 @@
 //!    order, budget, spill pattern or thread count.
 //! 10. **Keys as themselves.** The key listed is the key read, retired and deleted
 //!     ([`store::key_path`], never a re-encoding); a key the store cannot address is reported
-//!     and skipped ([`store::Store::list_sorted`], [`raw_s3`] on S3), and never stops other
-//!     partitions.
+//!     and skipped ([`store::Store::list_sorted`], [`store::raw_s3`] on S3), and never stops
+//!     other partitions.
 //! 11. **No resurrection.** A commit based on a version older than the last forgetting of
 //!     retired files ends `conflict` (the manifest's `forgotten_in` watermark).
 //!
@@ -45,10 +45,10 @@
 //! - **live set**: the files a reader must read for a partition right now.
 //! - **manifest**: the per-partition record of compacted, retired and quarantined files.
 //! - **budget (B)**: bytes of decoded rows the sort may hold.
-//! - **run**: a sorted sequence of rows spilled to scratch ([`runs`]).
+//! - **run**: a sorted sequence of rows spilled to scratch ([`sort::runs`]).
 //! - **string codes**: repetitive strings carried as integers through the sort
-//!   ([`runs::StringCoder`]).
-//! - **row group threshold**: the output writer's rotation size ([`threshold`]).
+//!   ([`sort::runs::StringCoder`]).
+//! - **row group threshold**: the output writer's rotation size ([`layout::threshold`]).
 //!
 //! # Data flow
 //!
@@ -61,101 +61,106 @@
 //!
 //! # Modules
 //!
-//! | module | owns |
-//! | --- | --- |
-//! | [`compact`] | the driver: one partition, in named steps |
-//! | [`partition`] | partition ids and the object-key layout |
-//! | [`store`] | store URLs and object-store helpers |
-//! | [`raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
-//! | [`config`] | typed settings, sizes and durations |
-//! | [`clock`] | the host's wall and monotonic clocks, substitutable in tests |
-//! | [`input`] | staging and checking input files |
-//! | [`page_check`] | an input's pages checked against what they declare before decoding |
-//! | [`schema`] | the union of input schemas |
-//! | [`type_union`] | the type rules of the union: unify two types, convert an array to the union |
-//! | [`key`] | the clustering key and its order |
-//! | [`budget`] | decoded-bytes accounting |
-//! | [`runs`] | run formation, run files, the scratch directory, string codes |
-//! | [`merge`] | the k-way merge |
-//! | [`engine`] | phase 1 and phase 2 of the sort together |
-//! | [`threshold`] | the adaptive row-group threshold |
-//! | [`writer`] | output writer properties and the writer sink |
-//! | [`blocks`] | the block layout: each column's chunks of a block's row groups contiguous |
-//! | [`upload`] | streaming multipart upload |
-//! | [`manifest`] | manifest versions, commit, the reader rule |
-//! | [`gc`] | garbage collection |
-//! | [`report`] | the job report |
-//! | [`request_counts`] | a store wrapper counting a job's requests by S3 price class |
-//! | [`cost`] | a job's cost in dollars: Lambda GB-seconds and S3 requests at published prices |
-//! | [`baseline`] | the unsorted rewrite the benchmark compares against |
-//! | `generate` | synthetic realistic ingest files (feature `generate`) |
-//! | [`inspect`] | footer summaries |
-//! | [`prune`] | row-group pruning from footer statistics |
-//! | [`events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
-//! | [`plan`] | readiness and dispatch decisions (pure) |
-//! | [`dispatch`] | job records, the planner's and the compactor's entry points, sweep, backfill |
-//! | [`settings`] | the functions' settings from named variables |
-//! | [`metrics`] | CloudWatch embedded-metric-format lines |
-//! | `logging` | the tracing subscriber the binaries install (feature `logging`) |
-//! | [`query`] | the window query with pruning statistics |
-//! | [`scan`] | the full scan of some columns of a partition |
-//! | [`counting`] | a store wrapper counting read requests |
-//! | [`observed_store`] | the pass-through store wrapper that reports each read |
-//! | [`read_plan`] | the byte ranges a scan fetches, from footer offsets (fetch blocks) |
-//! | [`planned_reader`] | the Parquet reader of one object, serving reads from a read plan |
-//! | [`alignment`] | row-group boundaries at large services' edges |
+//! The modules form layers, listed here from the ground floor up. A module names modules of
+//! its own layer and of lower ones, never of a higher one (`tests/layers.rs` checks every
+//! `crate::` path), so each layer can be read knowing only the layers below it.
+//!
+//! | layer | module | owns |
+//! | --- | --- | --- |
+//! | ground floor | [`error`] | the error type, its kinds and retry classification |
+//! | | [`clock`] | the host's wall and monotonic clocks, substitutable in tests |
+//! | | [`config`] | typed settings, sizes and durations; the key columns and the sort-key label files declare |
+//! | | [`cost`] | a job's cost in dollars: Lambda GB-seconds and S3 requests at published prices |
+//! | | [`partition`] | partition ids and the object-key layout: every key built and parsed |
+//! | | [`report`] | the job report |
+//! | | [`budget`] | decoded-bytes accounting |
+//! | | [`scratch`] | a job's local scratch directory |
+//! | | `logging` | the tracing subscriber the binaries install (feature `logging`) |
+//! | store | [`store`] | store URLs and object-store helpers |
+//! | | [`store::raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
+//! | | [`store::upload`] | streaming multipart upload |
+//! | | [`store::observed`] | the pass-through store wrapper that reports each read |
+//! | | [`store::counting`] | a store wrapper counting read requests |
+//! | | [`store::request_counts`] | a store wrapper counting a job's requests by S3 price class |
+//! | input | [`input`] | staging and checking input files, reading them in sized batches |
+//! | | [`input::page_check`] | an input's pages checked against what they declare before decoding |
+//! | | [`input::schema`] | the union of input schemas |
+//! | | [`input::type_union`] | the type rules of the union: unify two types, convert an array to the union |
+//! | sort | [`sort`] | phase 1 and phase 2 of the sort together |
+//! | | [`sort::key`] | the clustering key and its order |
+//! | | [`sort::runs`] | sorted runs: `sort::runs::formation` (phase 1), `sort::runs::run_file` (their files), `sort::runs::string_codes` |
+//! | | [`sort::merge`] | the k-way merge (`sort::merge::cursor`: one open run) |
+//! | | [`sort::gather`] | gathering rows from batches into a new batch |
+//! | | [`sort::sink`] | where sorted rows go: the chunk sink, the sink thread |
+//! | | [`sort::alignment`] | row-group boundaries at large services' edges |
+//! | | [`sort::memory`] | process resources: the allocator, peak RSS, CPU time |
+//! | layout | [`layout`] | the output file |
+//! | | [`layout::writer`] | output writer properties and the writer sink |
+//! | | [`layout::threshold`] | the adaptive row-group threshold |
+//! | | [`layout::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`layout::blocks::footer`, `layout::blocks::page_store`, `layout::blocks::staging`) |
+//! | manifest | [`manifest`] | manifest versions (`manifest::commit`), the reader rule (`manifest::live`) |
+//! | | [`manifest::gc`] | garbage collection |
+//! | read | [`read`] | reading compacted partitions |
+//! | | [`read::query`] | the window query with pruning statistics |
+//! | | [`read::scan`] | the full scan of some columns of a partition |
+//! | | [`read::prune`] | row-group pruning from footer statistics |
+//! | | [`read::read_plan`] | the byte ranges a scan fetches, from footer offsets (fetch blocks) |
+//! | | [`read::planned_reader`] | the Parquet reader of one object, serving reads from a read plan |
+//! | | [`read::inspect`] | footer summaries |
+//! | compact | [`compact`] | the driver: one partition, in named steps |
+//! | serverless | [`serverless`] | the functions' library side |
+//! | | [`serverless::events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
+//! | | [`serverless::readiness`] | readiness and dispatch decisions (pure) |
+//! | | [`serverless::settings`] | the functions' settings from named variables |
+//! | | [`serverless::metrics`] | CloudWatch embedded-metric-format lines |
+//! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's and the compactor's entry points (`serverless::dispatch::invocation`, `serverless::dispatch::compactor`, `serverless::dispatch::worker`), sweep, backfill |
+//! | bench | [`bench`](mod@bench) | benchmark support |
+//! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
+//! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::rng`, `bench::generate::service` |
+//! | testing | `testing` | test support (feature `testing`): fixtures (`testing::log_fixture`, `testing::event_files`) and store wrappers (`testing::recording_store`) |
+//!
+//! Where the layers differ from the obvious grouping, the dependencies decide:
+//!
+//! - The sort's [`sort::key`] is built from the unified schema (input) and only the sort
+//!   compares rows, so it is the sort's; the key as files declare it
+//!   ([`config::SORT_KEY_METADATA`], [`config::sort_key_label`]) is on the ground floor
+//!   beside [`config::KeyColumns`], where the input checks read it and the writer writes it.
+//! - [`budget`] is on the ground floor: the input's batch sizing measures decoded bytes the
+//!   way the sort's budget charges them. [`scratch`] is too: run files, staged inputs and the
+//!   writer's page file all live in the job's scratch directory.
+//! - [`sort::alignment`] and [`sort::sink`] are the sort's: the sort counts services while
+//!   it forms runs and wraps its sink in the aligning sink, and both sinks (a run file, the
+//!   output writer) implement [`sort::sink::ChunkSink`] where they are defined. So `layout`
+//!   sits above `sort`: the writer is one of the sort's sinks.
+//! - `manifest` needs only the store, and `read` needs the manifest's live set and the
+//!   input's type rules; neither is needed by the layers below them.
+//! - `serverless` is above [`compact`] because the compactor's entry point runs it; `bench`
+//!   and `testing` are above everything and nothing below them names them (test code may
+//!   name `testing`).
 //!
 //! The sort runs on a blocking section of a multi-threaded Tokio runtime
 //! (`block_in_place`); callers use `#[tokio::main]` or `Builder::new_multi_thread`.
 
-pub mod alignment;
-pub mod baseline;
-pub mod blocks;
+pub mod bench;
 pub mod budget;
 pub mod clock;
 pub mod compact;
 pub mod config;
 pub mod cost;
-pub mod counting;
-pub mod dispatch;
-pub mod engine;
 pub mod error;
-pub mod events;
-pub mod gather;
-pub mod gc;
-#[cfg(feature = "generate")]
-pub mod generate;
 pub mod input;
-pub mod inspect;
-pub mod key;
+pub mod layout;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod manifest;
-pub mod memory;
-pub mod merge;
-pub mod metrics;
-pub mod observed_store;
-pub mod page_check;
 pub mod partition;
-pub mod plan;
-pub mod planned_reader;
-pub mod prune;
-pub mod query;
-pub mod raw_s3;
-pub mod read_plan;
+pub mod read;
 pub mod report;
-pub mod request_counts;
-pub mod runs;
-pub mod scan;
-pub mod schema;
-pub mod settings;
-pub mod sink;
+pub mod scratch;
+pub mod serverless;
+pub mod sort;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod threshold;
-pub mod type_union;
-pub mod upload;
-pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};

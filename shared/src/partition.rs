@@ -1,13 +1,18 @@
-//! The partition identity and the object-key layout: parse and format in one place.
+//! The partition identity and the object-key layout: every key is built and parsed here,
+//! and nowhere else.
 //!
 //! ```text
 //! <ingest>/tenant=<T>/year=<YYYY>/month=<MM>/day=<DD>/hour=<HH>/<file>.parquet   ingest files
 //! compacted/tenant=<T>/year=…/hour=<HH>/part-<hash>-<job>.parquet                compacted outputs
 //! _compaction/manifests/tenant=<T>/year=…/hour=<HH>/v<20 digits>.json            manifest versions
+//! _compaction/jobs/tenant=<T>/year=…/hour=<HH>.json                              job records
+//! _compaction/clock/tenant=<T>/year=…/hour=<HH>.json                             GC's clock object
+//! _compaction/planner/sweep-cursor.json                                          the sweep's cursor
 //! ```
 //!
 //! Compacted outputs and metadata live outside the ingest prefix, so notifications filtered
-//! on the ingest prefix never fire for the compactor's own writes.
+//! on the ingest prefix never fire for the compactor's own writes. The names of a job's local
+//! scratch files (run files, staged inputs) are made here too ([`scratch_file_name`]).
 
 use std::fmt;
 
@@ -168,6 +173,12 @@ impl Default for Layout {
 pub const COMPACTED_PREFIX: &str = "compacted";
 /// Prefix of compactor metadata (manifests), outside the ingest prefix.
 pub const METADATA_PREFIX: &str = "_compaction";
+/// Prefix of every partition's manifest versions.
+pub const MANIFESTS_PREFIX: &str = "_compaction/manifests";
+/// Prefix of job records under the store root.
+pub const JOBS_PREFIX: &str = "_compaction/jobs";
+/// Where the sweep stopped when it ran out of time; the next sweep starts after it.
+pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
 
 impl Layout {
     /// A layout whose ingest files live under `ingest_prefix` (default `data`).
@@ -207,6 +218,24 @@ impl Layout {
     /// Directory of a partition's compacted outputs.
     pub fn compacted_dir(&self, partition: &PartitionId) -> Path {
         Path::from(format!("{COMPACTED_PREFIX}/{}", partition.relative_dir()))
+    }
+
+    /// Prefix of a partition's compacted outputs, ending in `/`.
+    pub fn compacted_prefix(&self, partition: &PartitionId) -> String {
+        format!("{}/", self.compacted_dir(partition))
+    }
+
+    /// Key of an attempt's output: `part-<input set hash>-<job id>.parquet` (invariant 6).
+    pub fn output_key(&self, partition: &PartitionId, input_set_hash: &str, job_id: &str) -> Path {
+        Path::from(format!(
+            "{}/part-{input_set_hash}-{job_id}.parquet",
+            self.compacted_dir(partition)
+        ))
+    }
+
+    /// Prefix every output key of a partition starts with.
+    pub fn output_prefix(&self, partition: &PartitionId) -> String {
+        format!("{}/part-", self.compacted_dir(partition))
     }
 
     /// Directory of a partition's manifest versions.
@@ -260,6 +289,93 @@ impl Layout {
         }
         Ok((partition, file))
     }
+}
+
+/// Version number of a manifest key's file name `v<digits>.json`.
+pub fn parse_version(key: &Path) -> Option<u64> {
+    let name = key.filename()?;
+    let digits = name.strip_prefix('v')?.strip_suffix(".json")?;
+    if digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// True when `key` is the output of an attempt of the dispatched job `job_id`.
+pub fn is_attempt_output(key: &str, job_id: &str) -> bool {
+    key.rsplit('/')
+        .next()
+        .and_then(|name| name.strip_prefix("part-"))
+        .and_then(|name| name.split_once('-'))
+        .and_then(|(_, attempt)| attempt.strip_prefix(job_id))
+        .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Key of a partition's job record.
+pub fn job_key(partition: &PartitionId) -> String {
+    format!("{JOBS_PREFIX}/{}.json", partition.relative_dir())
+}
+
+/// Parses `_compaction/jobs/<partition>.json` strictly.
+pub fn parse_job_key(key: &str, layout: &Layout) -> crate::Result<PartitionId> {
+    let bad = |why: &str| crate::Error::Partition {
+        message: format!("job key {key:?}: {why}"),
+    };
+    let dir = key
+        .strip_prefix(JOBS_PREFIX)
+        .and_then(|r| r.strip_prefix('/'))
+        .and_then(|r| r.strip_suffix(".json"))
+        .ok_or_else(|| bad(&format!("expected {JOBS_PREFIX}/tenant=…/hour=<HH>.json")))?;
+    // The partition grammar lives in one place: reuse the ingest-key parser on the same
+    // directory with a fixed file name.
+    let probe = format!("{}/{dir}/job.parquet", layout.ingest_prefix());
+    let (partition, _) = layout
+        .parse_ingest_key(&probe)
+        .map_err(|e| bad(&e.to_string()))?;
+    if job_key(&partition) != key {
+        return Err(bad("not in canonical form"));
+    }
+    debug_assert!(key.starts_with(METADATA_PREFIX));
+    Ok(partition)
+}
+
+/// The directory of `partition` under `root` (a prefix holding `tenant=…` directories).
+pub fn partition_dir(root: &Path, partition: &PartitionId) -> Path {
+    Path::from(format!("{root}/{}", partition.relative_dir()))
+}
+
+/// The child directory `<dir>/<name>=<value>` of the partition grammar (`tenant=…`,
+/// `year=…`, …).
+pub fn field_dir(dir: &Path, name: &str, value: &str) -> Path {
+    Path::from(format!("{dir}/{name}={value}"))
+}
+
+/// The value of a directory named `<name>=<value>`.
+pub fn field_value<'a>(dir_name: &'a str, name: &str) -> Option<&'a str> {
+    dir_name.strip_prefix(&format!("{name}="))
+}
+
+/// Name of a job's scratch directory: `job-<pid>-<job>-<nonce>`.
+pub fn scratch_job_dir_name(pid: u32, job: u64, nonce: u32) -> String {
+    format!("job-{pid}-{job}-{nonce:08x}")
+}
+
+/// The process id in the name of a job's scratch directory.
+pub fn scratch_job_dir_pid(name: &str) -> Option<u32> {
+    name.strip_prefix("job-")
+        .and_then(|n| n.split('-').next())
+        .and_then(|p| p.parse::<u32>().ok())
+}
+
+/// Name of the `n`th file of a job's scratch directory (run files, the writer's pages).
+pub fn scratch_file_name(stem: &str, n: u64, extension: &str) -> String {
+    format!("{stem}-{n:06}.{extension}")
+}
+
+/// Name of a staged (downloaded) input in a job's scratch directory.
+pub fn staged_input_name(ordinal: usize) -> String {
+    format!("input-{ordinal:06}.parquet")
 }
 
 /// True for a base name the reader rule counts as an ingest file.
@@ -375,6 +491,16 @@ mod tests {
                 "{key} should be rejected"
             );
         }
+    }
+
+    #[test]
+    fn parses_version_names() {
+        assert_eq!(
+            parse_version(&Path::from("a/v00000000000000000007.json")),
+            Some(7)
+        );
+        assert_eq!(parse_version(&Path::from("a/v7.json")), None);
+        assert_eq!(parse_version(&Path::from("a/x.json")), None);
     }
 
     #[test]

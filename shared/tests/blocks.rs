@@ -7,7 +7,7 @@
 use arrow::array::{RecordBatch, RecordBatchReader};
 use arrow::compute::concat_batches;
 use bytes::Bytes;
-use ourios_compaction::blocks::{BlockOptions, BlockWriter, STAGING_MEMORY_BYTES};
+use ourios_compaction::layout::blocks::{BlockOptions, BlockWriter, STAGING_MEMORY_BYTES};
 use ourios_compaction::testing::{FIXTURE_SERVICES, fixture_properties, log_fixture};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;

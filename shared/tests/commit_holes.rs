@@ -8,18 +8,18 @@ use std::time::Duration;
 use arrow::array::{Array, Int64Array};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
-use ourios_compaction::gc::collect_garbage;
+use ourios_compaction::manifest::gc::collect_garbage;
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use std::sync::Arc;
 
-use ourios_compaction::dispatch::worker::{RecordAction, run_compaction_job};
 use ourios_compaction::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, commit, load_latest,
 };
-use ourios_compaction::plan::ReadinessConfig;
+use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compaction_job};
+use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::testing::{
     Fault, FaultyStore, ManualClock, parquet_bytes, put_bytes, read_parquet, rows_batch,
 };

@@ -10,13 +10,13 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use ourios_compaction::blocks::{BlockOptions, BlockWriter};
-use ourios_compaction::counting::CountingStore;
-use ourios_compaction::planned_reader::PlannedReader;
-use ourios_compaction::read_plan::{
+use ourios_compaction::layout::blocks::{BlockOptions, BlockWriter};
+use ourios_compaction::read::planned_reader::PlannedReader;
+use ourios_compaction::read::read_plan::{
     DEFAULT_MAX_BLOCK_BYTES, ReadPlan, RowGroupReads, merge_ranges, projected_leaves,
 };
 use ourios_compaction::store::Store;
+use ourios_compaction::store::counting::CountingStore;
 use ourios_compaction::testing::{fixture_properties, log_fixture, named_batch, put_bytes};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,

@@ -30,7 +30,7 @@ use object_store::{
     PutResult,
 };
 use ourios_compaction::clock::{Clock, Expiry};
-use ourios_compaction::gc::collect_garbage_with;
+use ourios_compaction::manifest::gc::collect_garbage_with;
 use ourios_compaction::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
     load_latest,

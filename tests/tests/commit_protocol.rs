@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
-use ourios_compaction::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
+use ourios_compaction::manifest::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
 use ourios_compaction::manifest::{
     CommitOutcome, Manifest, commit, list_versions, load_latest, partition_files,
 };

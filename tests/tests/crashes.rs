@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
-use ourios_compaction::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
+use ourios_compaction::manifest::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
 use ourios_compaction::manifest::{list_versions, partition_files};
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::report::Status;

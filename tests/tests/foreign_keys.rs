@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use chrono::TimeZone;
-use ourios_compaction::dispatch::sweep;
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{Layout, PartitionId};
-use ourios_compaction::plan::ReadinessConfig;
+use ourios_compaction::serverless::dispatch::sweep;
+use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
 use ourios_integration_tests::{assert_exactly_once, cli_json, land_files, live_tags, s3_url};
 

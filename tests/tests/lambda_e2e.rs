@@ -6,9 +6,9 @@
 //! S3 server `tests/run.sh` starts. It builds and runs the real function binaries through
 //! `cargo lambda watch`, then sends payloads with `cargo lambda invoke --data-file`.
 
-use ourios_compaction::events::job_key;
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::Layout;
+use ourios_compaction::partition::job_key;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_integration_tests::emulator::{
     Emulator, event_for_store, land_announced_files, workspace_root,

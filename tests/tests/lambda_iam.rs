@@ -20,10 +20,10 @@ use std::sync::Arc;
 use object_store::aws::AmazonS3Builder;
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStoreExt, PutPayload};
-use ourios_compaction::dispatch::job::read_job;
-use ourios_compaction::events::job_key;
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::Layout;
+use ourios_compaction::partition::job_key;
+use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::store::Store;
 use ourios_integration_tests::emulator::{
     Emulator, event_for_store, land_announced_files, load, move_event, workspace_root,

@@ -4,11 +4,11 @@
 
 use chrono::TimeZone;
 use ourios_compaction::config::CompactOptions;
-use ourios_compaction::dispatch::worker::run_compaction_job;
-use ourios_compaction::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::partition::Layout;
-use ourios_compaction::plan::ReadinessConfig;
 use ourios_compaction::report::Status;
+use ourios_compaction::serverless::dispatch::worker::run_compaction_job;
+use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
+use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_integration_tests::{
     assert_exactly_once, land_files, live_tags, open_s3, test_partition,
 };

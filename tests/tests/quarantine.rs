@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use bytes::Bytes;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
-use ourios_compaction::gc::collect_garbage;
+use ourios_compaction::manifest::gc::collect_garbage;
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::Layout;
 use ourios_compaction::report::Status;

@@ -8,15 +8,15 @@ use std::time::Duration;
 use chrono::Utc;
 use ourios_compaction::Result;
 use ourios_compaction::config::CompactOptions;
-use ourios_compaction::dispatch::worker::run_compaction_job;
-use ourios_compaction::dispatch::{
+use ourios_compaction::partition::Layout;
+use ourios_compaction::report::CompactionReport;
+use ourios_compaction::serverless::dispatch::worker::run_compaction_job;
+use ourios_compaction::serverless::dispatch::{
     BackfillReport, OutcomeDecision, PartitionOutcome, backfill, backfill_partitions,
     partition_facts,
 };
-use ourios_compaction::events::BackfillRequest;
-use ourios_compaction::partition::Layout;
-use ourios_compaction::plan::ReadinessConfig;
-use ourios_compaction::report::CompactionReport;
+use ourios_compaction::serverless::events::BackfillRequest;
+use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
 use serde::Serialize;
 

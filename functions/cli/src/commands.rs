@@ -3,17 +3,17 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use ourios_compaction::bench::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{
     CompactOptions, DEFAULT_BUDGET_BYTES, budget_for_function_memory, parse_duration, parse_size,
 };
 use ourios_compaction::cost::Prices;
-use ourios_compaction::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
-use ourios_compaction::generate::{GenerateSpec, generate_partition};
-use ourios_compaction::inspect::inspect_object;
+use ourios_compaction::manifest::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{Layout, PartitionId};
-use ourios_compaction::query::{WindowQuery, query_window};
+use ourios_compaction::read::inspect::inspect_object;
+use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
@@ -200,7 +200,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             cost,
             json,
         } => {
-            let request = ourios_compaction::events::BackfillRequest {
+            let request = ourios_compaction::serverless::events::BackfillRequest {
                 tenants: (!tenants.is_empty()).then_some(tenants),
                 from,
                 to,

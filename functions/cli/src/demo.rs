@@ -4,17 +4,17 @@ use std::path::Path as FsPath;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ourios_compaction::baseline::rewrite_plain;
+use ourios_compaction::bench::baseline::rewrite_plain;
+use ourios_compaction::bench::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{CompactOptions, KeyColumns, parse_size};
 use ourios_compaction::cost::{
     JobCost, ONE_VCPU_FUNCTION_MB, RequestCounts, S3_TABLES_BINPACK, S3_TABLES_SORT,
 };
-use ourios_compaction::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::memory::process_cpu_time;
 use ourios_compaction::partition::{Layout, PartitionId};
-use ourios_compaction::query::{WindowQuery, query_window};
+use ourios_compaction::read::query::{WindowQuery, query_window};
+use ourios_compaction::sort::memory::process_cpu_time;
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 

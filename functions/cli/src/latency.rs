@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::ObjectStore;
-use ourios_compaction::observed_store::{ObservedStore, ReadObserver};
+use ourios_compaction::store::observed::{ObservedStore, ReadObserver};
 
 /// Delays each read: `round_trip`, plus its bytes at `bytes_per_second` when set.
 #[derive(Debug)]

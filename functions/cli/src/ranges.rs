@@ -5,12 +5,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ourios_compaction::bench::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::{CompactOptions, KeyColumns, parse_size};
-use ourios_compaction::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::partition::{Layout, PartitionId};
-use ourios_compaction::query::{QueryStats, WindowQuery, query_window};
-use ourios_compaction::scan::scan_columns;
+use ourios_compaction::read::query::{QueryStats, WindowQuery, query_window};
+use ourios_compaction::read::scan::scan_columns;
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 use serde::Serialize;

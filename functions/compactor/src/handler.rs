@@ -5,14 +5,14 @@
 
 use std::time::Instant;
 
-use ourios_compaction::dispatch::compactor::CompactorAnswer;
 use ourios_compaction::error::{ErrorKind, InvocationError};
-use ourios_compaction::events::{HttpRequest, Invocation, parse_invocation};
-use ourios_compaction::metrics::compaction_metrics;
+use ourios_compaction::serverless::dispatch::compactor::CompactorAnswer;
+use ourios_compaction::serverless::events::{HttpRequest, Invocation, parse_invocation};
+use ourios_compaction::serverless::metrics::compaction_metrics;
 use serde_json::{Value, json};
 
-pub use ourios_compaction::dispatch::compactor::Compactor;
-pub use ourios_compaction::settings::deadline_instant;
+pub use ourios_compaction::serverless::dispatch::compactor::Compactor;
+pub use ourios_compaction::serverless::settings::deadline_instant;
 
 /// Handles one invocation: the report of the job (or `{"reports": [...]}` for several, or
 /// `{"ignored": [...]}` when the event held no job). A failed or timed-out job fails the

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::logging::{LogStyle, init_tracing};
-use ourios_compaction::settings::{CompactorSettings, FunctionSettings};
+use ourios_compaction::serverless::settings::{CompactorSettings, FunctionSettings};
 use ourios_compaction::store::Store;
 use serde_json::Value;
 
@@ -17,7 +17,7 @@ use crate::handler::Compactor;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    ourios_compaction::memory::tune_allocator();
+    ourios_compaction::sort::memory::tune_allocator();
     let lookup = |name: &str| std::env::var(name).ok();
     init_tracing(LogStyle::Function, &lookup);
     let settings = FunctionSettings::from_lookup(&lookup)?;

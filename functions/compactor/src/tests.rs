@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use object_store::memory::InMemory;
 use ourios_compaction::cost::{ONE_VCPU_FUNCTION_MB, Prices};
-use ourios_compaction::dispatch::job::read_job;
-use ourios_compaction::dispatch::{DispatchMode, dispatch_partition};
-use ourios_compaction::events::KeyScope;
 use ourios_compaction::manifest::list_versions;
 use ourios_compaction::partition::{Layout, PartitionId};
-use ourios_compaction::plan::ReadinessConfig;
-use ourios_compaction::settings::CompactorSettings;
+use ourios_compaction::serverless::dispatch::job::read_job;
+use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
+use ourios_compaction::serverless::events::KeyScope;
+use ourios_compaction::serverless::readiness::ReadinessConfig;
+use ourios_compaction::serverless::settings::CompactorSettings;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::{
     Operation, RecordingStore, assert_role_permits, event_file_names, load_event, parquet_bytes,
@@ -74,7 +74,7 @@ async fn setup(scratch: &Path) -> Compactor {
             function_memory_mb: ONE_VCPU_FUNCTION_MB,
             prices: Prices::default(),
         },
-        readiness: ourios_compaction::plan::ReadinessConfig::default(),
+        readiness: ourios_compaction::serverless::readiness::ReadinessConfig::default(),
     }
 }
 
@@ -255,7 +255,7 @@ fn options_follow_the_settings_and_the_deadline() {
                 ..Prices::default()
             },
         },
-        readiness: ourios_compaction::plan::ReadinessConfig::default(),
+        readiness: ourios_compaction::serverless::readiness::ReadinessConfig::default(),
     };
     let deadline = Instant::now() + Duration::from_secs(900);
     let options = compactor.options(Some(deadline));

@@ -6,11 +6,11 @@ use std::time::Instant;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
 use chrono::{DateTime, Utc};
-use ourios_compaction::dispatch::OutcomeDecision;
-use ourios_compaction::dispatch::invocation::{Handled, Planner, PlannerAnswer};
 use ourios_compaction::error::{ErrorKind, InvocationError};
-use ourios_compaction::events::{HttpRequest, Invocation, parse_invocation};
-use ourios_compaction::metrics::{Unit, emf_line};
+use ourios_compaction::serverless::dispatch::OutcomeDecision;
+use ourios_compaction::serverless::dispatch::invocation::{Handled, Planner, PlannerAnswer};
+use ourios_compaction::serverless::events::{HttpRequest, Invocation, parse_invocation};
+use ourios_compaction::serverless::metrics::{Unit, emf_line};
 use serde_json::{Value, json};
 
 /// Handles one invocation. An error fails it: Lambda retries it, then the dead-letter

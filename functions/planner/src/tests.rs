@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use object_store::memory::InMemory;
-use ourios_compaction::dispatch::SWEEP_CURSOR_KEY;
-use ourios_compaction::dispatch::invocation::Planner;
-use ourios_compaction::dispatch::job::read_job;
 use ourios_compaction::error::ErrorKind;
-use ourios_compaction::events::KeyScope;
+use ourios_compaction::partition::SWEEP_CURSOR_KEY;
 use ourios_compaction::partition::{Layout, PartitionId};
-use ourios_compaction::plan::ReadinessConfig;
+use ourios_compaction::serverless::dispatch::invocation::Planner;
+use ourios_compaction::serverless::dispatch::job::read_job;
+use ourios_compaction::serverless::events::KeyScope;
+use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::{
     Fault, FaultyStore, Operation, RecordingStore, assert_role_permits, event_file_names,

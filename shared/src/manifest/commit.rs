@@ -1,27 +1,15 @@
 //! Loading the latest manifest version and committing the next one by create-only write.
 
-use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use super::{CompactedFile, Manifest, QuarantinedFile, RetiredFile};
 use crate::clock::Expiry;
 use crate::error::{Error, Result};
-use crate::partition::{Layout, PartitionId};
+use crate::partition::{Layout, PartitionId, parse_version};
 use crate::store::Store;
 
 /// Attempts of one commit before giving up on a partition that keeps changing.
 const MAX_COMMIT_ATTEMPTS: usize = 8;
-
-/// Version number of a manifest key's file name `v<digits>.json`.
-pub fn parse_version(key: &Path) -> Option<u64> {
-    let name = key.filename()?;
-    let digits = name.strip_prefix('v')?.strip_suffix(".json")?;
-    if digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) {
-        digits.parse().ok()
-    } else {
-        None
-    }
-}
 
 /// Every manifest version present for a partition, ascending.
 pub async fn list_versions(
@@ -229,7 +217,7 @@ pub async fn commit(
     base: &Manifest,
     request: &CommitRequest,
 ) -> Result<CommitOutcome> {
-    let compacted_prefix = format!("{}/", layout.compacted_dir(partition));
+    let compacted_prefix = layout.compacted_prefix(partition);
     let read_version = base.version;
     let mut base = base.clone();
     for _ in 0..MAX_COMMIT_ATTEMPTS {
@@ -311,16 +299,6 @@ pub async fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_version_names() {
-        assert_eq!(
-            parse_version(&Path::from("a/v00000000000000000007.json")),
-            Some(7)
-        );
-        assert_eq!(parse_version(&Path::from("a/v7.json")), None);
-        assert_eq!(parse_version(&Path::from("a/x.json")), None);
-    }
 
     #[test]
     fn apply_retires_inputs_and_adds_output() {

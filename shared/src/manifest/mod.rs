@@ -5,12 +5,13 @@
 //! create-only write (If-None-Match). The highest version is the state; a commit creates
 //! the next version, so of two racing committers exactly one wins and the other sees
 //! `AlreadyExists` (invariant 2). This works alike on S3, MinIO, a local
-//! directory and in memory.
+//! directory and in memory. [`gc`] deletes what the versions retired, after the grace period.
 
 mod commit;
+pub mod gc;
 mod live;
 
-pub use commit::{CommitOutcome, CommitRequest, commit, list_versions, load_latest, parse_version};
+pub use commit::{CommitOutcome, CommitRequest, commit, list_versions, load_latest};
 pub use live::{LiveSet, live_set};
 
 use serde::{Deserialize, Serialize};

@@ -15,7 +15,7 @@ use parquet::schema::types::ColumnPath;
 
 use crate::config::KeyColumns;
 use crate::error::Result;
-use crate::writer::output_properties;
+use crate::layout::writer::output_properties;
 
 /// The services of [`log_fixture`], in sort order (rows without a service come first).
 pub const FIXTURE_SERVICES: [&str; 6] = [

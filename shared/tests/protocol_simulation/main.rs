@@ -38,7 +38,7 @@ use object_store::{GetOptions, ObjectStore, PutOptions};
 use ourios_compaction::clock::Clock;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
-use ourios_compaction::gc::collect_garbage_with;
+use ourios_compaction::manifest::gc::collect_garbage_with;
 use ourios_compaction::manifest::{live_set, load_latest, partition_files};
 use ourios_compaction::partition::{Layout, PartitionId};
 use ourios_compaction::store::Store;

@@ -1,0 +1,750 @@
+//! Input files of one compaction: staged locally, checked against the partition, read in batches.
+
+pub mod page_check;
+pub mod schema;
+pub mod type_union;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use object_store::path::Path;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
+use parquet::file::metadata::ParquetMetaData;
+
+use crate::config::{KeyColumns, SORT_KEY_METADATA};
+use crate::error::{Error, Result};
+use crate::input::page_check::{PageFacts, check_footer_size, check_pages};
+use crate::input::schema::{check_key_columns, map_with_child_types};
+use crate::input::type_union::time_nanos;
+use crate::partition::PartitionId;
+
+/// An input file with a local copy the engine can read page by page.
+#[derive(Debug, Clone)]
+pub struct StagedInput {
+    /// Object key, relative to the store root.
+    pub key: Path,
+    /// Base name (the tie-break orders ingest files by it).
+    pub name: String,
+    /// Object size in bytes.
+    pub size: u64,
+    /// Local file holding the object's bytes.
+    pub local: PathBuf,
+    /// A previous compacted output of this partition.
+    pub is_compacted: bool,
+}
+
+/// What checking an input found out.
+#[derive(Debug, Clone)]
+pub struct CheckedInput {
+    /// The staged file.
+    pub staged: StagedInput,
+    /// Its Arrow schema.
+    pub schema: SchemaRef,
+    /// Rows in the file.
+    pub rows: u64,
+    /// Sum of the row groups' uncompressed sizes.
+    pub uncompressed_bytes: u64,
+    /// Largest uncompressed bytes per row over its row groups.
+    pub row_bytes_estimate: u64,
+    /// What a reader of the file holds besides the rows it returns: one decompressed page
+    /// and one dictionary per column (see [`READER_BYTES_PER_COLUMN`]).
+    pub reader_bytes_estimate: u64,
+    /// The sort order it declares in our metadata, if any.
+    pub declared_sort_key: Option<String>,
+}
+
+fn open(
+    staged: &StagedInput,
+) -> std::result::Result<ParquetRecordBatchReaderBuilder<File>, String> {
+    let file = File::open(&staged.local).map_err(|e| format!("cannot open local copy: {e}"))?;
+    ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("not a readable Parquet file: {e}"))
+}
+
+/// A reader holds at most this much per column chunk: a decompressed data page and a
+/// dictionary at the usual one-megabyte limits of Parquet writers.
+pub const READER_BYTES_PER_COLUMN: u64 = 2 << 20;
+
+/// The most one page of an input may decode to under budget B: a quarter of B, and never
+/// less than 8 MiB (writers' pages are about 1 MiB).
+pub fn page_cap_bytes(budget_bytes: u64) -> u64 {
+    (budget_bytes / 4).max(8 << 20)
+}
+
+/// The largest, over row groups, of what streaming one row group holds in pages and
+/// dictionaries: per column chunk its uncompressed size, at most [`READER_BYTES_PER_COLUMN`]
+/// unless its largest page and dictionary together take more.
+fn reader_bytes(metadata: &ParquetMetaData, pages: &PageFacts) -> u64 {
+    metadata
+        .row_groups()
+        .iter()
+        .zip(&pages.row_groups)
+        .map(|(rg, chunks)| {
+            rg.columns()
+                .iter()
+                .zip(chunks)
+                .map(|(c, p)| {
+                    let bytes = p.bounded_bytes(c.uncompressed_size());
+                    bytes
+                        .min(READER_BYTES_PER_COLUMN)
+                        .max(p.largest_page_bytes + p.dictionary_bytes)
+                })
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Decoded bytes of the file and the largest per row, from the footer's figures bounded by
+/// what the pages declare.
+fn size_facts(metadata: &ParquetMetaData, pages: &PageFacts) -> (u64, u64) {
+    let mut total = 0u64;
+    let mut per_row = 0u64;
+    for (rg, chunks) in metadata.row_groups().iter().zip(&pages.row_groups) {
+        let bounded: u64 = (rg.columns().iter().zip(chunks))
+            .map(|(c, p)| p.bounded_bytes(c.uncompressed_size()))
+            .sum();
+        let bytes = (rg.total_byte_size().max(0) as u64).min(bounded);
+        total += bytes;
+        if rg.num_rows() > 0 {
+            per_row = per_row.max(bytes.div_ceil(rg.num_rows() as u64));
+        }
+    }
+    (total, per_row.max(1))
+}
+
+/// Checks one input against its partition: readable footer, key columns present and typed,
+/// every time inside the hour and every tenant value equal to the partition's. A file with
+/// a readable footer and no rows passes whatever its columns (it holds nothing to lose and
+/// is consumed with the other inputs). `Err` holds the reason the file is a bad input.
+///
+/// Before any page is decoded, the footer's size and every page header are checked (see
+/// [`crate::input::page_check`]): no page may decode to more than `page_cap_bytes` (see
+/// [`page_cap_bytes`]) nor inflate beyond what it declares.
+pub fn check_input(
+    staged: StagedInput,
+    partition: &PartitionId,
+    keys: &KeyColumns,
+    page_cap_bytes: u64,
+) -> std::result::Result<CheckedInput, String> {
+    if staged.size == 0 {
+        return Err("empty object (0 bytes)".into());
+    }
+    let mut file = File::open(&staged.local).map_err(|e| format!("cannot open local copy: {e}"))?;
+    check_footer_size(&mut file)?;
+    let builder = open(&staged)?;
+    let pages = check_pages(&file, builder.metadata(), page_cap_bytes)?;
+    let schema = builder.schema().clone();
+    let metadata = builder.metadata().clone();
+    let rows: u64 = metadata
+        .row_groups()
+        .iter()
+        .map(|rg| rg.num_rows().max(0) as u64)
+        .sum();
+    if rows == 0 && metadata.file_metadata().num_rows() <= 0 {
+        return Ok(CheckedInput {
+            staged,
+            schema,
+            rows: 0,
+            uncompressed_bytes: 0,
+            row_bytes_estimate: 1,
+            reader_bytes_estimate: 0,
+            declared_sort_key: None,
+        });
+    }
+    if metadata.file_metadata().num_rows() != rows as i64 {
+        return Err(format!(
+            "the footer counts {} rows but its row groups hold {rows}",
+            metadata.file_metadata().num_rows()
+        ));
+    }
+    check_key_columns(&schema, keys)?;
+    let declared_sort_key = metadata
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == SORT_KEY_METADATA))
+        .and_then(|e| e.value.clone());
+
+    // Read only the time and tenant columns to validate every row.
+    let wanted: Vec<usize> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.name() == &keys.time || f.name() == &keys.tenant)
+        .map(|(i, _)| i)
+        .collect();
+    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(64 * 1024)
+        .build()
+        .map_err(|e| format!("not a readable Parquet file: {e}"))?;
+    let (start, end) = partition.time_range_nanos();
+    let mut row_base = 0u64;
+    for batch in reader {
+        let batch = batch.map_err(|e| format!("unreadable at row {row_base}: {e}"))?;
+        validate_rows(&batch, keys, partition, start, end, row_base)?;
+        row_base += batch.num_rows() as u64;
+    }
+    if row_base != rows {
+        return Err(format!(
+            "the footer counts {rows} rows but {row_base} could be read"
+        ));
+    }
+    let (uncompressed_bytes, row_bytes_estimate) = size_facts(&metadata, &pages);
+    Ok(CheckedInput {
+        staged,
+        schema,
+        rows,
+        uncompressed_bytes,
+        row_bytes_estimate,
+        reader_bytes_estimate: reader_bytes(&metadata, &pages),
+        declared_sort_key,
+    })
+}
+
+/// Runs `read` (reading one input) and turns a panic inside it into the reason the input is
+/// bad: a reader that panics on a hostile file must not take the job down with it.
+pub fn catch_reader_panic<T>(read: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|m| (*m).to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        format!("the Parquet reader failed on this file (panic: {message})")
+    })
+}
+
+fn validate_rows(
+    batch: &RecordBatch,
+    keys: &KeyColumns,
+    partition: &PartitionId,
+    start: i64,
+    end: i64,
+    row_base: u64,
+) -> std::result::Result<(), String> {
+    if let Some(time) = batch.column_by_name(&keys.time) {
+        let values = time_nanos(time.as_ref()).map_err(|e| {
+            format!(
+                "{}: {e}, outside the partition's hour {} (UTC)",
+                keys.time,
+                partition.hour_label()
+            )
+        })?;
+        for i in 0..values.len() {
+            if time.is_null(i) {
+                return Err(format!(
+                    "row {}: {} is null",
+                    row_base + i as u64,
+                    keys.time
+                ));
+            }
+            let t = values.value(i);
+            if values.is_null(i) || t < start || t >= end {
+                return Err(format!(
+                    "row {}: {} = {} is outside the partition's hour {} (UTC)",
+                    row_base + i as u64,
+                    keys.time,
+                    describe_time(time, i),
+                    partition.hour_label()
+                ));
+            }
+        }
+    }
+    if let Some(tenant) = batch.column_by_name(&keys.tenant) {
+        let as_utf8 = cast(tenant, &DataType::Utf8).map_err(|e| format!("tenant column: {e}"))?;
+        let values = as_utf8.as_string::<i32>();
+        for i in 0..values.len() {
+            if values.is_valid(i) && values.value(i) != partition.tenant() {
+                return Err(format!(
+                    "row {}: {} = {:?} does not match the partition's tenant {:?}",
+                    row_base + i as u64,
+                    keys.tenant,
+                    values.value(i),
+                    partition.tenant()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe_time(time: &dyn Array, i: usize) -> String {
+    arrow::util::display::ArrayFormatter::try_new(time, &Default::default())
+        .map(|f| f.value(i).to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Rows of the first, measuring batch of an input.
+const PROBE_ROWS: usize = 64;
+/// Most rows in one decoded batch.
+const MAX_BATCH_ROWS: usize = 8192;
+/// Reopens allowed per input: each one skips the rows already read, so a file whose row
+/// width keeps swinging must not make reading quadratic.
+const MAX_RESIZES: u32 = 8;
+
+/// Streams the rows of a checked input page by page, in batches of about `target_bytes`
+/// decoded bytes. Footer sizes cannot say how wide a row decodes (dictionary pages of long
+/// repeated strings encode to almost nothing), so the width is measured on the batches
+/// themselves: a small first batch sets the batch size, and the reader is reopened at the
+/// current row whenever a batch comes out far off its target. Each reopen decompresses the
+/// current page of every column again, so an input of a stream starts from the width its
+/// predecessor measured (see [`RowWidth`]) instead of probing.
+pub struct SizedBatches {
+    local: PathBuf,
+    key: String,
+    /// Strings read as Arrow dictionaries (see `read_as_dictionaries`).
+    dictionaries: DictionaryColumns,
+    target_bytes: u64,
+    rows_read: usize,
+    batch_rows: usize,
+    resizes: u32,
+    reader: Option<ParquetRecordBatchReader>,
+    /// The input's schema and encoded row width, and the width of its last batch.
+    width: RowWidth,
+}
+
+/// The decoded width of the rows of one input, measured on its last batch, and what its
+/// footer said of them: the next input of a stream with the same schema and no wider
+/// encoded rows starts at that width instead of probing its first rows.
+#[derive(Debug, Clone, Default)]
+pub struct RowWidth {
+    schema: Option<SchemaRef>,
+    encoded_row_bytes: u64,
+    decoded_row_bytes: Option<u64>,
+}
+
+impl RowWidth {
+    /// Rows of the first batch of `input` for batches of `target_bytes`: from this width
+    /// when it was measured on an input with the same schema, scaled up when `input`'s
+    /// encoded rows are wider; else a small probing batch.
+    fn first_batch_rows(&self, input: &CheckedInput, target_bytes: u64) -> usize {
+        let (Some(schema), Some(decoded)) = (&self.schema, self.decoded_row_bytes) else {
+            return PROBE_ROWS;
+        };
+        if schema != &input.schema {
+            return PROBE_ROWS;
+        }
+        let growth = input
+            .row_bytes_estimate
+            .div_ceil(self.encoded_row_bytes.max(1))
+            .max(1);
+        batch_rows(target_bytes, decoded.saturating_mul(growth))
+    }
+}
+
+/// Rows of a batch of `target_bytes` for rows of `row_bytes` decoded bytes.
+fn batch_rows(target_bytes: u64, row_bytes: u64) -> usize {
+    (target_bytes / row_bytes.max(1)).clamp(1, MAX_BATCH_ROWS as u64) as usize
+}
+
+impl SizedBatches {
+    /// Opens a checked input for reading.
+    pub fn open(input: &CheckedInput, target_bytes: u64) -> Result<Self> {
+        Self::open_with_dictionaries(
+            input,
+            target_bytes,
+            &DictionaryColumns::default(),
+            &RowWidth::default(),
+        )
+    }
+
+    /// Opens a checked input for reading, with `dictionaries` read as dictionaries: a
+    /// dictionary-encoded column chunk then comes with its dictionary and keys instead of
+    /// one string per row. `previous` is the [`SizedBatches::width`] of the input read
+    /// before this one, if any.
+    pub fn open_with_dictionaries(
+        input: &CheckedInput,
+        target_bytes: u64,
+        dictionaries: &DictionaryColumns,
+        previous: &RowWidth,
+    ) -> Result<Self> {
+        let target_bytes = target_bytes.max(1);
+        let mut batches = Self {
+            local: input.staged.local.clone(),
+            key: input.staged.key.to_string(),
+            dictionaries: dictionaries.clone(),
+            target_bytes,
+            rows_read: 0,
+            batch_rows: previous.first_batch_rows(input, target_bytes),
+            resizes: 0,
+            reader: None,
+            width: RowWidth {
+                schema: Some(Arc::clone(&input.schema)),
+                encoded_row_bytes: input.row_bytes_estimate,
+                decoded_row_bytes: None,
+            },
+        };
+        batches.reopen()?;
+        Ok(batches)
+    }
+
+    /// The width of this input's rows as measured so far, for the next input of a stream.
+    pub fn width(&self) -> &RowWidth {
+        &self.width
+    }
+
+    /// From the next batch on, reads `dictionaries` as dictionaries (and no others).
+    pub fn read_as_dictionaries(&mut self, dictionaries: &DictionaryColumns) -> Result<()> {
+        if &self.dictionaries != dictionaries {
+            self.dictionaries = dictionaries.clone();
+            self.reopen()?;
+        }
+        Ok(())
+    }
+
+    fn reopen(&mut self) -> Result<()> {
+        let file = File::open(&self.local).map_err(|e| Error::scratch(&self.local, e))?;
+        let parquet = |e| Error::parquet(self.key.clone(), e);
+        let mut metadata =
+            ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(parquet)?;
+        if let Some(hint) = dictionary_hint(metadata.schema(), &self.dictionaries) {
+            let options = ArrowReaderOptions::new().with_schema(hint);
+            metadata = ArrowReaderMetadata::try_new(Arc::clone(metadata.metadata()), options)
+                .map_err(parquet)?;
+        }
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata)
+            .with_batch_size(self.batch_rows)
+            .with_offset(self.rows_read)
+            .build()
+            .map_err(parquet)?;
+        self.reader = Some(reader);
+        Ok(())
+    }
+
+    fn resize(&mut self, batch: &RecordBatch) -> Result<()> {
+        let rows = batch.num_rows().max(1) as u64;
+        let bytes = decoded_bytes(batch);
+        let per_row = (bytes / rows).max(1);
+        self.width.decoded_row_bytes = Some(per_row);
+        let ideal = batch_rows(self.target_bytes, per_row);
+        let far_off = ideal > self.batch_rows * 2 || ideal * 2 < self.batch_rows;
+        if far_off && self.resizes < MAX_RESIZES {
+            self.resizes += 1;
+            self.batch_rows = ideal;
+            self.reopen()?;
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for SizedBatches {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = match self.reader.as_mut()?.next()? {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.reader = None;
+                return Some(Err(Error::arrow(format!("decoding {}", self.key), e)));
+            }
+        };
+        self.rows_read += batch.num_rows();
+        if let Err(e) = self.resize(&batch) {
+            self.reader = None;
+            return Some(Err(e));
+        }
+        Some(Ok(batch))
+    }
+}
+
+/// Strings to read as Arrow dictionaries, by column name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DictionaryColumns {
+    /// Top-level `Utf8` columns.
+    pub strings: Vec<String>,
+    /// Map columns whose `Utf8` keys are wanted as a dictionary.
+    pub map_keys: Vec<String>,
+    /// Map columns whose `Utf8` values are wanted as a dictionary.
+    pub map_values: Vec<String>,
+}
+
+/// `schema` with `columns` as dictionaries (`None`: none of them is in it).
+fn dictionary_hint(schema: &SchemaRef, columns: &DictionaryColumns) -> Option<SchemaRef> {
+    let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let named = |names: &[String], field: &Field| names.iter().any(|n| n == field.name());
+    let mut hinted = false;
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let wanted = [named(&columns.map_keys, f), named(&columns.map_values, f)];
+            let hinted_type = match f.data_type() {
+                DataType::Utf8 if named(&columns.strings, f) => Some(dictionary.clone()),
+                DataType::Map(_, _) if wanted.contains(&true) => {
+                    map_with_child_types(f.data_type(), |at, child| match child.data_type() {
+                        DataType::Utf8 if wanted[at] => dictionary.clone(),
+                        other => other.clone(),
+                    })
+                }
+                _ => None,
+            };
+            hinted |= hinted_type.is_some();
+            let field = f.as_ref().clone();
+            match hinted_type {
+                Some(data_type) => field.with_data_type(data_type),
+                None => field,
+            }
+        })
+        .collect();
+    hinted.then(|| Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
+}
+
+/// Decoded bytes of a batch as rows: a dictionary column whose dictionary is shared by the
+/// batches of a row group counts its keys and at most one value per row.
+fn decoded_bytes(batch: &RecordBatch) -> u64 {
+    let mut plain = Vec::new();
+    let mut bytes = 0u64;
+    for column in batch.columns() {
+        match column.as_any_dictionary_opt() {
+            Some(dictionary) => {
+                let values = dictionary.values();
+                let per_value = values.get_array_memory_size() / values.len().max(1);
+                let keys = dictionary.keys().get_array_memory_size();
+                bytes += (keys + per_value * column.len().min(values.len())) as u64;
+            }
+            None => plain.push(column),
+        }
+    }
+    bytes + crate::budget::arrays_memory_bytes(plain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::parquet_bytes;
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+
+    const TARGET: u64 = 256 << 10;
+
+    /// Stages and checks a file of `rows` rows whose body is `width` distinct bytes a row.
+    fn input(
+        dir: &std::path::Path,
+        name: &str,
+        rows: usize,
+        width: usize,
+        extra: bool,
+    ) -> CheckedInput {
+        let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+        let (start, _) = partition.time_range_nanos();
+        let mut columns: Vec<(&str, ArrayRef)> = vec![
+            (
+                "time_unix_nano",
+                Arc::new(Int64Array::from_iter_values(
+                    (0..rows as i64).map(|r| start + r),
+                )),
+            ),
+            (
+                "body",
+                Arc::new(StringArray::from_iter_values(
+                    (0..rows).map(|r| format!("{r:0width$}")),
+                )),
+            ),
+        ];
+        if extra {
+            columns.push((
+                "extra",
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+            ));
+        }
+        let batch = RecordBatch::try_from_iter(columns).expect("batch");
+        let local = dir.join(name);
+        std::fs::write(&local, parquet_bytes(&[batch], rows)).expect("write");
+        let staged = StagedInput {
+            key: Path::from(name),
+            name: name.to_string(),
+            size: std::fs::metadata(&local).expect("metadata").len(),
+            local,
+            is_compacted: false,
+        };
+        check_input(staged, &partition, &KeyColumns::default(), 8 << 20).expect("checked")
+    }
+
+    /// Reads every batch; returns their row counts, the widest batch's decoded bytes and
+    /// what the reader measured.
+    fn read(input: &CheckedInput, previous: &RowWidth) -> (Vec<usize>, u64, RowWidth) {
+        let plain = DictionaryColumns::default();
+        let mut batches =
+            SizedBatches::open_with_dictionaries(input, TARGET, &plain, previous).expect("open");
+        let (mut rows, mut widest) = (Vec::new(), 0);
+        for batch in batches.by_ref() {
+            let batch = batch.expect("batch");
+            rows.push(batch.num_rows());
+            widest = widest.max(decoded_bytes(&batch));
+        }
+        (rows, widest, batches.width().clone())
+    }
+
+    #[test]
+    fn an_input_like_the_previous_one_starts_at_its_width() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = input(dir.path(), "a.parquet", 20_000, 100, false);
+        let (rows, _, width) = read(&first, &RowWidth::default());
+        assert_eq!(rows[0], PROBE_ROWS, "the first input of a stream probes");
+        assert_eq!(rows.iter().sum::<usize>(), 20_000);
+
+        let alike = input(dir.path(), "b.parquet", 20_000, 100, false);
+        let (rows, widest, _) = read(&alike, &width);
+        assert!(rows[0] > 8 * PROBE_ROWS, "no probe: {rows:?}");
+        assert!(
+            rows[..rows.len() - 1].iter().all(|&r| r == rows[0]),
+            "never resized: {rows:?}"
+        );
+        assert_eq!(rows.iter().sum::<usize>(), 20_000);
+        assert!(widest <= 2 * TARGET, "batches near the target: {widest}");
+    }
+
+    #[test]
+    fn a_wider_input_starts_no_wider_than_its_target() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let narrow = input(dir.path(), "a.parquet", 20_000, 40, false);
+        let (_, _, width) = read(&narrow, &RowWidth::default());
+        let wide = input(dir.path(), "b.parquet", 5_000, 1_000, false);
+        let (rows, widest, _) = read(&wide, &width);
+        assert!(widest <= 2 * TARGET, "first of {rows:?}: {widest} bytes");
+        assert_eq!(rows.iter().sum::<usize>(), 5_000);
+    }
+
+    #[test]
+    fn another_schema_probes_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = input(dir.path(), "a.parquet", 20_000, 100, false);
+        let (_, _, width) = read(&first, &RowWidth::default());
+        let other = input(dir.path(), "b.parquet", 20_000, 100, true);
+        let (rows, _, _) = read(&other, &width);
+        assert_eq!(rows[0], PROBE_ROWS);
+    }
+
+    fn stage(dir: &std::path::Path, name: &str, bytes: &[u8]) -> StagedInput {
+        let local = dir.join(name);
+        std::fs::write(&local, bytes).expect("write");
+        StagedInput {
+            key: Path::from(name),
+            name: name.to_string(),
+            size: bytes.len() as u64,
+            local,
+            is_compacted: false,
+        }
+    }
+
+    fn partition() -> PartitionId {
+        PartitionId::parse("acme", "2026-11-29T10").expect("partition")
+    }
+
+    #[test]
+    fn every_parquet_codec_reads() {
+        use parquet::arrow::ArrowWriter;
+        use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
+        use parquet::file::properties::{WriterProperties, WriterVersion};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (start, _) = partition().time_range_nanos();
+        let batch = RecordBatch::try_from_iter([
+            (
+                "time_unix_nano",
+                Arc::new(Int64Array::from_iter_values((0..5_000).map(|r| start + r))) as ArrayRef,
+            ),
+            (
+                "body",
+                Arc::new(StringArray::from_iter_values(
+                    (0..5_000).map(|r| format!("line {r} of a compressible body")),
+                )),
+            ),
+        ])
+        .expect("batch");
+        let codecs = [
+            Compression::UNCOMPRESSED,
+            Compression::SNAPPY,
+            Compression::GZIP(GzipLevel::default()),
+            Compression::BROTLI(BrotliLevel::default()),
+            // The parquet crate writes LZ4 with the Hadoop framing.
+            Compression::LZ4,
+            Compression::LZ4_RAW,
+            Compression::ZSTD(ZstdLevel::default()),
+        ];
+        for codec in codecs {
+            for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
+                let props = WriterProperties::builder()
+                    .set_compression(codec)
+                    .set_writer_version(version)
+                    .build();
+                let mut bytes = Vec::new();
+                let mut writer =
+                    ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props)).expect("writer");
+                writer.write(&batch).expect("write");
+                writer.close().expect("close");
+                let name = format!("{codec:?}-{version:?}.parquet");
+                let staged = stage(dir.path(), &name, &bytes);
+                let checked = check_input(staged, &partition(), &KeyColumns::default(), 8 << 20)
+                    .unwrap_or_else(|e| panic!("{codec:?} {version:?}: {e}"));
+                let rows: usize = SizedBatches::open(&checked, TARGET)
+                    .expect("open")
+                    .map(|b| b.expect("batch").num_rows())
+                    .sum();
+                assert_eq!(rows, 5_000, "{codec:?} {version:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn time_columns_of_any_unit_are_checked_in_nanoseconds() {
+        use arrow::array::{TimestampMicrosecondArray, TimestampSecondArray, UInt64Array};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (start, end) = partition().time_range_nanos();
+        let keys = KeyColumns::default();
+        let file = |name: &str, time: ArrayRef| {
+            let batch = RecordBatch::try_from_iter([("time_unix_nano", time)]).expect("batch");
+            let staged = stage(dir.path(), name, &parquet_bytes(&[batch], 100));
+            check_input(staged, &partition(), &keys, 8 << 20)
+        };
+        let micros = TimestampMicrosecondArray::from(vec![start / 1_000, (end - 1) / 1_000])
+            .with_timezone("UTC");
+        assert!(file("us.parquet", Arc::new(micros)).is_ok());
+        let seconds = TimestampSecondArray::from(vec![start / 1_000_000_000]);
+        assert!(file("s.parquet", Arc::new(seconds)).is_ok());
+        let unsigned = UInt64Array::from(vec![start as u64, (end - 1) as u64]);
+        assert!(file("u64.parquet", Arc::new(unsigned)).is_ok());
+        // Raw microseconds would look like 1970 to a nanosecond check, and the reverse:
+        // the hour after this one, in microseconds, is outside.
+        let late = TimestampMicrosecondArray::from(vec![end / 1_000]);
+        let reason = file("late.parquet", Arc::new(late)).expect_err("outside the hour");
+        assert!(reason.contains("outside the partition's hour"), "{reason}");
+        let overflow = TimestampSecondArray::from(vec![i64::MAX / 10]);
+        let reason = file("overflow.parquet", Arc::new(overflow)).expect_err("overflow");
+        assert!(reason.contains("outside the partition's hour"), "{reason}");
+    }
+
+    #[test]
+    fn a_file_without_rows_passes_whatever_its_columns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let schema = Arc::new(Schema::new(vec![Field::new("other", DataType::Utf8, true)]));
+        let mut bytes = Vec::new();
+        let writer =
+            parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).expect("writer");
+        writer.close().expect("close");
+        let staged = stage(dir.path(), "empty.parquet", &bytes);
+        let checked =
+            check_input(staged, &partition(), &KeyColumns::default(), 8 << 20).expect("passes");
+        assert_eq!(checked.rows, 0);
+        let staged = stage(dir.path(), "zero-bytes.parquet", &[]);
+        let reason =
+            check_input(staged, &partition(), &KeyColumns::default(), 8 << 20).expect_err("bad");
+        assert!(reason.contains("0 bytes"), "{reason}");
+    }
+
+    #[test]
+    fn a_panic_while_reading_is_the_reason_of_the_input() {
+        let reason =
+            catch_reader_panic(|| -> u32 { panic!("index out of bounds") }).expect_err("caught");
+        assert!(reason.contains("index out of bounds"), "{reason}");
+        assert_eq!(catch_reader_panic(|| 7), Ok(7));
+    }
+}

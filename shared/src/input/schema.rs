@@ -1,0 +1,351 @@
+//! Schema union across inputs: one canonical output schema, and per-file conformance to it.
+//!
+//! Encodings of one logical type unify at any depth by the rules of [`crate::input::type_union`]
+//! (strings become Utf8, binaries Binary, lists List, integers and floats widen, timestamps
+//! take the finer unit). The time column is always Int64 nanoseconds since the epoch in the
+//! union, whatever type each input used. A column missing from a file is null for its rows.
+//! Genuinely conflicting types under one name make the later file (in ordinal order) a bad
+//! input, with a reason naming both types and the earlier file.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
+
+use crate::config::KeyColumns;
+use crate::error::{Error, Result};
+use crate::input::type_union::{canonical_type, conform_array, union_type};
+
+/// The canonical output schema and where the key columns are in it.
+#[derive(Debug, Clone)]
+pub struct UnifiedSchema {
+    /// The output schema (every field nullable).
+    pub schema: SchemaRef,
+    /// Index of the service column, if any input has it.
+    pub service_index: Option<usize>,
+    /// Index of the time column.
+    pub time_index: usize,
+}
+
+/// A file rejected by the union, with its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaRejection {
+    /// Position of the file in the list given to [`unify`].
+    pub position: usize,
+    /// Why it cannot join the union.
+    pub reason: String,
+}
+
+fn is_string_like(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, v) => is_string_like(v),
+        _ => false,
+    }
+}
+
+/// The type of the output's time column: nanoseconds since the epoch.
+pub const TIME_TYPE: DataType = DataType::Int64;
+
+/// True for the accepted time column types: Int64 and UInt64 nanoseconds, Timestamp of any
+/// unit with or without a zone (INT96 reads as Timestamp(Nanosecond)).
+pub fn is_time_type(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int64 | DataType::UInt64 | DataType::Timestamp(_, _)
+    )
+}
+
+/// Checks the key columns of one file's schema; `Err` holds the reason it is a bad input.
+pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Result<(), String> {
+    let mut seen = HashMap::new();
+    for f in schema.fields() {
+        if seen.insert(f.name().as_str(), ()).is_some() {
+            return Err(format!("column {:?} appears twice", f.name()));
+        }
+    }
+    let time = schema
+        .field_with_name(&keys.time)
+        .map_err(|_| format!("required time column {:?} is missing", keys.time))?;
+    if !is_time_type(time.data_type()) {
+        return Err(format!(
+            "time column {:?} has type {}; expected Int64 or UInt64 nanoseconds, or a Timestamp",
+            keys.time,
+            time.data_type()
+        ));
+    }
+    for (name, what) in [(&keys.service, "service"), (&keys.tenant, "tenant")] {
+        if let Ok(f) = schema.field_with_name(name)
+            && !is_string_like(f.data_type())
+        {
+            return Err(format!(
+                "{what} column {name:?} has type {}; expected a string type",
+                f.data_type()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Unions the schemas of the inputs, in ordinal order. Returns the union of the accepted
+/// files (`None` when none is accepted) and the rejected ones.
+pub fn unify(
+    schemas: &[(&str, &Schema)],
+    keys: &KeyColumns,
+) -> (Option<UnifiedSchema>, Vec<SchemaRejection>) {
+    let mut fields: Vec<Field> = Vec::new();
+    // Per column: its index and the input its type was last set by.
+    let mut by_name: HashMap<String, (usize, String)> = HashMap::new();
+    let mut rejected = Vec::new();
+
+    'files: for (position, (file, schema)) in schemas.iter().enumerate() {
+        if let Err(reason) = check_key_columns(schema, keys) {
+            rejected.push(SchemaRejection { position, reason });
+            continue;
+        }
+        // First pass: the file's contribution, or its conflict, without changing the union.
+        let mut changes: Vec<(Option<usize>, Field)> = Vec::new();
+        for f in schema.fields() {
+            let t = if f.name() == &keys.time {
+                TIME_TYPE
+            } else {
+                canonical_type(f.data_type())
+            };
+            match by_name.get(f.name()) {
+                Some((i, earlier)) => {
+                    let have = fields[*i].data_type();
+                    match union_type(have, &t) {
+                        Ok(u) if &u == have => {}
+                        Ok(u) => changes.push((Some(*i), fields[*i].clone().with_data_type(u))),
+                        Err(conflict) => {
+                            let reason = if conflict.path.is_empty() {
+                                format!(
+                                    "column {:?} has type {} here but {} in earlier input {earlier}",
+                                    f.name(),
+                                    f.data_type(),
+                                    have
+                                )
+                            } else {
+                                format!(
+                                    "column {:?}: field {:?} has type {} here but {} in earlier input {earlier}",
+                                    f.name(),
+                                    conflict.path,
+                                    conflict.found,
+                                    conflict.have
+                                )
+                            };
+                            rejected.push(SchemaRejection { position, reason });
+                            continue 'files;
+                        }
+                    }
+                }
+                None if f.name() == &keys.time => {
+                    changes.push((None, Field::new(f.name(), t, true)))
+                }
+                None => changes.push((
+                    None,
+                    Field::new(f.name(), t, true).with_metadata(f.metadata().clone()),
+                )),
+            }
+        }
+        for (index, field) in changes {
+            let name = field.name().clone();
+            match index {
+                Some(i) => {
+                    fields[i] = field;
+                    by_name.insert(name, (i, (*file).to_string()));
+                }
+                None => {
+                    by_name.insert(name, (fields.len(), (*file).to_string()));
+                    fields.push(field);
+                }
+            }
+        }
+    }
+
+    let Some((time_index, _)) = by_name.get(&keys.time).cloned() else {
+        return (None, rejected);
+    };
+    let service_index = by_name.get(&keys.service).map(|(i, _)| *i);
+    let unified = UnifiedSchema {
+        schema: Arc::new(Schema::new(fields)),
+        service_index,
+        time_index,
+    };
+    (Some(unified), rejected)
+}
+
+/// Conforms one decoded batch to the unified schema: casts encodings, fills missing columns
+/// with nulls and puts the columns in the output order.
+pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    let columns = target
+        .fields()
+        .iter()
+        .map(|field| conform_column(batch, field))
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(Arc::clone(target), columns)
+        .map_err(|e| Error::arrow("assembling a conformed batch", e))
+}
+
+/// The entries field, the key and value fields, and the ordering of a map type.
+pub fn map_fields(data_type: &DataType) -> Option<(&FieldRef, &Fields, bool)> {
+    let DataType::Map(entries, sorted) = data_type else {
+        return None;
+    };
+    let DataType::Struct(children) = entries.data_type() else {
+        return None;
+    };
+    (children.len() == 2).then_some((entries, children, *sorted))
+}
+
+/// The map type `data_type` with its key and value fields' types changed by `child_type`
+/// (given each child's position, 0 for keys and 1 for values); names, nullability and
+/// ordering stay. `None` when `data_type` is not a map.
+pub fn map_with_child_types(
+    data_type: &DataType,
+    child_type: impl Fn(usize, &FieldRef) -> DataType,
+) -> Option<DataType> {
+    let (entries, children, sorted) = map_fields(data_type)?;
+    let children: Fields = children
+        .iter()
+        .enumerate()
+        .map(|(at, child)| Arc::new(child.as_ref().clone().with_data_type(child_type(at, child))))
+        .collect();
+    let entries = entries
+        .as_ref()
+        .clone()
+        .with_data_type(DataType::Struct(children));
+    Some(DataType::Map(Arc::new(entries), sorted))
+}
+
+/// The column of `batch` named like `field`, converted to its type (all nulls when missing;
+/// see [`conform_array`]).
+pub fn conform_column(batch: &RecordBatch, field: &Field) -> Result<ArrayRef> {
+    match batch.column_by_name(field.name()) {
+        Some(col) => conform_array(col, field.data_type())
+            .map_err(|e| Error::arrow(format!("converting column {:?}", field.name()), e)),
+        None => Ok(new_null_array(field.data_type(), batch.num_rows())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::TimeUnit;
+
+    fn schema(fields: Vec<(&str, DataType)>) -> Schema {
+        Schema::new(
+            fields
+                .into_iter()
+                .map(|(n, t)| Field::new(n, t, true))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn unions_encodings_and_missing_columns() {
+        let keys = KeyColumns::default();
+        let a = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("service.name", DataType::Utf8View),
+            ("body", DataType::LargeUtf8),
+        ]);
+        let b = schema(vec![
+            (
+                "service.name",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            ),
+            ("time_unix_nano", DataType::Int64),
+            ("extra", DataType::Int32),
+        ]);
+        let (u, rejected) = unify(&[("a", &a), ("b", &b)], &keys);
+        let u = u.unwrap();
+        assert!(rejected.is_empty());
+        let names: Vec<_> = u.schema.fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["time_unix_nano", "service.name", "body", "extra"]);
+        assert_eq!(u.schema.field(1).data_type(), &DataType::Utf8);
+        assert_eq!(u.schema.field(2).data_type(), &DataType::Utf8);
+        assert_eq!(u.service_index, Some(1));
+        assert_eq!(u.time_index, 0);
+    }
+
+    #[test]
+    fn time_types_unify() {
+        let keys = KeyColumns::default();
+        let a = schema(vec![("time_unix_nano", DataType::UInt64)]);
+        let b = schema(vec![("time_unix_nano", DataType::UInt64)]);
+        let c = schema(vec![(
+            "time_unix_nano",
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+        )]);
+        // One documented output type whatever the inputs used: Int64 nanoseconds.
+        let (u, _) = unify(&[("a", &a), ("b", &b)], &keys);
+        assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::Int64);
+        let (u, _) = unify(&[("a", &a), ("c", &c)], &keys);
+        assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::Int64);
+        let us = schema(vec![(
+            "time_unix_nano",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        )]);
+        let (u, rejected) = unify(&[("us", &us), ("a", &a)], &keys);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert_eq!(u.unwrap().schema.field(0).data_type(), &DataType::Int64);
+    }
+
+    #[test]
+    fn rejects_conflicts_and_bad_keys() {
+        let keys = KeyColumns::default();
+        let good = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("x", DataType::Utf8),
+        ]);
+        let conflict = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("x", DataType::Int64),
+        ]);
+        let no_time = schema(vec![("x", DataType::Utf8)]);
+        let bad_time = schema(vec![("time_unix_nano", DataType::Utf8)]);
+        let bad_service = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("service.name", DataType::Int64),
+        ]);
+        let float_time = schema(vec![("time_unix_nano", DataType::Float64)]);
+        let (u, rejected) = unify(
+            &[
+                ("good", &good),
+                ("conflict", &conflict),
+                ("no_time", &no_time),
+                ("bad_time", &bad_time),
+                ("bad_service", &bad_service),
+                ("float_time", &float_time),
+            ],
+            &keys,
+        );
+        assert!(u.is_some());
+        let positions: Vec<_> = rejected.iter().map(|r| r.position).collect();
+        assert_eq!(positions, [1, 2, 3, 4, 5]);
+        assert!(
+            rejected[0].reason.contains("earlier input good"),
+            "{}",
+            rejected[0].reason
+        );
+        assert!(rejected[1].reason.contains("missing"));
+    }
+
+    #[test]
+    fn null_typed_columns_take_the_real_type() {
+        let keys = KeyColumns::default();
+        let a = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("x", DataType::Null),
+        ]);
+        let b = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("x", DataType::Int32),
+        ]);
+        let (u, rejected) = unify(&[("a", &a), ("b", &b)], &keys);
+        assert!(rejected.is_empty());
+        assert_eq!(u.unwrap().schema.field(1).data_type(), &DataType::Int32);
+    }
+}

@@ -1,0 +1,168 @@
+//! The output Parquet writer: row-group rotation, `sorting_columns`, statistics, blooms, and
+//! the block layout ([`crate::layout::blocks`]).
+//!
+//! Every setting is fixed or derived from the inputs, and no clock, host or random value
+//! reaches the file, so the same rows give byte-identical output.
+
+use std::io::Write;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::Schema;
+use parquet::arrow::ArrowSchemaConverter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::{KeyValue, ParquetMetaData, SortingColumn};
+use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterProperties};
+use parquet::schema::types::{ColumnPath, SchemaDescriptor};
+
+use crate::config::{CompactOptions, KeyColumns, SORT_KEY_METADATA, sort_key_label};
+use crate::error::{Error, Result};
+use crate::input::schema::UnifiedSchema;
+use crate::layout::blocks::{BlockOptions, BlockWriter};
+use crate::scratch::ScratchDir;
+use crate::sort::sink::ChunkSink;
+
+/// Distinct values a row group's service bloom filter is sized for (row groups are
+/// clustered by service, so few distinct services fall in one).
+const SERVICE_BLOOM_NDV: u64 = 1024;
+/// What the open data pages and dictionaries of all columns may hold together, so a wide
+/// schema gets smaller pages instead of one megabyte per column.
+const OPEN_PAGES_BYTES: usize = 16 << 20;
+/// Page and dictionary size limits stay within these bounds.
+const PAGE_BYTES_RANGE: (usize, usize) = (64 << 10, 1 << 20);
+
+/// The data page and dictionary page size limit for a schema of `leaves` leaf columns.
+fn page_bytes_limit(leaves: usize) -> usize {
+    (OPEN_PAGES_BYTES / leaves.max(1)).clamp(PAGE_BYTES_RANGE.0, PAGE_BYTES_RANGE.1)
+}
+
+/// The Parquet schema of `schema`.
+fn parquet_schema(schema: &Schema) -> Result<SchemaDescriptor> {
+    ArrowSchemaConverter::new()
+        .convert(schema)
+        .map_err(|e| Error::encode("output schema", e))
+}
+
+/// Leaf column index of a top-level primitive column in the Parquet schema of `schema`.
+fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
+    parquet_schema(schema)?
+        .columns()
+        .iter()
+        .position(|c| c.path().parts() == [name.to_string()])
+        .ok_or_else(|| Error::invariant(format!("key column {name:?} is not a leaf column")))
+}
+
+/// Writer properties of a compacted file: row groups rotate at `rg_bytes` of estimated encoded
+/// size or at `max_rows` rows, whichever comes first.
+pub fn output_properties(
+    schema: &Schema,
+    keys: &KeyColumns,
+    has_service: bool,
+    rg_bytes: u64,
+    max_rows: Option<u64>,
+) -> Result<WriterProperties> {
+    let time_leaf = leaf_index(schema, &keys.time)?;
+    let page_bytes = page_bytes_limit(parquet_schema(schema)?.num_columns());
+    let mut sorting = Vec::new();
+    let mut builder = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).map_err(|e| Error::encode("zstd level", e))?,
+        ))
+        .set_dictionary_enabled(true)
+        .set_data_page_size_limit(page_bytes)
+        .set_dictionary_page_size_limit(page_bytes)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(max_rows.map(|n| n.clamp(1, usize::MAX as u64) as usize))
+        .set_max_row_group_bytes(Some(rg_bytes.max(1) as usize))
+        .set_bloom_filter_position(BloomFilterPosition::AfterRowGroup)
+        .set_key_value_metadata(Some(vec![KeyValue::new(
+            SORT_KEY_METADATA.to_string(),
+            sort_key_label(keys, has_service),
+        )]));
+    if has_service {
+        let service_leaf = leaf_index(schema, &keys.service)?;
+        sorting.push(SortingColumn {
+            column_idx: service_leaf as i32,
+            descending: false,
+            nulls_first: true,
+        });
+        let path = ColumnPath::new(vec![keys.service.clone()]);
+        builder = builder
+            .set_column_bloom_filter_enabled(path.clone(), true)
+            .set_column_bloom_filter_fpp(path.clone(), 0.01)
+            .set_column_bloom_filter_max_ndv(path, SERVICE_BLOOM_NDV);
+    }
+    sorting.push(SortingColumn {
+        column_idx: time_leaf as i32,
+        descending: false,
+        nulls_first: true,
+    });
+    Ok(builder.set_sorting_columns(Some(sorting)).build())
+}
+
+/// The writer settings of one partition's output: properties for `unified` under `options`
+/// with row groups of `rg_bytes`, and the block layout staging in `scratch`.
+pub fn partition_output_settings(
+    unified: &UnifiedSchema,
+    options: &CompactOptions,
+    rg_bytes: u64,
+    scratch: &ScratchDir,
+) -> Result<(WriterProperties, BlockOptions)> {
+    let properties = output_properties(
+        &unified.schema,
+        &options.keys,
+        unified.service_index.is_some(),
+        rg_bytes,
+        options.max_rows_per_row_group,
+    )?;
+    let blocks = BlockOptions::new(
+        options.row_groups_per_block,
+        Some(scratch.file("block", "parquet")),
+    )
+    .with_page_file(scratch.file("pages", "bin"));
+    Ok((properties, blocks))
+}
+
+/// The compacted-file writer as a chunk sink.
+pub struct OutputWriter<W: Write + Send> {
+    writer: BlockWriter<W>,
+}
+
+impl<W: Write + Send> OutputWriter<W> {
+    /// A writer of `schema` with `properties` into `sink`, its row groups laid out in blocks.
+    pub fn try_new(
+        sink: W,
+        schema: std::sync::Arc<Schema>,
+        properties: WriterProperties,
+        blocks: BlockOptions,
+    ) -> Result<Self> {
+        Ok(Self {
+            writer: BlockWriter::try_new(sink, schema, properties, blocks)?,
+        })
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.writer.rows()
+    }
+
+    /// Writes the footer and returns the file's metadata; the inner writer then holds the
+    /// whole file.
+    pub fn finish(&mut self) -> Result<ParquetMetaData> {
+        self.writer.finish()
+    }
+
+    /// The inner writer (to complete an upload after [`Self::finish`]).
+    pub fn inner_mut(&mut self) -> &mut W {
+        self.writer.inner_mut()
+    }
+}
+
+impl<W: Write + Send> ChunkSink for OutputWriter<W> {
+    fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
+        self.writer.write(chunk)
+    }
+
+    fn end_row_group(&mut self) -> Result<()> {
+        self.writer.flush()
+    }
+}

@@ -1,0 +1,491 @@
+//! Garbage collection of one partition: a pure plan, then its execution.
+//!
+//! Retired inputs are deleted only once the grace period has passed since the commit that
+//! retired them (a reader that listed before the commit may still be reading them,
+//! invariant 3). Compacted outputs that no manifest references (a crash between upload
+//! and commit, or a lost race) are deleted once older than the grace period.
+//!
+//! Every instant is the store's: a commit's time is its manifest version's Last-Modified, an
+//! orphan's age its own Last-Modified, and "now" the Last-Modified of a clock object GC writes
+//! before it reads anything (`_compaction/clock/<partition>.json`, removed again at once). Host clocks may be skewed;
+//! they only measure durations. INVARIANT: GC reads the manifest after taking "now", so a
+//! commit that landed before it is seen; a committer commits within half the grace of its
+//! upload, and GC deletes within half the grace of taking "now", so an orphan GC deletes can
+//! no longer be committed; before deleting, GC reads the latest manifest again. Old manifest
+//! versions are pruned, always keeping the latest few so a concurrent committer is never
+//! affected. Quarantined files are never touched.
+//!
+//! A GC run over many partitions ([`find_partitions`]) finds them by delimited listings of the
+//! manifest prefix and the compacted prefix, level by level (tenant, year, month, day, hour):
+//! never a scan of the ingest data. The compacted prefix is listed too because a partition
+//! whose first compaction crashed after its upload has an orphan but no manifest yet.
+//!
+//! On S3 an orphan is deleted only while it is the version listed (If-Match on its ETag).
+//!
+//! Abandoned multipart uploads (a crash mid-upload) are invisible to listings and never become
+//! objects, so they never enter a live set. The next attempt of the same dispatched job aborts
+//! them ([`crate::serverless::dispatch::worker`]); the bucket's lifecycle rule
+//! `AbortIncompleteMultipartUpload` removes the rest (see `infra/`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use object_store::ObjectMeta;
+use object_store::path::Path;
+use serde::Serialize;
+
+use crate::clock::{Clock, Expiry, SystemClock};
+use crate::error::{Error, Result};
+use crate::manifest::{Manifest, load_latest};
+use crate::partition::{
+    COMPACTED_PREFIX, Layout, MANIFESTS_PREFIX, PartitionId, field_dir, field_value, parse_version,
+    partition_dir, validate_tenant,
+};
+use crate::store::{Store, key_path};
+
+/// Manifest versions kept by pruning.
+pub const KEEP_MANIFEST_VERSIONS: usize = 10;
+
+/// What garbage collection will delete, and why each is safe.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GcPlan {
+    /// Retired files past their grace period.
+    pub retired: Vec<String>,
+    /// Unreferenced compacted outputs older than the grace period.
+    pub orphans: Vec<String>,
+    /// Manifest versions older than the ones kept.
+    pub manifests: Vec<String>,
+}
+
+impl GcPlan {
+    /// Total objects the plan deletes.
+    pub fn len(&self) -> usize {
+        self.retired.len() + self.orphans.len() + self.manifests.len()
+    }
+
+    /// True when there is nothing to delete.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Inputs of a GC decision, all already read.
+pub struct GcInputs<'a> {
+    /// The latest manifest.
+    pub manifest: &'a Manifest,
+    /// Listing of the partition's compacted directory.
+    pub compacted_listing: &'a [ObjectMeta],
+    /// Listing of the partition's ingest directory.
+    pub ingest_listing: &'a [ObjectMeta],
+    /// Every manifest version present with its listing entry, ascending by version.
+    pub manifest_versions: &'a [(u64, ObjectMeta)],
+    /// Now on the store's clock, Unix milliseconds.
+    pub store_now_ms: i64,
+    /// The grace period.
+    pub grace: Duration,
+}
+
+/// Decides what to delete: pure, so it can be tested and printed without a store or clock.
+pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
+    let grace_ms = i64::try_from(inputs.grace.as_millis()).unwrap_or(i64::MAX);
+    let past_grace = |t_ms: i64| t_ms.saturating_add(grace_ms) <= inputs.store_now_ms;
+    let m = inputs.manifest;
+    // When version `v` was committed, on the store's clock; a pruned version is bounded by the
+    // next one kept (later, so the grace only lengthens). Unknown (0): the latest version.
+    let versions = inputs.manifest_versions;
+    let committed_ms = |v: u64| -> Option<i64> {
+        let found = if v == 0 {
+            versions.last()
+        } else {
+            versions.iter().find(|(n, _)| *n >= v)
+        };
+        found.map(|(_, meta)| meta.last_modified.timestamp_millis())
+    };
+    // Retired entries stay in the manifest until a later commit forgets them: only files
+    // still present are planned, so a report counts real deletions.
+    let present: std::collections::HashSet<&str> = inputs
+        .compacted_listing
+        .iter()
+        .chain(inputs.ingest_listing)
+        .map(|o| o.location.as_ref())
+        .collect();
+    let retired: Vec<String> = m
+        .retired
+        .iter()
+        .filter(|r| {
+            committed_ms(r.retired_in).is_some_and(past_grace) && present.contains(r.key.as_str())
+        })
+        .filter(|r| !m.quarantined.iter().any(|q| q.key == r.key))
+        .map(|r| r.key.clone())
+        .collect();
+    let orphans = inputs
+        .compacted_listing
+        .iter()
+        .filter(|o| {
+            let key = o.location.as_ref();
+            !m.has_compacted(key) && !m.retired.iter().any(|r| r.key == key)
+        })
+        .filter(|o| past_grace(o.last_modified.timestamp_millis()))
+        .map(|o| o.location.to_string())
+        .collect();
+    let prunable = versions.len().saturating_sub(KEEP_MANIFEST_VERSIONS);
+    let manifests = versions[..prunable]
+        .iter()
+        .map(|(_, meta)| meta.location.to_string())
+        .collect();
+    GcPlan {
+        retired,
+        orphans,
+        manifests,
+    }
+}
+
+/// What one GC run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcReport {
+    /// The partition.
+    pub partition: String,
+    /// The plan (what was, or with `dry_run` would be, deleted).
+    pub plan: GcPlan,
+    /// Objects actually deleted.
+    pub deleted: usize,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+}
+
+/// Plans and runs GC for one partition, timing on the system clocks.
+pub async fn collect_garbage(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    grace: Duration,
+    dry_run: bool,
+) -> Result<GcReport> {
+    let clock = SystemClock::shared();
+    collect_garbage_with(store, layout, partition, grace, dry_run, &clock).await
+}
+
+/// Plans and runs GC for one partition; `clock` measures how long the run takes.
+pub async fn collect_garbage_with(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    grace: Duration,
+    dry_run: bool,
+    clock: &Arc<dyn Clock>,
+) -> Result<GcReport> {
+    // INVARIANT: "now" is taken before the manifest is read (module doc).
+    let store_now = store.store_now(&layout.clock_key(partition)).await?;
+    let deadline = Expiry::after(clock, grace / 2);
+    let manifest = load_latest(store, layout, partition).await?;
+    let compacted_listing = store.list_sorted(&layout.compacted_dir(partition)).await?;
+    let ingest_listing = store.list_sorted(&layout.ingest_dir(partition)).await?;
+    let manifest_versions: Vec<(u64, ObjectMeta)> = store
+        .list_sorted(&layout.manifest_dir(partition))
+        .await?
+        .into_iter()
+        .filter_map(|meta| parse_version(&meta.location).map(|v| (v, meta)))
+        .collect();
+    let mut plan = plan_gc(&GcInputs {
+        manifest: &manifest,
+        compacted_listing: &compacted_listing,
+        ingest_listing: &ingest_listing,
+        manifest_versions: &manifest_versions,
+        store_now_ms: store_now.timestamp_millis(),
+        grace,
+    });
+    let mut deleted = 0;
+    if !dry_run && !plan.is_empty() {
+        if grace > Duration::ZERO && deadline.has_passed() {
+            tracing::warn!(partition = %partition, "garbage collection took over half the grace period; deleting nothing");
+            return Ok(GcReport {
+                partition: partition.to_string(),
+                plan,
+                deleted,
+                dry_run,
+            });
+        }
+        // Re-check against the latest manifest: never delete what it references.
+        let latest = load_latest(store, layout, partition).await?;
+        plan.orphans
+            .retain(|k| !latest.references(k) && !latest.quarantined.iter().any(|q| &q.key == k));
+        plan.retired
+            .retain(|k| latest.retired.iter().any(|r| &r.key == k) && !latest.has_compacted(k));
+        // Orphans go by conditional delete where the store offers it: only the version listed.
+        for key in &plan.orphans {
+            let Some(meta) = compacted_listing
+                .iter()
+                .find(|o| o.location.as_ref() == key)
+            else {
+                continue;
+            };
+            if store.delete_listed(meta).await? {
+                deleted += 1;
+            } else {
+                tracing::warn!(key = %key, "an orphan changed since it was listed; left in place");
+            }
+        }
+        let keys: Vec<Path> = plan
+            .retired
+            .iter()
+            .chain(&plan.manifests)
+            .filter_map(|k| match key_path(k) {
+                Ok(path) => Some(path),
+                Err(e) => {
+                    tracing::warn!(key = %k, error = %e, "skipping a key that cannot be addressed");
+                    None
+                }
+            })
+            .collect();
+        let store_ref = store.object_store();
+        let mut results =
+            store_ref.delete_stream(futures::stream::iter(keys.into_iter().map(Ok)).boxed());
+        while let Some(result) = results.next().await {
+            match result {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Err(e) => return Err(Error::store("delete", partition, e)),
+            }
+        }
+    }
+    Ok(GcReport {
+        partition: partition.to_string(),
+        plan,
+        deleted,
+        dry_run,
+    })
+}
+
+/// Which partitions a GC run covers: a tenant or all, an hour or all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcScope {
+    /// Only this tenant (all tenants when `None`).
+    pub tenant: Option<String>,
+    /// Only this hour, as `YYYY-MM-DDTHH` (every hour when `None`).
+    pub hour: Option<String>,
+}
+
+/// The partitions in `scope` that have a manifest or compacted outputs, sorted.
+pub async fn find_partitions(store: &Store, scope: &GcScope) -> Result<Vec<PartitionId>> {
+    if let Some(tenant) = &scope.tenant {
+        validate_tenant(tenant)?;
+    }
+    let wanted_hour = scope
+        .hour
+        .as_deref()
+        .map(crate::partition::parse_hour)
+        .transpose()?;
+    let mut found = std::collections::BTreeSet::new();
+    for root in [MANIFESTS_PREFIX.to_string(), COMPACTED_PREFIX.to_string()] {
+        let root = Path::from(root);
+        let tenants = match &scope.tenant {
+            Some(t) => vec![t.clone()],
+            None => child_values(store, &root, "tenant").await?,
+        };
+        for tenant in tenants {
+            if validate_tenant(&tenant).is_err() {
+                tracing::warn!(root = %root, tenant, "ignoring a directory that is not a tenant");
+                continue;
+            }
+            if let Some(hour) = wanted_hour {
+                let partition = PartitionId::new(&tenant, hour)?;
+                let dir = partition_dir(&root, &partition);
+                if !store.list_sorted(&dir).await?.is_empty() {
+                    found.insert(partition);
+                }
+                continue;
+            }
+            for hour in hours_of_tenant(store, &root, &tenant).await? {
+                found.insert(PartitionId::parse(&tenant, &hour)?);
+            }
+        }
+    }
+    Ok(found.into_iter().collect())
+}
+
+/// Every `YYYY-MM-DDTHH` under `<root>/tenant=<tenant>/`, one delimited listing per level.
+async fn hours_of_tenant(store: &Store, root: &Path, tenant: &str) -> Result<Vec<String>> {
+    let tenant_dir = field_dir(root, "tenant", tenant);
+    let mut hours = Vec::new();
+    for year in child_values(store, &tenant_dir, "year").await? {
+        let year_dir = field_dir(&tenant_dir, "year", &year);
+        for month in child_values(store, &year_dir, "month").await? {
+            let month_dir = field_dir(&year_dir, "month", &month);
+            for day in child_values(store, &month_dir, "day").await? {
+                let day_dir = field_dir(&month_dir, "day", &day);
+                for hour in child_values(store, &day_dir, "hour").await? {
+                    let label = format!("{year}-{month}-{day}T{hour}");
+                    if crate::partition::parse_hour(&label).is_ok() {
+                        hours.push(label);
+                    } else {
+                        tracing::warn!(dir = %day_dir, hour, "ignoring a directory that is not an hour");
+                    }
+                }
+            }
+        }
+    }
+    Ok(hours)
+}
+
+/// Values `v` of the child directories `<dir>/<name>=<v>` (one delimited listing).
+async fn child_values(store: &Store, dir: &Path, name: &str) -> Result<Vec<String>> {
+    let dirs = store.list_dirs(dir).await?;
+    let mut values: Vec<String> = dirs
+        .iter()
+        .filter_map(|p| field_value(p.filename()?, name).map(str::to_string))
+        .collect();
+    values.sort();
+    Ok(values)
+}
+
+/// A partition a GC run could not collect.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcFailure {
+    /// The partition.
+    pub partition: String,
+    /// What failed.
+    pub error: String,
+}
+
+/// What a GC run over a scope did, partition by partition.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcSummary {
+    /// One report per partition found.
+    pub partitions: Vec<GcReport>,
+    /// Objects deleted in all of them.
+    pub deleted: usize,
+    /// Partitions that could not be collected (a listing failed), with the error.
+    pub failed: Vec<GcFailure>,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+}
+
+/// Runs GC on every partition of `scope`.
+pub async fn collect_garbage_in(
+    store: &Store,
+    layout: &Layout,
+    scope: &GcScope,
+    grace: Duration,
+    dry_run: bool,
+) -> Result<GcSummary> {
+    let mut summary = GcSummary {
+        dry_run,
+        ..Default::default()
+    };
+    for partition in find_partitions(store, scope).await? {
+        // One partition the store cannot list never stops the others: it is reported.
+        match collect_garbage(store, layout, &partition, grace, dry_run).await {
+            Ok(report) => {
+                summary.deleted += report.deleted;
+                summary.partitions.push(report);
+            }
+            Err(e) => {
+                tracing::warn!(partition = %partition, error = %e, "gc skipped a partition");
+                summary.failed.push(GcFailure {
+                    partition: partition.to_string(),
+                    error: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{CompactedFile, QuarantinedFile, RetiredFile};
+    use chrono::{TimeZone, Utc};
+
+    fn meta(key: &str, ms: i64) -> ObjectMeta {
+        ObjectMeta {
+            location: Path::from(key),
+            last_modified: Utc.timestamp_millis_opt(ms).single().unwrap(),
+            size: 1,
+            e_tag: None,
+            version: None,
+        }
+    }
+
+    #[test]
+    fn respects_grace_and_never_touches_live_or_quarantined() {
+        let mut m = Manifest::empty("p");
+        m.compacted.push(CompactedFile {
+            key: "compacted/p/live.parquet".into(),
+            rows: 1,
+            bytes: 1,
+            input_set: String::new(),
+        });
+        // The committers' clocks say the opposite of the store's: only the store's count.
+        m.retired.push(RetiredFile {
+            key: "data/p/old.parquet".into(),
+            retired_at_ms: 990_000,
+            retired_in: 1,
+        });
+        m.retired.push(RetiredFile {
+            key: "data/p/recent.parquet".into(),
+            retired_at_ms: 0,
+            retired_in: 11,
+        });
+        m.quarantined.push(QuarantinedFile {
+            key: "data/p/bad.parquet".into(),
+            reason: "x".into(),
+        });
+        let listing = vec![
+            meta("compacted/p/live.parquet", 0),
+            meta("compacted/p/orphan-old.parquet", 0),
+            meta("compacted/p/orphan-new.parquet", 990_000),
+        ];
+        // Versions 1-10 committed at 0 on the store's clock, 11 and 12 just now.
+        let versions: Vec<(u64, ObjectMeta)> = (1..=12)
+            .map(|v| {
+                (
+                    v,
+                    meta(&format!("m/v{v}"), if v > 10 { 950_000 } else { 0 }),
+                )
+            })
+            .collect();
+        let ingest = vec![
+            meta("data/p/old.parquet", 0),
+            meta("data/p/recent.parquet", 0),
+            meta("data/p/bad.parquet", 0),
+        ];
+        let plan = plan_gc(&GcInputs {
+            manifest: &m,
+            compacted_listing: &listing,
+            ingest_listing: &ingest,
+            manifest_versions: &versions,
+            store_now_ms: 1_000_000,
+            grace: Duration::from_secs(900),
+        });
+        assert_eq!(plan.retired, ["data/p/old.parquet"]);
+        assert_eq!(plan.orphans, ["compacted/p/orphan-old.parquet"]);
+        assert_eq!(plan.manifests, ["m/v1", "m/v2"]);
+
+        // A retired file already deleted is not planned again.
+        let plan = plan_gc(&GcInputs {
+            manifest: &m,
+            compacted_listing: &listing,
+            ingest_listing: &ingest[1..],
+            manifest_versions: &versions,
+            store_now_ms: 1_000_000,
+            grace: Duration::from_secs(900),
+        });
+        assert!(plan.retired.is_empty(), "{plan:?}");
+
+        // A retirement whose version was pruned is timed by the next version kept.
+        m.retired[0].retired_in = 0;
+        let plan = plan_gc(&GcInputs {
+            manifest: &m,
+            compacted_listing: &listing,
+            ingest_listing: &ingest,
+            manifest_versions: &versions,
+            store_now_ms: 1_000_000,
+            grace: Duration::from_secs(900),
+        });
+        assert!(
+            plan.retired.is_empty(),
+            "unknown: timed by the latest version {plan:?}"
+        );
+    }
+}

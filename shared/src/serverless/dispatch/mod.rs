@@ -1,0 +1,537 @@
+//! Dispatch: turning accepted events, sweeps and backfills into at most one job per partition.
+//!
+//! Per partition, bounded work: one listing of the ingest directory (plus the manifest when
+//! it has files), one read of the job record when the partition is ready, and at most two
+//! writes. The decision itself is [`crate::serverless::readiness::plan_partition`], pure; this module reads
+//! its inputs and carries it out.
+
+pub mod compactor;
+pub mod invocation;
+pub mod job;
+pub mod worker;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use serde::Serialize;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::manifest::{LiveSet, live_set, load_latest};
+use crate::partition::{
+    Layout, PartitionId, SWEEP_CURSOR_KEY, field_value, is_ingest_file_name, parse_hour,
+    validate_tenant,
+};
+use crate::report::Status;
+use crate::serverless::events::BackfillRequest;
+use crate::serverless::readiness::{
+    Decision, JobState, NotReady, PartitionFacts, ReadinessConfig, plan_partition, readiness,
+    sweep_window,
+};
+use crate::store::Store;
+
+pub use job::{JobRecord, WriteOutcome};
+
+/// Most partitions one backfill request may cover (tenants × hours).
+pub const MAX_BACKFILL_PARTITIONS: usize = 100_000;
+
+/// What was done with one partition, as the planner (or a local backfill) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeDecision {
+    /// A job record was written.
+    Dispatched,
+    /// A job record would be written (dry run).
+    WouldDispatch,
+    /// A job is already scheduled or running.
+    JobActive,
+    /// The hour is open and below the pressure thresholds.
+    NotReady,
+    /// No uncompacted files.
+    NothingToCompact,
+    /// Planning failed (the error in the reason).
+    Failed,
+    /// A local backfill would compact it (dry run).
+    WouldCompact,
+    /// A local backfill compacted it, with this outcome.
+    #[serde(untagged)]
+    Compaction(Status),
+}
+
+impl OutcomeDecision {
+    /// The name written in the JSON (`dispatched`, `job_active`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Dispatched => "dispatched",
+            Self::WouldDispatch => "would_dispatch",
+            Self::JobActive => "job_active",
+            Self::NotReady => "not_ready",
+            Self::NothingToCompact => "nothing_to_compact",
+            Self::Failed => "failed",
+            Self::WouldCompact => "would_compact",
+            Self::Compaction(status) => status.as_str(),
+        }
+    }
+
+    /// The outcome of a planned [`Decision`] that writes nothing.
+    fn of_skip(not_ready: &NotReady) -> Self {
+        match not_ready {
+            NotReady::NothingToCompact => Self::NothingToCompact,
+            NotReady::HourOpen { .. } => Self::NotReady,
+            NotReady::JobActive { .. } => Self::JobActive,
+        }
+    }
+}
+
+impl std::fmt::Display for OutcomeDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for OutcomeDecision {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// What happened to one partition, as the planner reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionOutcome {
+    /// Tenant.
+    pub tenant: String,
+    /// Hour, `YYYY-MM-DDTHH`.
+    pub hour: String,
+    /// What was done.
+    pub decision: OutcomeDecision,
+    /// Why, in words.
+    pub reason: String,
+    /// The job id when a job record was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// For `failed`: the kind of the error, as in the reports and metrics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ErrorKind>,
+}
+
+impl PartitionOutcome {
+    /// An outcome of `decision` for `partition`, without a job id or an error kind.
+    pub fn new(partition: &PartitionId, decision: OutcomeDecision, reason: String) -> Self {
+        Self {
+            tenant: partition.tenant().to_string(),
+            hour: partition.hour_label(),
+            decision,
+            reason,
+            job_id: None,
+            error_kind: None,
+        }
+    }
+
+    /// A partition whose planning failed: reported, and the sweep or backfill goes on.
+    fn failed(partition: &PartitionId, error: &Error) -> Self {
+        tracing::error!(partition = %partition, error = %error, kind = error.kind().name(), "partition not planned");
+        Self {
+            error_kind: Some(error.kind()),
+            ..Self::new(partition, OutcomeDecision::Failed, error.to_string())
+        }
+    }
+
+    /// True when a job record was written (or would be, in a dry run).
+    pub fn is_dispatched(&self) -> bool {
+        matches!(
+            self.decision,
+            OutcomeDecision::Dispatched | OutcomeDecision::WouldDispatch
+        )
+    }
+}
+
+/// How a partition is considered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DispatchMode {
+    /// Skip the readiness check (backfill); single-flight still holds.
+    pub requested: bool,
+    /// Decide but write nothing.
+    pub dry_run: bool,
+}
+
+/// Reads what the plan needs about a partition: its live files and manifest version.
+pub async fn partition_facts(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+) -> Result<(PartitionFacts, LiveSet)> {
+    let dir = layout.ingest_dir(partition);
+    let listing = store.list_sorted(&dir).await?;
+    let has_candidates = listing
+        .iter()
+        .any(|m| m.location.filename().is_some_and(is_ingest_file_name));
+    if !has_candidates {
+        // Nothing could be uncompacted: skip reading the manifest.
+        let live = LiveSet::default();
+        let facts = PartitionFacts {
+            partition: partition.clone(),
+            num_uncompacted_files: 0,
+            uncompacted_bytes: 0,
+            num_compacted_files: 0,
+            manifest_version: 0,
+        };
+        return Ok((facts, live));
+    }
+    let manifest = load_latest(store, layout, partition).await?;
+    let live = live_set(&dir, &listing, &manifest);
+    Ok((PartitionFacts::new(partition, &live, &manifest), live))
+}
+
+/// Plans one partition and carries the decision out: creates (or replaces a stale) job record.
+pub async fn dispatch_partition(
+    store: &Store,
+    layout: &Layout,
+    partition: &PartitionId,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    mode: DispatchMode,
+) -> Result<PartitionOutcome> {
+    let (facts, _) = partition_facts(store, layout, partition).await?;
+    let ready = readiness(&facts, now, config);
+    let needs_job_state =
+        ready.is_ok() || (mode.requested && matches!(ready, Err(NotReady::HourOpen { .. })));
+    let stored = if needs_job_state {
+        job::read_job(store, partition).await?
+    } else {
+        None
+    };
+    let state = match &stored {
+        Some(s) => JobState::Present {
+            written_at: s.written_at,
+        },
+        None => JobState::Absent,
+    };
+    let decision = plan_partition(&facts, state, now, config, mode.requested);
+    let reason = decision.to_string();
+    let record = JobRecord::new(partition, &reason, now);
+    let written = match (&decision, mode.dry_run) {
+        (Decision::Skip(not_ready), _) => {
+            let decision = OutcomeDecision::of_skip(not_ready);
+            return Ok(PartitionOutcome::new(partition, decision, reason));
+        }
+        (_, true) => {
+            let decision = OutcomeDecision::WouldDispatch;
+            return Ok(PartitionOutcome::new(partition, decision, reason));
+        }
+        (Decision::Dispatch(_), false) => job::create_job(store, &record, partition).await?,
+        (Decision::ReplaceStale { .. }, false) => {
+            let Some(stored) = &stored else {
+                return Err(Error::invariant(
+                    "a stale job was planned without a job record",
+                ));
+            };
+            job::replace_job(store, &record, partition, &stored.version).await?
+        }
+    };
+    Ok(match written {
+        WriteOutcome::Written => {
+            tracing::info!(partition = %partition, job_id = %record.job_id, reason = %reason, "dispatched a compaction");
+            PartitionOutcome {
+                job_id: Some(record.job_id),
+                ..PartitionOutcome::new(partition, OutcomeDecision::Dispatched, reason)
+            }
+        }
+        WriteOutcome::Lost => PartitionOutcome::new(
+            partition,
+            OutcomeDecision::JobActive,
+            "another planner dispatched this partition first".to_string(),
+        ),
+    })
+}
+
+/// Tenants under the ingest prefix (one delimited listing), or the given ones, validated.
+pub async fn find_tenants(
+    store: &Store,
+    layout: &Layout,
+    given: Option<&[String]>,
+) -> Result<Vec<String>> {
+    if let Some(given) = given {
+        for tenant in given {
+            validate_tenant(tenant)?;
+        }
+        let unique: BTreeSet<String> = given.iter().cloned().collect();
+        return Ok(unique.into_iter().collect());
+    }
+    let root = Path::from(layout.ingest_prefix());
+    let dirs = store.list_dirs(&root).await?;
+    let mut tenants: Vec<String> = dirs
+        .iter()
+        .filter_map(|p| field_value(p.filename()?, "tenant").map(str::to_string))
+        .filter(|t| {
+            let ok = validate_tenant(t).is_ok();
+            if !ok {
+                tracing::warn!(tenant = %t, "ignoring a directory that is not a tenant");
+            }
+            ok
+        })
+        .collect();
+    tenants.sort();
+    Ok(tenants)
+}
+
+/// Time a sweep or backfill keeps free before the invocation's deadline, to report and save
+/// where it stopped.
+pub const PLANNER_DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+
+/// True when work must stop to end before `deadline`.
+fn out_of_time(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() + PLANNER_DEADLINE_MARGIN >= d)
+}
+
+/// What a sweep did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SweepReport {
+    /// Every partition considered, in the order considered.
+    pub partitions: Vec<PartitionOutcome>,
+    /// Partitions whose planning failed (in `partitions` with decision `failed`).
+    pub failed: usize,
+    /// False when the deadline stopped it; the next sweep resumes after the last partition.
+    pub complete: bool,
+}
+
+/// The sweep: every tenant's partitions in the window of recent hours, planned as if an event
+/// had arrived. Lists tenants once, then only the window's hour directories.
+pub async fn sweep(
+    store: &Store,
+    layout: &Layout,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+) -> Result<Vec<PartitionOutcome>> {
+    Ok(sweep_until(store, layout, now, config, None)
+        .await?
+        .partitions)
+}
+
+/// The sweep, bounded by an invocation deadline. A partition that fails is reported and the
+/// sweep goes on. It starts after the partition where the last sweep stopped (the cursor at
+/// [`SWEEP_CURSOR_KEY`]) and, when time runs out, saves where it stopped, so successive sweeps
+/// cover every tenant and hour however many there are.
+pub async fn sweep_until(
+    store: &Store,
+    layout: &Layout,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    deadline: Option<Instant>,
+) -> Result<SweepReport> {
+    let tenants = find_tenants(store, layout, None).await?;
+    let mut partitions = Vec::new();
+    for tenant in &tenants {
+        for hour in sweep_window(now, config.sweep_hours) {
+            partitions.push(PartitionId::new(tenant, hour)?);
+        }
+    }
+    if let Some(after) = read_sweep_cursor(store).await
+        && let Some(i) = partitions.iter().position(|p| p.relative_dir() == after)
+    {
+        partitions.rotate_left(i + 1);
+    }
+    let mut report = SweepReport {
+        complete: true,
+        ..Default::default()
+    };
+    for (i, partition) in partitions.iter().enumerate() {
+        if i > 0 && out_of_time(deadline) {
+            report.complete = false;
+            write_sweep_cursor(store, &partitions[i - 1]).await;
+            tracing::warn!(
+                done = i,
+                total = partitions.len(),
+                "sweep stopped before the deadline; the next one resumes here"
+            );
+            break;
+        }
+        let outcome = match dispatch_partition(
+            store,
+            layout,
+            partition,
+            now,
+            config,
+            DispatchMode::default(),
+        )
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                report.failed += 1;
+                PartitionOutcome::failed(partition, &e)
+            }
+        };
+        report.partitions.push(outcome);
+    }
+    Ok(report)
+}
+
+/// The partition the last sweep stopped after; `None` when there is none or it is unreadable
+/// (the sweep then starts at the beginning, which is always safe).
+async fn read_sweep_cursor(store: &Store) -> Option<String> {
+    let key = Path::from(SWEEP_CURSOR_KEY);
+    let bytes = match store.object_store().get(&key).await {
+        Ok(result) => result.bytes().await.ok()?,
+        Err(
+            object_store::Error::NotFound { .. } | object_store::Error::PermissionDenied { .. },
+        ) => {
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(key = %key, error = %e, "cannot read the sweep cursor; starting at the beginning");
+            return None;
+        }
+    };
+    let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    value.get("after")?.as_str().map(str::to_string)
+}
+
+/// Saves where the sweep stopped; a failure only costs the next sweep its head start.
+async fn write_sweep_cursor(store: &Store, after: &PartitionId) {
+    let key = Path::from(SWEEP_CURSOR_KEY);
+    let body = serde_json::json!({ "after": after.relative_dir() }).to_string();
+    if let Err(e) = store.object_store().put(&key, body.into()).await {
+        tracing::warn!(key = %key, error = %e, "cannot save the sweep cursor");
+    }
+}
+
+/// The partitions a backfill covers, validated and bounded.
+pub async fn backfill_partitions(
+    store: &Store,
+    layout: &Layout,
+    request: &BackfillRequest,
+) -> Result<Vec<PartitionId>> {
+    let from = parse_hour(&request.from)?;
+    let to = parse_hour(&request.to)?;
+    if to < from {
+        return Err(Error::Config {
+            message: format!(
+                "backfill range {} .. {} ends before it starts",
+                request.from, request.to
+            ),
+        });
+    }
+    let num_hours = ((to - from).num_hours() + 1) as usize;
+    let tenants = find_tenants(store, layout, request.tenants.as_deref()).await?;
+    let total = num_hours.saturating_mul(tenants.len());
+    if total > MAX_BACKFILL_PARTITIONS {
+        return Err(Error::Config {
+            message: format!(
+                "backfill covers {total} partitions, more than {MAX_BACKFILL_PARTITIONS}; split the range"
+            ),
+        });
+    }
+    let mut partitions = Vec::with_capacity(total);
+    for tenant in &tenants {
+        for h in 0..num_hours {
+            partitions.push(PartitionId::new(
+                tenant,
+                from + chrono::Duration::hours(h as i64),
+            )?);
+        }
+    }
+    Ok(partitions)
+}
+
+/// What a backfill scheduled.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BackfillReport {
+    /// Every partition with uncompacted files, and what was done with it.
+    pub partitions: Vec<PartitionOutcome>,
+    /// Partitions scheduled (or that would be, in a dry run).
+    pub scheduled: usize,
+    /// Partitions looked at.
+    pub considered: usize,
+    /// Nothing was written.
+    pub dry_run: bool,
+    /// Partitions whose planning failed (in `partitions` with decision `failed`).
+    pub failed: usize,
+    /// False when the deadline stopped it before the end of the range.
+    pub complete: bool,
+    /// When incomplete, the first partition not considered (re-run the backfill from there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<String>,
+}
+
+/// Schedules every partition of the range that has uncompacted files, at most one job
+/// record write per `min_interval` (rate limit). `progress(done, total)` is called after each.
+pub async fn backfill(
+    store: &Store,
+    layout: &Layout,
+    request: &BackfillRequest,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    min_interval: Duration,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<BackfillReport> {
+    let pacing = Pacing {
+        min_interval,
+        deadline: None,
+    };
+    backfill_until(store, layout, request, now, config, pacing, progress).await
+}
+
+/// How a backfill spreads its work: the rate limit, and the invocation deadline it stops
+/// before.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pacing {
+    /// Least time between two job records written.
+    pub min_interval: Duration,
+    /// Stop before this instant (a Lambda invocation's deadline).
+    pub deadline: Option<Instant>,
+}
+
+/// [`backfill`], bounded by a deadline: a partition that fails is reported and the backfill
+/// goes on; when time runs out it reports the first hour it did not consider.
+pub async fn backfill_until(
+    store: &Store,
+    layout: &Layout,
+    request: &BackfillRequest,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    pacing: Pacing,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<BackfillReport> {
+    let partitions = backfill_partitions(store, layout, request).await?;
+    let mode = DispatchMode {
+        requested: true,
+        dry_run: request.dry_run,
+    };
+    let mut report = BackfillReport {
+        dry_run: request.dry_run,
+        considered: partitions.len(),
+        complete: true,
+        ..Default::default()
+    };
+    for (i, partition) in partitions.iter().enumerate() {
+        if i > 0 && out_of_time(pacing.deadline) {
+            report.complete = false;
+            report.considered = i;
+            report.resume_from = Some(partition.relative_dir());
+            break;
+        }
+        let outcome = match dispatch_partition(store, layout, partition, now, config, mode).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                report.failed += 1;
+                PartitionOutcome::failed(partition, &e)
+            }
+        };
+        if outcome.decision != OutcomeDecision::NothingToCompact {
+            if outcome.decision == OutcomeDecision::Dispatched && !pacing.min_interval.is_zero() {
+                tokio::time::sleep(pacing.min_interval).await;
+            }
+            report.scheduled += usize::from(outcome.is_dispatched());
+            report.partitions.push(outcome);
+        }
+        progress(i + 1, partitions.len());
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod order_properties;
+#[cfg(test)]
+mod tests;

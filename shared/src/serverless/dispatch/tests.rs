@@ -1,0 +1,816 @@
+//! Single-flight dispatch, the sweep, backfill and the end of a job, on an in-memory store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use serde_json::json;
+
+use super::invocation::{Planner, PlannerAnswer};
+use super::worker::{RecordAction, run_compaction_job};
+use super::*;
+use crate::config::CompactOptions;
+use crate::manifest::{list_versions, partition_files};
+use crate::partition::job_key;
+use crate::report::Status;
+use crate::serverless::events::{KeyScope, parse_invocation};
+use crate::store::StoreUrl;
+use crate::testing::{FaultyStore, parquet_bytes, put_bytes, rows_batch};
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn partition() -> PartitionId {
+    PartitionId::parse("acme", "2026-11-29T10").unwrap()
+}
+
+/// After the hour closed and its grace passed.
+fn closed() -> DateTime<Utc> {
+    at("2026-11-29T12:00:00Z")
+}
+
+fn memory() -> Store {
+    Store::from_object_store(Arc::new(InMemory::new()), "memory://")
+}
+
+fn planner(store: &Store) -> Planner {
+    Planner {
+        store: store.clone(),
+        layout: Layout::default(),
+        scope: KeyScope::for_store(&StoreUrl::Memory),
+        readiness: ReadinessConfig::default(),
+        backfill_interval: Duration::ZERO,
+    }
+}
+
+/// Lands an ingest file of `rows` rows inside the partition's hour.
+async fn land(store: &Store, partition: &PartitionId, name: &str, first_tag: i64, rows: i64) {
+    let (start, _) = partition.time_range_nanos();
+    let batch: Vec<_> = (first_tag..first_tag + rows)
+        .map(|t| {
+            (
+                Some(format!("svc{}", t % 3)),
+                start + (t * 7_919) % 3_600_000_000_000,
+                t,
+            )
+        })
+        .collect();
+    let key = format!("{}/{name}", Layout::default().ingest_dir(partition));
+    put_bytes(store, &key, parquet_bytes(&[rows_batch(&batch)], 64)).await;
+}
+
+/// Dispatches `p` with the default settings after its hour closed.
+async fn dispatch_closed(store: &Store, p: &PartitionId) -> PartitionOutcome {
+    let config = ReadinessConfig::default();
+    dispatch_partition(
+        store,
+        &Layout::default(),
+        p,
+        closed(),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap()
+}
+
+async fn job_exists(store: &Store, partition: &PartitionId) -> bool {
+    job::read_job(store, partition).await.unwrap().is_some()
+}
+
+async fn all_keys(store: &Store) -> Vec<String> {
+    let listed: Vec<_> = store.object_store().list(None).try_collect().await.unwrap();
+    listed.into_iter().map(|m| m.location.to_string()).collect()
+}
+
+/// An S3 notification of object creations of `keys`, `=` percent-encoded as S3 sends it.
+pub(super) fn s3_event(keys: &[String]) -> serde_json::Value {
+    let records: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            json!({"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+                   "s3": {"bucket": {"name": "logs-bucket"}, "object": {"key": k.replace('=', "%3D")}}})
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_duplicate_and_out_of_order_events_yields_one_job() {
+    let store = memory();
+    let p = partition();
+    for i in 0..5 {
+        land(&store, &p, &format!("f{i}.parquet"), i * 100, 10).await;
+    }
+    let planner = planner(&store);
+    // Events for the same files, duplicated, in reverse order, in several invocations.
+    let mut keys: Vec<String> = (0..5)
+        .rev()
+        .map(|i| format!("data/{}/f{i}.parquet", p.relative_dir()))
+        .collect();
+    keys.extend(keys.clone());
+    let mut dispatched = 0;
+    let mut job_ids = Vec::new();
+    for chunk in keys.chunks(3) {
+        let invocation = parse_invocation(&s3_event(chunk)).unwrap();
+        let PlannerAnswer::Notifications(handled) =
+            planner.handle(invocation, closed()).await.unwrap()
+        else {
+            panic!("notifications answer");
+        };
+        assert!(handled.rejected.is_empty() && handled.failed.is_empty());
+        assert_eq!(
+            handled.partitions.len(),
+            1,
+            "one outcome per partition per invocation"
+        );
+        for outcome in handled.partitions {
+            if outcome.decision == "dispatched" {
+                dispatched += 1;
+                job_ids.extend(outcome.job_id);
+            } else {
+                assert_eq!(outcome.decision, "job_active");
+            }
+        }
+    }
+    assert_eq!(dispatched, 1);
+    let stored = job::read_job(&store, &p).await.unwrap().unwrap();
+    assert_eq!(stored.record.map(|r| r.job_id), job_ids.first().cloned());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_planners_create_one_job_record() {
+    let store = memory();
+    let p = partition();
+    land(&store, &p, "f.parquet", 0, 10).await;
+    let config = ReadinessConfig::default();
+    let layout = Layout::default();
+    let attempts = (0..16).map(|_| {
+        dispatch_partition(
+            &store,
+            &layout,
+            &p,
+            closed(),
+            &config,
+            DispatchMode::default(),
+        )
+    });
+    let outcomes = futures::future::join_all(attempts).await;
+    let dispatched = outcomes
+        .iter()
+        .filter(|o| o.as_ref().unwrap().decision == "dispatched")
+        .count();
+    assert_eq!(dispatched, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_job_record_is_replaced_and_a_fresh_one_is_not() {
+    let store = memory();
+    let p = partition();
+    land(&store, &p, "f.parquet", 0, 10).await;
+    let config = ReadinessConfig::default();
+    let layout = Layout::default();
+    let now = Utc::now();
+    let first = dispatch_partition(&store, &layout, &p, now, &config, DispatchMode::default())
+        .await
+        .unwrap();
+    assert_eq!(first.decision, "dispatched");
+    let again = dispatch_partition(&store, &layout, &p, now, &config, DispatchMode::default())
+        .await
+        .unwrap();
+    assert_eq!(again.decision, "job_active");
+    // Past the lease (by the store's clock), the record is stale.
+    let later =
+        now + chrono::Duration::from_std(config.job_lease).unwrap() + chrono::Duration::seconds(5);
+    let replaced = dispatch_partition(&store, &layout, &p, later, &config, DispatchMode::default())
+        .await
+        .unwrap();
+    assert_eq!(replaced.decision, "dispatched", "{}", replaced.reason);
+    assert!(replaced.reason.contains("stale"));
+    assert_ne!(replaced.job_id, first.job_id);
+    let stored = job::read_job(&store, &p).await.unwrap().unwrap();
+    assert_eq!(stored.record.map(|r| r.job_id), replaced.job_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_and_empty_partitions_get_no_job() {
+    let store = memory();
+    let p = partition();
+    let layout = Layout::default();
+    let config = ReadinessConfig::default();
+    let empty = dispatch_partition(
+        &store,
+        &layout,
+        &p,
+        closed(),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(empty.decision, "nothing_to_compact");
+    land(&store, &p, "f.parquet", 0, 10).await;
+    let open = dispatch_partition(
+        &store,
+        &layout,
+        &p,
+        at("2026-11-29T10:30:00Z"),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(open.decision, "not_ready");
+    assert!(!job_exists(&store, &p).await);
+    // Small-file pressure makes an open hour ready.
+    let pressure = ReadinessConfig {
+        pressure_files: 1,
+        ..config
+    };
+    let busy = dispatch_partition(
+        &store,
+        &layout,
+        &p,
+        at("2026-11-29T10:30:00Z"),
+        &pressure,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(busy.decision, "dispatched", "{}", busy.reason);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compactors_own_writes_start_no_new_work() {
+    let store = memory();
+    let p = partition();
+    land(&store, &p, "f1.parquet", 0, 50).await;
+    land(&store, &p, "f2.parquet", 100, 50).await;
+    let before: std::collections::BTreeSet<String> = all_keys(&store).await.into_iter().collect();
+    let scratch = tempfile::tempdir().unwrap();
+    let report = crate::compact::compact_partition(
+        &store,
+        &Layout::default(),
+        &p,
+        &CompactOptions::new(scratch.path()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, Status::Compacted);
+    // Every object the compactor wrote, as S3 would announce it, plus the job record.
+    let mut written: Vec<String> = all_keys(&store)
+        .await
+        .into_iter()
+        .filter(|k| !before.contains(k))
+        .collect();
+    written.push(job_key(&p));
+    assert!(
+        written.len() >= 3,
+        "an output, a manifest and a job record: {written:?}"
+    );
+    let answer = planner(&store)
+        .handle(parse_invocation(&s3_event(&written)).unwrap(), closed())
+        .await
+        .unwrap();
+    let PlannerAnswer::Notifications(handled) = answer else {
+        panic!()
+    };
+    assert!(handled.partitions.is_empty(), "{:?}", handled.partitions);
+    assert!(handled.rejected.is_empty(), "{:?}", handled.rejected);
+    assert_eq!(handled.ignored.len(), written.len());
+    assert!(!job_exists(&store, &p).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_covers_only_its_window() {
+    let store = memory();
+    let recent = PartitionId::parse("acme", "2026-11-29T10").unwrap();
+    let old = PartitionId::parse("acme", "2026-11-20T10").unwrap();
+    let other = PartitionId::parse("globex", "2026-11-29T11").unwrap();
+    for p in [&recent, &old, &other] {
+        land(&store, p, "f.parquet", 0, 10).await;
+    }
+    let outcomes = sweep(
+        &store,
+        &Layout::default(),
+        at("2026-11-29T13:00:00Z"),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
+    let dispatched: Vec<(String, String)> = outcomes
+        .iter()
+        .filter(|o| o.decision == "dispatched")
+        .map(|o| (o.tenant.clone(), o.hour.clone()))
+        .collect();
+    assert_eq!(
+        dispatched,
+        [
+            ("acme".to_string(), "2026-11-29T10".to_string()),
+            ("globex".to_string(), "2026-11-29T11".to_string())
+        ]
+    );
+    assert!(!job_exists(&store, &old).await);
+    // 2 tenants × 49 hours considered, not the whole history.
+    assert_eq!(outcomes.len(), 2 * 49);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_schedules_partitions_with_files_and_dry_run_writes_nothing() {
+    let store = memory();
+    let a = PartitionId::parse("acme", "2026-11-29T08").unwrap();
+    let b = PartitionId::parse("acme", "2026-11-29T10").unwrap();
+    let outside = PartitionId::parse("acme", "2026-11-29T12").unwrap();
+    for p in [&a, &b, &outside] {
+        land(&store, p, "f.parquet", 0, 10).await;
+    }
+    let request = |dry_run| BackfillRequest {
+        tenants: None,
+        from: "2026-11-29T07".into(),
+        to: "2026-11-29T11".into(),
+        dry_run,
+    };
+    let layout = Layout::default();
+    let config = ReadinessConfig::default();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let progress = |done, total| seen.lock().unwrap().push((done, total));
+    // Readiness is not checked: the backfill runs "now", while the hours are open.
+    let now = at("2026-11-29T08:30:00Z");
+    let dry = backfill(
+        &store,
+        &layout,
+        &request(true),
+        now,
+        &config,
+        Duration::ZERO,
+        &progress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(dry.scheduled, 2);
+    assert!(
+        dry.partitions
+            .iter()
+            .all(|o| o.decision == "would_dispatch")
+    );
+    assert!(!job_exists(&store, &a).await && !job_exists(&store, &b).await);
+    assert_eq!(seen.lock().unwrap().last(), Some(&(5, 5)));
+
+    let real = backfill(
+        &store,
+        &layout,
+        &request(false),
+        now,
+        &config,
+        Duration::ZERO,
+        &|_, _| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(real.scheduled, 2);
+    let hours: Vec<&str> = real.partitions.iter().map(|o| o.hour.as_str()).collect();
+    assert_eq!(hours, ["2026-11-29T08", "2026-11-29T10"]);
+    assert!(job_exists(&store, &a).await && job_exists(&store, &b).await);
+    assert!(!job_exists(&store, &outside).await);
+    // Running it again schedules nothing new: the jobs are active.
+    let again = backfill(
+        &store,
+        &layout,
+        &request(false),
+        now,
+        &config,
+        Duration::ZERO,
+        &|_, _| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.scheduled, 0);
+
+    let backwards = BackfillRequest {
+        from: "2026-11-29T11".into(),
+        to: "2026-11-29T07".into(),
+        ..request(true)
+    };
+    assert!(
+        backfill(
+            &store,
+            &layout,
+            &backwards,
+            now,
+            &config,
+            Duration::ZERO,
+            &|_, _| {}
+        )
+        .await
+        .is_err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_deletes_its_record() {
+    let store = memory();
+    let p = partition();
+    land(&store, &p, "f.parquet", 0, 20).await;
+    let layout = Layout::default();
+    dispatch_closed(&store, &p).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let outcome = run_compaction_job(
+        &store,
+        &layout,
+        &p,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.report.status, Status::Compacted);
+    assert_eq!(outcome.record, RecordAction::Deleted);
+    assert!(outcome.dispatch_job_id.is_some());
+    assert!(!job_exists(&store, &p).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_arriving_during_a_job_re_arm_its_record() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
+    let p = partition();
+    land(&plain, &p, "f1.parquet", 0, 20).await;
+    let layout = Layout::default();
+    dispatch_closed(&plain, &p).await;
+    let first_id = job::read_job(&plain, &p)
+        .await
+        .unwrap()
+        .unwrap()
+        .record
+        .unwrap()
+        .job_id;
+    // A file lands after the compaction listed the partition, before it commits.
+    let late_store = plain.clone();
+    let late_partition = p.clone();
+    let hook = async move { land(&late_store, &late_partition, "late.parquet", 1000, 5).await };
+    let faulty = Arc::new(FaultyStore::new(Arc::clone(&inner), None).with_hook_before_upload(hook));
+    let store = Store::from_object_store(faulty, "memory://");
+    let scratch = tempfile::tempdir().unwrap();
+    let outcome = run_compaction_job(
+        &store,
+        &layout,
+        &p,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.report.status, Status::Compacted);
+    assert_eq!(outcome.record, RecordAction::ReArmed);
+    let rearmed = job::read_job(&plain, &p)
+        .await
+        .unwrap()
+        .unwrap()
+        .record
+        .unwrap();
+    assert_ne!(
+        rearmed.job_id, first_id,
+        "a new record dispatches the next job"
+    );
+    let live = partition_files(&plain, &layout, &p).await.unwrap();
+    assert!(live.live.iter().any(|k| k.ends_with("late.parquet")));
+
+    // The next job compacts the late file and ends the record.
+    let next = run_compaction_job(
+        &plain,
+        &layout,
+        &p,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next.report.status, Status::Compacted);
+    assert_eq!(next.record, RecordAction::Deleted);
+    assert_eq!(next.report.inputs.rows, 25);
+    assert_eq!(list_versions(&plain, &layout, &p).await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_job_commits_nothing_and_leaves_its_record() {
+    let store = memory();
+    let p = partition();
+    land(&store, &p, "f1.parquet", 0, 200).await;
+    land(&store, &p, "f2.parquet", 1000, 200).await;
+    let layout = Layout::default();
+    dispatch_closed(&store, &p).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let mut options = CompactOptions::new(scratch.path());
+    options.deadline = Some(std::time::Instant::now());
+    let outcome = run_compaction_job(&store, &layout, &p, &options, &ReadinessConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(outcome.report.status, Status::Timeout);
+    assert_eq!(outcome.record, RecordAction::Left);
+    assert!(
+        list_versions(&store, &layout, &p).await.unwrap().is_empty(),
+        "nothing committed"
+    );
+    assert!(job_exists(&store, &p).await);
+    let compacted: Vec<String> = all_keys(&store)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("compacted/"))
+        .collect();
+    assert!(compacted.is_empty(), "no output left behind: {compacted:?}");
+    assert_eq!(
+        files_under(scratch.path()),
+        Vec::<std::path::PathBuf>::new(),
+        "scratch is empty"
+    );
+}
+
+/// Every file (not directory) under `dir`.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_per_invocation_is_bounded_whatever_the_burst() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
+    let p = partition();
+    for i in 0..40 {
+        land(&plain, &p, &format!("f{i:02}.parquet"), i * 10, 1).await;
+    }
+    let keys: Vec<String> = (0..40)
+        .map(|i| format!("data/{}/f{i:02}.parquet", p.relative_dir()))
+        .collect();
+    // Store operations of one invocation holding `n` seal events of the partition.
+    let ops_for = |n: usize, store_inner: Arc<dyn ObjectStore>| {
+        let keys = keys[..n].to_vec();
+        async move {
+            let counting = Arc::new(FaultyStore::new(store_inner, None));
+            let store = Store::from_object_store(counting.clone(), "memory://");
+            let invocation = parse_invocation(&s3_event(&keys)).unwrap();
+            planner(&store).handle(invocation, closed()).await.unwrap();
+            counting.num_ops()
+        }
+    };
+    // First invocation: a listing, the manifest listing, the job read and its create.
+    let first = ops_for(40, Arc::clone(&inner)).await;
+    assert!(first <= 4, "{first} store operations for one partition");
+    // Later ones, one event or forty: the same constant work, and no write.
+    let one = ops_for(1, Arc::clone(&inner)).await;
+    let forty = ops_for(40, Arc::clone(&inner)).await;
+    assert_eq!(one, forty);
+    assert!(one <= 3, "{one} store operations");
+}
+
+#[tokio::test]
+async fn a_denied_read_of_a_missing_job_record_is_no_record() {
+    // S3 answers a GET of a missing key with 403 to a caller that may not list it: the first
+    // dispatch of a partition still writes its job record, and a second finds it.
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = Store::from_object_store(
+        Arc::new(crate::testing::DenyMissingStore::new(Arc::clone(&inner))),
+        "memory://",
+    );
+    let p = partition();
+    land(&store, &p, "f1.parquet", 0, 10).await;
+    assert!(job::read_job(&store, &p).await.unwrap().is_none());
+    let config = ReadinessConfig::default();
+    let first = dispatch_partition(
+        &store,
+        &Layout::default(),
+        &p,
+        closed(),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.decision, "dispatched", "{first:?}");
+    let second = dispatch_partition(
+        &store,
+        &Layout::default(),
+        &p,
+        closed(),
+        &config,
+        DispatchMode::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.decision, "job_active", "{second:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_goes_past_a_failing_partition_and_resumes_after_its_deadline() {
+    let store = memory();
+    let layout = Layout::default();
+    let config = ReadinessConfig {
+        sweep_hours: 2,
+        ..ReadinessConfig::default()
+    };
+    let now = at("2026-11-29T13:00:00Z");
+    // Tenant "bad" has an unreadable manifest; "acme" and "zeta" are fine.
+    let bad = PartitionId::parse("bad", "2026-11-29T11").unwrap();
+    for p in [
+        &PartitionId::parse("acme", "2026-11-29T11").unwrap(),
+        &bad,
+        &PartitionId::parse("zeta", "2026-11-29T11").unwrap(),
+    ] {
+        land(&store, p, "f.parquet", 0, 10).await;
+    }
+    put_bytes(
+        &store,
+        layout.manifest_key(&bad, 1).as_ref(),
+        bytes::Bytes::from_static(b"not a manifest"),
+    )
+    .await;
+    let report = sweep_until(&store, &layout, now, &config, None)
+        .await
+        .unwrap();
+    assert!(report.complete);
+    assert_eq!(report.failed, 1, "{:?}", report.partitions);
+    let decided: Vec<(&str, &str)> = report
+        .partitions
+        .iter()
+        .filter(|o| o.hour == "2026-11-29T11")
+        .map(|o| (o.tenant.as_str(), o.decision.as_str()))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            ("acme", "dispatched"),
+            ("bad", "failed"),
+            ("zeta", "dispatched")
+        ]
+    );
+    let failed = report
+        .partitions
+        .iter()
+        .find(|o| o.decision == "failed")
+        .unwrap();
+    assert_eq!(failed.error_kind, Some(ErrorKind::InvalidInput));
+    assert!(failed.reason.contains("not a manifest") || failed.reason.contains("unreadable"));
+
+    // Out of time from the start: one partition per sweep, each sweep resuming after the last,
+    // so successive sweeps visit every partition of the window in turn.
+    let mut visited = Vec::new();
+    for _ in 0..9 {
+        let report = sweep_until(
+            &store,
+            &layout,
+            now,
+            &config,
+            Some(std::time::Instant::now()),
+        )
+        .await
+        .unwrap();
+        assert!(!report.complete);
+        assert_eq!(report.partitions.len(), 1);
+        let o = &report.partitions[0];
+        visited.push(format!("{}/{}", o.tenant, o.hour));
+    }
+    // 3 tenants × 3 hours: nine sweeps see nine different partitions.
+    let distinct: BTreeSet<&String> = visited.iter().collect();
+    assert_eq!(distinct.len(), 9, "{visited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_goes_past_a_failing_partition_and_stops_before_its_deadline() {
+    let store = memory();
+    let layout = Layout::default();
+    let bad = PartitionId::parse("acme", "2026-11-29T09").unwrap();
+    for p in [
+        &PartitionId::parse("acme", "2026-11-29T08").unwrap(),
+        &bad,
+        &partition(),
+    ] {
+        land(&store, p, "f.parquet", 0, 10).await;
+    }
+    put_bytes(
+        &store,
+        layout.manifest_key(&bad, 1).as_ref(),
+        bytes::Bytes::from_static(b"{"),
+    )
+    .await;
+    let request = BackfillRequest {
+        tenants: None,
+        from: "2026-11-29T08".into(),
+        to: "2026-11-29T10".into(),
+        dry_run: false,
+    };
+    let config = ReadinessConfig::default();
+    let report = backfill(
+        &store,
+        &layout,
+        &request,
+        closed(),
+        &config,
+        Duration::ZERO,
+        &|_, _| {},
+    )
+    .await
+    .unwrap();
+    assert!(report.complete);
+    assert_eq!((report.scheduled, report.failed), (2, 1));
+    let pacing = Pacing {
+        min_interval: Duration::ZERO,
+        deadline: Some(std::time::Instant::now()),
+    };
+    let cut = backfill_until(
+        &store,
+        &layout,
+        &request,
+        closed(),
+        &config,
+        pacing,
+        &|_, _| {},
+    )
+    .await
+    .unwrap();
+    assert!(!cut.complete);
+    assert_eq!(cut.considered, 1);
+    assert_eq!(
+        cut.resume_from.as_deref(),
+        Some("tenant=acme/year=2026/month=11/day=29/hour=09")
+    );
+}
+
+#[test]
+fn attempt_outputs_belong_to_their_job_only() {
+    use crate::partition::is_attempt_output;
+    let dir = "compacted/tenant=acme/year=2026/month=11/day=29/hour=10";
+    let job = "00c0ffee00c0ffee";
+    assert!(is_attempt_output(
+        &format!("{dir}/part-0a1b-{job}-1234abcd.parquet"),
+        job
+    ));
+    for other in [
+        format!("{dir}/part-0a1b-{job}0-1234abcd.parquet"),
+        format!("{dir}/part-0a1b-1{job}-1234abcd.parquet"),
+        format!("{dir}/part-0a1b-{job}.parquet"),
+        format!("{dir}/part-0a1b-direct-{job}-1.parquet"),
+        format!("{dir}/{job}-1234abcd.parquet"),
+    ] {
+        assert!(!is_attempt_output(&other, job), "{other}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatched_job_names_its_attempt_after_the_job() {
+    let store = memory();
+    let layout = Layout::default();
+    let p = partition();
+    land(&store, &p, "a.parquet", 0, 10).await;
+    let outcome = dispatch_closed(&store, &p).await;
+    let job = outcome.job_id.unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let done = run_compaction_job(
+        &store,
+        &layout,
+        &p,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.report.status, Status::Compacted);
+    assert_eq!(
+        done.aborted_uploads, 0,
+        "a memory store has no listable uploads"
+    );
+    let key = done.report.output.unwrap().key;
+    assert!(crate::partition::is_attempt_output(&key, &job), "{key}");
+}
+
+#[test]
+fn outcome_decisions_are_written_by_their_names() {
+    use OutcomeDecision::*;
+    let cases = [
+        (Dispatched, "dispatched"),
+        (WouldDispatch, "would_dispatch"),
+        (JobActive, "job_active"),
+        (NotReady, "not_ready"),
+        (NothingToCompact, "nothing_to_compact"),
+        (Failed, "failed"),
+        (WouldCompact, "would_compact"),
+        (Compaction(Status::Noop), "noop"),
+        (Compaction(Status::Timeout), "timeout"),
+    ];
+    for (decision, name) in cases {
+        assert_eq!(serde_json::to_value(decision).unwrap(), json!(name));
+        // The CLI's table pads the text form.
+        assert_eq!(format!("{decision:<16}|"), format!("{name:<16}|"));
+    }
+}

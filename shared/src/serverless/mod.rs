@@ -1,0 +1,8 @@
+//! The two functions' library side: event payloads, readiness, settings, metrics, and the
+//! planner's and the compactor's entry points.
+
+pub mod dispatch;
+pub mod events;
+pub mod metrics;
+pub mod readiness;
+pub mod settings;

@@ -1,0 +1,346 @@
+//! The bounded-memory sort of one partition's checked inputs into a chunk sink.
+//!
+//! Phase 1 streams the inputs in ordinal order through [`RunFormation`]; phase 2 merges the
+//! spilled runs, together with inputs that are already sorted (earlier compacted files),
+//! in passes of at most the fan-in. Both paths hand the sink the same chunks (their row
+//! count set by the inputs' row width alone) of the same total order, so output bytes never
+//! depend on the budget or the spill pattern.
+
+pub mod alignment;
+pub mod gather;
+pub mod key;
+pub mod memory;
+pub mod merge;
+pub mod runs;
+pub mod sink;
+
+use std::sync::Arc;
+use std::sync::mpsc::SyncSender;
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+
+use crate::budget::{Charge, MemoryGauge, batch_memory_bytes};
+use crate::config::{output_chunk_rows, read_target_bytes};
+use crate::error::{Error, Result};
+use crate::input::schema::{UnifiedSchema, conform};
+use crate::input::{CheckedInput, RowWidth, SizedBatches, catch_reader_panic};
+use crate::scratch::ScratchDir;
+use crate::sort::alignment::{AligningSink, ServiceCounts, count_services};
+use crate::sort::key::SortKey;
+use crate::sort::merge::{MergeSettings, RunSource, merge_runs};
+use crate::sort::runs::RunFormation;
+use crate::sort::runs::{RUN_READ_BUFFER_BYTES, SpillCompression, StringCoder, StringDecoder};
+use crate::sort::sink::ChunkSink;
+
+/// The share of B (one part in this many) for the dictionaries of coded string columns.
+const STRING_CODES_SHARE: u64 = 32;
+
+/// The merge gives the allocator's free memory back each time it has merged this part of
+/// the rows' budget (see [`MemoryRelease`](crate::sort::memory::MemoryRelease)): on the bloat
+/// partition, every quarter keeps the peak RSS near the live heap at no measurable cost, once
+/// per whole budget lets it grow 20-30 MB more.
+const RELEASE_SHARE: u64 = 4;
+
+/// One sort job: what to read and under which limits.
+pub struct SortJob<'a> {
+    /// Inputs in ordinal order; presorted ones must come first.
+    pub inputs: &'a [CheckedInput],
+    /// Which of `inputs` are read as already-sorted runs.
+    pub presorted: &'a [bool],
+    /// The output schema.
+    pub unified: &'a UnifiedSchema,
+    /// Decoded-row budget B.
+    pub budget_bytes: u64,
+    /// Whether spilled runs are compressed.
+    pub spill_compression: SpillCompression,
+    /// Merge fan-in cap.
+    pub fan_in: usize,
+    /// Whether repetitive string columns travel as codes (see [`StringCoder`]).
+    pub code_strings: bool,
+    /// Scratch directory.
+    pub scratch: &'a ScratchDir,
+    /// Decoded-bytes gauge.
+    pub gauge: &'a MemoryGauge,
+    /// Stop when this instant passes.
+    pub deadline: Option<Instant>,
+    /// A service with at least this many rows gets row groups of its own (`None`: no
+    /// alignment, e.g. a time-only key).
+    pub large_service_rows: Option<u64>,
+    /// Called with (rows read so far) after each batch.
+    pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+}
+
+/// What the sort did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SortStats {
+    /// Runs spilled in phase 1.
+    pub runs_spilled: u32,
+    /// Merge passes (0 when the partition fit the budget).
+    pub merge_passes: u32,
+    /// Bytes written to scratch (phase-1 runs and intermediate merges).
+    pub spill_bytes: u64,
+}
+
+/// Why a sort stopped.
+#[derive(Debug)]
+pub enum SortFailure {
+    /// An input turned out unreadable while its rows were read; the job restarts without it.
+    BadInput {
+        /// Position in [`SortJob::inputs`].
+        position: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Any other failure.
+    Failed(Error),
+}
+
+impl From<Error> for SortFailure {
+    fn from(e: Error) -> Self {
+        SortFailure::Failed(e)
+    }
+}
+
+/// Sorts the job's inputs into `sink`.
+pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortStats, SortFailure> {
+    let started = Instant::now();
+    let key = SortKey::new(job.unified);
+    let schema = &job.unified.schema;
+    let read_target = read_target_bytes(job.budget_bytes);
+    // The reader of an input holds a page and a dictionary per column beside the rows it
+    // returns (about 100 MB for a file of 50 wide columns), and in the merge the writer holds
+    // as much again (a page and a compressor per column): leave that room inside B, keeping
+    // at least a quarter of B for rows. One decoded batch also waits for the sorter (see
+    // `decode_inputs`).
+    let reader_bytes = job.inputs.iter().map(|i| i.reader_bytes_estimate).max();
+    let codes_bytes = if job.code_strings {
+        job.budget_bytes / STRING_CODES_SHARE
+    } else {
+        0
+    };
+    let rows_budget = job
+        .budget_bytes
+        .saturating_sub(reader_bytes.unwrap_or(0) + read_target)
+        .max(job.budget_bytes / 4)
+        - codes_bytes;
+    // Each run the merge reads holds a read buffer beside its batch.
+    let run_readers_bytes = job.fan_in as u64 * RUN_READ_BUFFER_BYTES;
+    let share = rows_budget
+        .saturating_sub(run_readers_bytes)
+        .max(rows_budget / 2)
+        / (job.fan_in as u64 + 1);
+    let mut coder = StringCoder::new(job.unified, codes_bytes, job.gauge);
+    let mut formation = RunFormation::new(
+        &key,
+        rows_budget,
+        share,
+        job.spill_compression,
+        job.gauge,
+        job.scratch,
+    );
+    // Decoded rows are at least as large as their uncompressed pages (strings read as
+    // codes aside), so inputs whose pages alone pass the budget cannot fit it.
+    let encoded_bytes: u64 = (job.inputs.iter().enumerate())
+        .filter(|&(position, _)| !is_presorted(job, position))
+        .map(|(_, input)| input.uncompressed_bytes)
+        .sum();
+    if encoded_bytes > rows_budget {
+        formation = formation.spill_from_start();
+    }
+    let mut presorted_sources = Vec::new();
+    let mut counts = ServiceCounts::default();
+    let service_index = job.unified.service_index;
+    for (position, input) in job.inputs.iter().enumerate() {
+        if is_presorted(job, position) {
+            if let Some(i) = service_index {
+                counts.merge(count_services(input, schema.field(i).name())?);
+            }
+            let reader = SizedBatches::open(input, share)?;
+            let target = schema.clone();
+            let batches = reader.map(move |b| conform(&b?, &target));
+            presorted_sources.push(RunSource::Presorted {
+                name: input.staged.key.to_string(),
+                batches: Box::new(batches),
+                row_bytes: input.row_bytes_estimate,
+            });
+        }
+    }
+    // Decoding runs one batch ahead on a thread of its own, so it overlaps the conforming,
+    // sorting and spilling of the previous batch; the batches still arrive in (input, row)
+    // order, which is all the key's tie-break needs.
+    std::thread::scope(|scope| -> Result<(), SortFailure> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let coder = &mut coder;
+        scope.spawn(move || decode_inputs(job, read_target, coder, tx));
+        let mut rows_read = 0u64;
+        for decoded in rx {
+            let (batch, text_bytes, frozen, queued) = decoded?;
+            drop(queued);
+            rows_read += batch.num_rows() as u64;
+            formation.push(batch, text_bytes, frozen.as_ref())?;
+            check_deadline(job.deadline)?;
+            if let Some(progress) = job.progress {
+                progress(rows_read);
+            }
+        }
+        Ok(())
+    })?;
+    counts.merge(formation.take_service_counts());
+    let compression = formation.compression();
+    let widest_row = job.inputs.iter().map(|i| i.row_bytes_estimate).max();
+    let chunk_rows = output_chunk_rows(widest_row.unwrap_or(1));
+    let mut aligned;
+    let sink: &mut dyn ChunkSink = match (service_index, job.large_service_rows) {
+        (Some(i), Some(large_rows)) if counts.is_complete() => {
+            aligned = AligningSink::new(sink, counts, i, large_rows);
+            &mut aligned
+        }
+        _ => sink,
+    };
+    let decoder = Arc::new(coder.decoder());
+    drop(coder);
+    let formed = formation.finish(chunk_rows, !presorted_sources.is_empty(), sink, &decoder)?;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        runs = formed.runs.len(),
+        "run formation done"
+    );
+    let mut stats = SortStats {
+        runs_spilled: formed.runs.len() as u32,
+        merge_passes: 0,
+        spill_bytes: formed.spill_bytes,
+    };
+    if formed.runs.is_empty() && presorted_sources.is_empty() {
+        return Ok(stats);
+    }
+    let mut sources = presorted_sources;
+    sources.extend(formed.runs.into_iter().map(RunSource::Spilled));
+    let settings = MergeSettings {
+        fan_in: job.fan_in,
+        chunk_rows,
+        run_batch_target_bytes: share,
+        compression,
+        release_interval_bytes: rows_budget / RELEASE_SHARE,
+    };
+    let merged = merge_runs(
+        sources,
+        &key,
+        settings,
+        job.scratch,
+        job.gauge,
+        sink,
+        &decoder,
+    )?;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "merge done"
+    );
+    stats.merge_passes = merged.passes;
+    stats.spill_bytes += merged.intermediate_bytes;
+    Ok(stats)
+}
+
+fn is_presorted(job: &SortJob<'_>, position: usize) -> bool {
+    job.presorted.get(position).copied().unwrap_or(false)
+}
+
+/// A decoded and coded batch waiting in the channel with the bytes of text its codes stand
+/// for and the decoder of parts that stopped being coded with it, charged to the gauge until
+/// it is taken.
+type Decoded = Result<(RecordBatch, u64, Option<StringDecoder>, Charge), SortFailure>;
+
+/// Reads the inputs that are not presorted, in ordinal order, conforms and codes them
+/// (`coder`) into `tx`; a read error ends the stream with [`SortFailure::BadInput`]. Stops
+/// early when the receiver is gone.
+fn decode_inputs(
+    job: &SortJob<'_>,
+    read_target: u64,
+    coder: &mut StringCoder,
+    tx: SyncSender<Decoded>,
+) {
+    let mut width = RowWidth::default();
+    for (position, input) in job.inputs.iter().enumerate() {
+        if is_presorted(job, position) || input.rows == 0 {
+            continue;
+        }
+        let dictionaries = coder.coded_columns();
+        let opened = catch_reader_panic(|| {
+            SizedBatches::open_with_dictionaries(input, read_target, &dictionaries, &width)
+                .map_err(|e| e.to_string())
+        });
+        let mut reader = match opened.and_then(|r| r) {
+            Ok(reader) => reader,
+            Err(reason) => {
+                let _ = tx.send(Err(SortFailure::BadInput { position, reason }));
+                return;
+            }
+        };
+        let mut row = 0u64;
+        loop {
+            // A panic while decoding or converting a batch is this input's fault.
+            let next = catch_reader_panic(|| {
+                reader.next().map(|batch| match batch {
+                    Ok(batch) => {
+                        let rows = batch.num_rows() as u64;
+                        let coded = coder.code(&batch);
+                        coded
+                            .map(|c| (c, rows))
+                            .map_err(|e| input_failure(position, row, e))
+                    }
+                    Err(e) => Err(SortFailure::BadInput {
+                        position,
+                        reason: format!("unreadable at row {row}: {e}"),
+                    }),
+                })
+            });
+            let decoded = match next {
+                Ok(None) => break,
+                Ok(Some(Ok(((batch, text_bytes), rows)))) => {
+                    row += rows;
+                    let charge = Charge::new(job.gauge, batch_memory_bytes(&batch));
+                    Ok((batch, text_bytes, coder.take_frozen(), charge))
+                }
+                Ok(Some(Err(failure))) => Err(failure),
+                Err(reason) => Err(SortFailure::BadInput { position, reason }),
+            };
+            let failed = decoded.is_err();
+            let froze = matches!(&decoded, Ok((_, _, Some(_), _)));
+            if tx.send(decoded).is_err() || failed {
+                return;
+            }
+            if froze {
+                // A column stopped being coded: read it as plain strings again.
+                if let Err(e) = reader.read_as_dictionaries(&coder.coded_columns()) {
+                    let _ = tx.send(Err(SortFailure::BadInput {
+                        position,
+                        reason: e.to_string(),
+                    }));
+                    return;
+                }
+            }
+        }
+        width = reader.width().clone();
+    }
+}
+
+/// What an error while reading input `position` means: a decoding or conversion error (an
+/// Arrow or Parquet failure on its bytes) makes it a bad input; anything else fails the job.
+fn input_failure(position: usize, row: u64, e: Error) -> SortFailure {
+    match e {
+        Error::Arrow { .. } | Error::Parquet { .. } => SortFailure::BadInput {
+            position,
+            reason: format!("unreadable at row {row}: {e}"),
+        },
+        other => SortFailure::Failed(other),
+    }
+}
+
+fn check_deadline(deadline: Option<Instant>) -> Result<()> {
+    match deadline {
+        Some(d) if Instant::now() >= d => Err(Error::Deadline {
+            partition: String::new(),
+        }),
+        _ => Ok(()),
+    }
+}

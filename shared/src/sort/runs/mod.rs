@@ -1,0 +1,11 @@
+//! Sorted runs: how they are formed, their on-disk format (in the job's
+//! [`ScratchDir`](crate::scratch::ScratchDir)), and the codes that carry repetitive strings
+//! through them.
+
+mod formation;
+mod run_file;
+mod string_codes;
+
+pub use formation::{FormedRuns, RunFormation};
+pub use run_file::{RUN_READ_BUFFER_BYTES, RunReader, RunWriter, SortedRun, SpillCompression};
+pub use string_codes::{StringCoder, StringDecoder};
