@@ -49,8 +49,6 @@ use crate::store::{Store, key_path};
 
 /// Version of the output layout; part of the output name so a format change never reuses one.
 const LAYOUT_VERSION: &str = "ourios-compaction/2";
-/// Inputs downloaded at once from a remote store.
-const PARALLEL_DOWNLOADS: usize = 4;
 /// Stack of the thread that checks inputs (reserved, not resident until used).
 const CHECK_STACK_BYTES: usize = 256 << 20;
 
@@ -151,7 +149,14 @@ async fn run_job(
 
     // Step 2: stage.
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
-    let (staged, unreadable) = stage_inputs(store, &manifest, &live, &scratch).await?;
+    let (staged, unreadable) = stage_inputs(
+        store,
+        &manifest,
+        &live,
+        &scratch,
+        options.parallel_downloads,
+    )
+    .await?;
     let mut refused = Vec::new();
     for (key, outcome) in unreadable {
         match outcome {
@@ -388,6 +393,7 @@ async fn stage_inputs(
     manifest: &Manifest,
     live: &crate::manifest::LiveSet,
     scratch: &ScratchDir,
+    parallel_downloads: usize,
 ) -> Result<(Vec<StagedInput>, Vec<(Path, Unreadable)>)> {
     let mut wanted: Vec<(Path, u64, bool)> = Vec::new();
     for key in &live.compacted {
@@ -436,7 +442,7 @@ async fn stage_inputs(
                 is_compacted,
             }))
         })
-        .buffered(PARALLEL_DOWNLOADS)
+        .buffered(parallel_downloads.max(1))
         .try_collect::<Vec<_>>()
         .await?;
     let mut staged = Vec::new();

@@ -70,6 +70,9 @@ pub fn output_chunk_rows(row_bytes: u64) -> usize {
 /// 8 saves a few more scan GETs but costs the window more (1 is the plain row-major layout).
 pub const DEFAULT_ROW_GROUPS_PER_BLOCK: usize = 4;
 
+/// Inputs a job downloads at once from a remote store.
+pub const DEFAULT_PARALLEL_DOWNLOADS: usize = 4;
+
 /// The decoded-row budget for a function of `memory_mib` MiB: a quarter of it, so the
 /// budget, one batch, the writer's open row group, the upload buffers and the runtime fit.
 pub fn budget_for_function_memory(memory_mib: u64) -> u64 {
@@ -117,6 +120,9 @@ pub struct CompactOptions {
     pub function_memory_mb: u64,
     /// Prices the job's cost is reckoned at.
     pub prices: Prices,
+    /// Inputs downloaded at once from a remote store (at least 1). One makes a job's store
+    /// operations a single sequence, which the protocol simulation replays by seed.
+    pub parallel_downloads: usize,
 }
 
 impl CompactOptions {
@@ -140,6 +146,7 @@ impl CompactOptions {
             job_id: None,
             function_memory_mb: ONE_VCPU_FUNCTION_MB,
             prices: Prices::default(),
+            parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
         }
     }
 

@@ -1,10 +1,16 @@
 //! A deterministic simulation of the whole protocol running the real code (crate doc,
 //! invariants 1-4, 6, 7 and 11).
 //!
-//! Real compactions (`compact_partition`, several at once on the same partitions), real GC
-//! (`collect_garbage_with`), late ingest of real Parquet files (some of them corrupt) and
-//! readers of the live set (`partition_files`, then every live file decoded) run as tasks
-//! against an in-memory store whose Last-Modified comes from a virtual clock. Every store
+//! Real compactions (`compact_partition`, several at once on the same partitions, as the CLI
+//! and local backfills run them), the real planner (`dispatch_partition`: readiness, job
+//! records created, replaced when stale) and the compactor's jobs it dispatches
+//! (`run_compaction_job`, started when a job record is written, delivered at least once and
+//! retried when they fail, re-arming their record by readiness), real GC
+//! (`collect_garbage_with`), late ingest of real Parquet files (some of them corrupt, some
+//! named with characters a URL encoding would change, beside their encoded twins) and readers
+//! of the live set (`partition_files`, then every live file decoded) run as tasks against an
+//! in-memory store whose Last-Modified comes from a virtual clock. One partition's hour is open
+//! while faults run, so its jobs are dispatched by file pressure alone. Every store
 //! operation (get, head, put, create-only put, list, delete, multipart start, part, complete
 //! and abort) parks its task at a gate; once every task is parked or finished, a seeded
 //! scheduler picks one to proceed, advances the virtual clock, starts a task, or injects a
@@ -17,8 +23,9 @@
 //! After every scheduled operation: every ingested row is live exactly once or sits in a
 //! quarantined file, every live or quarantined object exists, no quarantined file is live;
 //! a reader that finished within the grace saw every row ingested before it started exactly
-//! once. Once faults stop, compaction and GC run until quiet and every partition converges to
-//! one compacted file beside its quarantined ones.
+//! once. Once faults stop, the hour closes and the planner, the jobs it dispatches and GC run
+//! until quiet: every partition converges to one compacted file beside its quarantined ones,
+//! with no job record left.
 //!
 //! Tasks run at one of three speeds (the scheduler picks among parked tasks by weight), so a
 //! slow reader or job spans many operations of the others.
@@ -33,6 +40,7 @@ use std::time::Duration;
 
 use arrow::array::{Array, Int64Array};
 use bytes::Bytes;
+use chrono::{DateTime, TimeZone, Utc};
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutOptions};
 use ourios_compaction::clock::Clock;
@@ -40,7 +48,11 @@ use ourios_compaction::compact::compact_partition;
 use ourios_compaction::config::CompactOptions;
 use ourios_compaction::manifest::gc::collect_garbage_with;
 use ourios_compaction::manifest::{live_set, load_latest, partition_files};
+use ourios_compaction::partition::job_key;
 use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compaction_job};
+use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
+use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{multi_thread_runtime, parquet_bytes, rows_batch, xorshift64};
 
@@ -51,6 +63,22 @@ const START_MS: i64 = 1_800_000_000_000;
 const STEPS: usize = 400;
 /// Tasks alive at once.
 const MAX_TASKS: usize = 5;
+/// Age after which the planner replaces a job record (a crashed job's).
+const LEASE: Duration = Duration::from_secs(180);
+/// Attempts of one delivered job event (Lambda's asynchronous invocation: one and two retries).
+const JOB_ATTEMPTS: u32 = 3;
+/// Uncompacted files that make the open hour ready.
+const PRESSURE_FILES: usize = 3;
+
+/// The planner's rule in the simulation: short lateness and lease, low file pressure.
+fn readiness_config() -> ReadinessConfig {
+    ReadinessConfig {
+        lateness_grace: Duration::from_secs(30),
+        pressure_files: PRESSURE_FILES,
+        job_lease: LEASE,
+        ..ReadinessConfig::default()
+    }
+}
 
 mod gate;
 mod store;
@@ -101,7 +129,14 @@ struct ReaderView {
 
 enum TaskKind {
     Ingest,
+    /// A compaction without a job record (the CLI, a local backfill).
     Compact,
+    /// The planner on an event or a sweep.
+    Plan,
+    /// The compactor on a delivered job event, the `attempt`-th time.
+    Job {
+        attempt: u32,
+    },
     Gc,
     Read {
         started_ms: i64,
@@ -113,6 +148,8 @@ enum TaskKind {
 enum Outcome {
     Nothing,
     Read(ReaderView),
+    /// A job that finished (its event needs no retry).
+    JobFinished,
 }
 
 struct Task {
@@ -173,10 +210,12 @@ async fn read_live(store: Store, layout: Layout, partition: PartitionId) -> Read
     view
 }
 
+fn utc(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().expect("a time")
+}
+
 fn is_corrupt(key: &str) -> bool {
-    key.rsplit('/')
-        .next()
-        .is_some_and(|n| n.starts_with("bad-"))
+    key.rsplit('/').next().is_some_and(|n| n.starts_with("bad"))
 }
 
 struct Sim {
@@ -197,6 +236,12 @@ struct Sim {
     /// Decoded tags of objects, by key and ETag.
     decoded: BTreeMap<(String, String), Vec<i64>>,
     random: Box<dyn FnMut() -> u64>,
+    /// Job events not yet delivered to a compactor: the partition and the attempt.
+    job_events: Vec<(PartitionId, u32)>,
+    /// The ETag of each partition's job record last seen, to notice a new record.
+    job_records: BTreeMap<String, Option<u64>>,
+    /// Ingest names holding `~`, whose encoded twins (`%7E`) may land later.
+    tilde_names: Vec<String>,
     /// Every scheduler decision, to show a seed replays the same schedule.
     trace: Vec<String>,
 }
@@ -214,10 +259,15 @@ impl Sim {
             virtual_store,
             gate: Arc::default(),
             layout: Layout::default(),
-            partitions: [("acme", "2026-11-29T10"), ("beta", "2026-11-29T11")]
-                .iter()
-                .map(|(t, h)| PartitionId::parse(t, h).expect("partition"))
-                .collect(),
+            // The last hour is the virtual clock's own: open while faults run.
+            partitions: [
+                ("acme", "2026-11-29T10"),
+                ("beta", "2026-11-29T11"),
+                ("gamma", "2027-01-15T08"),
+            ]
+            .iter()
+            .map(|(t, h)| PartitionId::parse(t, h).expect("partition"))
+            .collect(),
             scratch: tempfile::tempdir().expect("scratch"),
             tasks: BTreeMap::new(),
             next_task: 0,
@@ -225,6 +275,9 @@ impl Sim {
             files: BTreeMap::new(),
             decoded: BTreeMap::new(),
             random: Box::new(xorshift64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)),
+            job_events: Vec::new(),
+            job_records: BTreeMap::new(),
+            tilde_names: Vec::new(),
             trace: Vec::new(),
         }
     }
@@ -287,6 +340,8 @@ impl Sim {
         let label = match &kind {
             TaskKind::Ingest => "ingest",
             TaskKind::Compact => "compact",
+            TaskKind::Plan => "plan",
+            TaskKind::Job { .. } => "job",
             TaskKind::Gc => "gc",
             TaskKind::Read { .. } => "read",
         };
@@ -307,15 +362,33 @@ impl Sim {
                 })
             }
             TaskKind::Compact => {
-                let mut options = CompactOptions::new(self.scratch.path().join(format!("t{id}")));
-                options.budget_bytes = 64 << 10;
-                options.gc_grace = GRACE;
-                options.clock = self.clock();
-                options.job_id = Some(format!("s{}t{id}", self.seed));
+                let options = self.compact_options(id);
                 self.runtime.spawn(async move {
                     let _done = done;
                     let _ = compact_partition(&store, &layout, &p, &options).await;
                     Outcome::Nothing
+                })
+            }
+            TaskKind::Plan => {
+                let clock = self.clock();
+                let now = utc(clock.now_ms());
+                self.runtime.spawn(async move {
+                    let _done = done;
+                    let mode = DispatchMode::default();
+                    let config = readiness_config();
+                    let _ = dispatch_partition(&store, &layout, &p, now, &config, mode).await;
+                    Outcome::Nothing
+                })
+            }
+            TaskKind::Job { .. } => {
+                let options = self.compact_options(id);
+                self.runtime.spawn(async move {
+                    let _done = done;
+                    let config = readiness_config();
+                    match run_compaction_job(&store, &layout, &p, &options, &config).await {
+                        Ok(job) if job.record != RecordAction::Left => Outcome::JobFinished,
+                        _ => Outcome::Nothing,
+                    }
                 })
             }
             TaskKind::Gc => {
@@ -343,6 +416,21 @@ impl Sim {
         );
     }
 
+    /// Options of task `id`'s compaction: a small budget, the simulation's grace, a skewed
+    /// host clock and an attempt id of its own (a job's attempt id is random in production;
+    /// here it is fixed so that output keys, and so listings, replay with the seed).
+    fn compact_options(&mut self, id: u64) -> CompactOptions {
+        let mut options = CompactOptions::new(self.scratch.path().join(format!("t{id}")));
+        options.budget_bytes = 64 << 10;
+        options.gc_grace = GRACE;
+        options.clock = self.clock();
+        options.job_id = Some(format!("s{}t{id}", self.seed));
+        // Concurrent downloads would make which of them reach the store before a failure
+        // stops the others a matter of thread timing.
+        options.parallel_downloads = 1;
+        options
+    }
+
     /// A new ingest file: real Parquet with fresh tags, or (one in eight) corrupt bytes.
     fn ingest_file(&mut self, partition: &PartitionId) -> (String, Bytes) {
         let corrupt = self.below(8) == 0;
@@ -358,11 +446,26 @@ impl Sim {
                 (Some(format!("svc-{}", tag % 3)), time, tag)
             })
             .collect();
-        let name = if corrupt { "bad" } else { "f" };
-        let key = format!(
-            "{}/{name}-{first:06}.parquet",
-            self.layout.ingest_dir(partition)
-        );
+        let dir = self.layout.ingest_dir(partition);
+        let twin = self
+            .tilde_names
+            .iter()
+            .map(|k| k.replace('~', "%7E"))
+            .find(|k| k.starts_with(&format!("{dir}/")) && !self.files.contains_key(k));
+        let key = match twin {
+            // The twin of an earlier name: a listing or a delete that re-encoded keys would
+            // take one for the other (hole 1).
+            Some(twin) if !corrupt && self.below(3) == 0 => twin,
+            _ => {
+                let name = if corrupt { "bad" } else { "f" };
+                // Characters the ingest grammar accepts and a URL encoding changes.
+                let mark = ["-", "~", "%25", "#", "[x]", " ", "é"][self.below(7) as usize];
+                format!("{dir}/{name}{mark}{first:06}.parquet")
+            }
+        };
+        if key.contains('~') && !corrupt {
+            self.tilde_names.push(key.clone());
+        }
         let bytes = if corrupt {
             Bytes::from_static(b"PAR1 this is not a parquet file PAR1")
         } else {
@@ -409,6 +512,13 @@ impl Sim {
                     self.replay()
                 ),
             };
+            if let TaskKind::Job { attempt } = task.kind
+                && !matches!(outcome, Outcome::JobFinished)
+                && attempt + 1 < JOB_ATTEMPTS
+            {
+                // A failed or killed invocation: Lambda delivers the event again.
+                self.job_events.push((task.partition.clone(), attempt + 1));
+            }
             if let (
                 Outcome::Read(view),
                 TaskKind::Read {
@@ -420,7 +530,41 @@ impl Sim {
                 self.check_reader(step, &task.partition, *started_ms, expected, &view);
             }
         }
+        self.notice_job_records();
         parked
+    }
+
+    /// A job record written since the last look is an object-created event for the compactor:
+    /// queue its delivery.
+    fn notice_job_records(&mut self) {
+        for partition in self.partitions.clone() {
+            let key = job_key(&partition);
+            let tag = self
+                .state
+                .objects
+                .lock()
+                .expect("lock")
+                .get(&key)
+                .map(|e| e.2);
+            let seen = self.job_records.insert(key, tag).flatten();
+            if tag.is_some() && tag != seen {
+                self.job_events.push((partition, 0));
+            }
+        }
+    }
+
+    /// Starts a compactor on a queued job event; one in eight is delivered twice.
+    fn deliver_job_event(&mut self) {
+        if self.job_events.is_empty() {
+            return;
+        }
+        let i = self.below(self.job_events.len() as u64) as usize;
+        let (partition, attempt) = if self.below(8) == 0 {
+            self.job_events[i].clone()
+        } else {
+            self.job_events.remove(i)
+        };
+        self.start(TaskKind::Job { attempt }, partition);
     }
 
     /// A reader that finished within the grace saw every row ingested before it started
@@ -585,17 +729,26 @@ impl Sim {
         let verdict = self.verdict(faults);
         self.trace.push(format!("{id} {op} {verdict:?}"));
         self.gate.release(id, verdict);
-        if matches!(verdict, Verdict::CrashBefore | Verdict::CrashAfter) {
-            // The process is gone: its future is dropped at its next await.
+        if verdict == Verdict::CrashBefore {
+            // The process is gone: its future is dropped at its next await. A crash after
+            // the operation is not aborted here, which could cancel the operation before it
+            // takes effect (a race with the runtime); the gate fails every later operation of
+            // the crashed task instead, so nothing of it takes effect after the crash.
             self.tasks[&id].handle.abort();
         }
     }
 
     fn start_random(&mut self) {
+        let choice = self.below(20);
+        if (8..=11).contains(&choice) && !self.job_events.is_empty() {
+            self.deliver_job_event();
+            return;
+        }
         let partition = self.pick_partition();
-        let kind = match self.below(20) {
+        let kind = match choice {
             0..=7 => TaskKind::Ingest,
-            8..=13 => TaskKind::Compact,
+            8..=10 => TaskKind::Plan,
+            11..=13 => TaskKind::Compact,
             14..=16 => TaskKind::Gc,
             _ => TaskKind::Read {
                 started_ms: self.state.now(),
@@ -615,7 +768,11 @@ impl Sim {
                     self.tasks.is_empty(),
                     "every settled task is parked or reaped"
                 );
-                return;
+                if self.job_events.is_empty() {
+                    return;
+                }
+                self.deliver_job_event();
+                continue;
             }
             self.release_one(&parked, false);
         }
@@ -639,16 +796,28 @@ impl Sim {
                 self.release_one(&parked, true);
             }
         }
-        // Faults stop: the tasks in flight end, then compaction and GC run until quiet.
+        // Faults stop: the tasks in flight (and the job events they cause) end, the open hour
+        // closes, then the planner, its jobs and GC run until quiet. A crashed job's record
+        // is replaced once stale: the rounds are a lease apart.
         self.drain(STEPS);
+        let hour_closed = self.partitions[2]
+            .next_hour()
+            .hour_start()
+            .timestamp_millis()
+            + readiness_config().lateness_grace.as_millis() as i64
+            + GRACE_MS;
+        if self.state.now() < hour_closed {
+            self.advance(hour_closed - self.state.now());
+        }
         for round in 0..3 {
             for partition in self.partitions.clone() {
-                self.start(TaskKind::Compact, partition.clone());
+                self.start(TaskKind::Plan, partition.clone());
                 self.drain(STEPS + 1 + round);
                 self.advance(GRACE_MS + 1);
                 self.start(TaskKind::Gc, partition);
                 self.drain(STEPS + 1 + round);
             }
+            self.advance(LEASE.as_millis() as i64 + 1);
         }
         for partition in self.partitions.clone() {
             self.check_converged(&partition);
@@ -661,7 +830,8 @@ impl Sim {
         self.trace
     }
 
-    /// One compacted file (when any good row landed), and no ingest file but the quarantined.
+    /// One compacted file (when any good row landed), no ingest file but the quarantined, and
+    /// no job record.
     fn check_converged(&self, partition: &PartitionId) {
         let manifest = self
             .runtime
@@ -685,6 +855,12 @@ impl Sim {
             keys.iter().filter(|k| k.starts_with(&ingest_dir)).collect();
         let quarantined: BTreeSet<&String> = manifest.quarantined.iter().map(|q| &q.key).collect();
         let expected = usize::from(!self.ingested_good(partition).is_empty());
+        assert!(
+            !keys.contains(&job_key(partition)),
+            "seed {}: {partition} converged with its job record left behind; {}",
+            self.seed,
+            self.replay()
+        );
         assert!(
             manifest.compacted.len() == expected
                 && compacted.len() == expected
