@@ -30,7 +30,7 @@
 //! Tasks run at one of three speeds (the scheduler picks among parked tasks by weight), so a
 //! slow reader or job spans many operations of the others.
 //!
-//! `OURIOS_SIM_SEEDS=N` runs N seeds (default 100); `OURIOS_SIM_SEED=S` replays one, and
+//! `OURIOS_SIM_SEEDS=N` runs N seeds (default 200); `OURIOS_SIM_SEED=S` replays one, and
 //! `OURIOS_SIM_TRACE=1` prints its schedule.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -890,7 +890,7 @@ fn seeds(default: u64) -> Vec<u64> {
 #[test]
 fn the_real_compactor_gc_ingest_and_readers_survive_seeded_interleavings() {
     let runtime = Arc::new(multi_thread_runtime(2));
-    for seed in seeds(100) {
+    for seed in seeds(200) {
         Sim::new(seed, Arc::clone(&runtime)).run();
     }
 }
