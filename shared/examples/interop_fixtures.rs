@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
-use ourios_compaction::layout::blocks::{BlockOptions, BlockWriter};
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::output::blocks::{BlockOptions, BlockWriter};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
@@ -106,7 +106,7 @@ async fn write_compacted(
 ) -> Result<()> {
     let root = tempfile::tempdir().map_err(|e| io(Path::new("temporary store"), e))?;
     let store = Store::open(&root.path().to_string_lossy())?;
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let dir = layout.ingest_dir(partition);
     for part in 0..4u32 {
         let rows = UInt32Array::from_iter_values((part..fixture.num_rows() as u32).step_by(4));

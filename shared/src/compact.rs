@@ -24,31 +24,31 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
-use crate::budget::MemoryGauge;
 use crate::clock::Expiry;
-use crate::config::{CompactOptions, sort_key_label};
 use crate::error::{Error, Result};
+use crate::gauge::MemoryGauge;
 use crate::input::schema::{UnifiedSchema, unify};
 use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, page_cap_bytes};
-use crate::layout::threshold::resolve_rg_bytes;
-use crate::layout::writer::{OutputWriter, partition_output_settings};
 use crate::manifest::gc::collect_garbage_with;
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
     load_latest,
 };
-use crate::partition::{Layout, PartitionId, staged_input_name};
+use crate::options::{CompactOptions, sort_key_label};
+use crate::output::threshold::resolve_row_group_bytes;
+use crate::output::writer::{OutputWriter, partition_output_settings};
+use crate::partition::{KeyLayout, PartitionId, staged_input_name};
 use crate::report::{CompactionReport, InputTotals, OutputFile, Quarantined, Status};
 use crate::scratch::ScratchDir;
-use crate::sort::memory::{peak_rss_bytes, process_cpu_time};
+use crate::sort::resources::{peak_rss_bytes, process_cpu_time};
 use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
 use crate::sort::{SortFailure, SortJob, SortStats, sort_inputs};
 use crate::store::upload::start_upload;
 use crate::store::{Store, key_path};
 
-/// Version of the output layout; part of the output name so a format change never reuses one.
-const LAYOUT_VERSION: &str = "ourios-compaction/2";
+/// Version of the output format; part of the output name so a format change never reuses one.
+const OUTPUT_FORMAT_VERSION: &str = "ourios-compaction/2";
 /// Stack of the thread that checks inputs (reserved, not resident until used).
 const CHECK_STACK_BYTES: usize = 256 << 20;
 
@@ -57,7 +57,7 @@ const CHECK_STACK_BYTES: usize = 256 << 20;
 /// not even read the partition's state.
 pub async fn compact_partition(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     options: &CompactOptions,
 ) -> Result<CompactionReport> {
@@ -66,11 +66,11 @@ pub async fn compact_partition(
     let cpu_started = process_cpu_time();
     let store = &store.counting_requests();
     let requests_before = store.request_counts();
-    let job_id = options
-        .job_id
+    let attempt_id = options
+        .attempt_id
         .clone()
         .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
-    let mut report = CompactionReport::new(&partition.relative_dir(), &job_id);
+    let mut report = CompactionReport::new(&partition.relative_dir(), &attempt_id);
     report.budget_bytes = options.budget_bytes;
     let gauge = MemoryGauge::new();
 
@@ -115,7 +115,7 @@ pub async fn compact_partition(
     report.price(&options.prices, options.function_memory_mb, requests);
     tracing::info!(
         partition = %report.partition,
-        job_id = %report.job_id,
+        attempt_id = %report.attempt_id,
         status = ?report.status,
         rows = report.inputs.rows,
         files = report.inputs.files,
@@ -130,7 +130,7 @@ pub async fn compact_partition(
 
 async fn run_job(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     options: &CompactOptions,
     gauge: &MemoryGauge,
@@ -215,9 +215,17 @@ async fn run_job(
         let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
             break None;
         };
-        let job_id = report.job_id.clone();
+        let attempt_id = report.attempt_id.clone();
         match sort_and_write(
-            store, layout, partition, options, gauge, &scratch, &checked, &unified, &job_id,
+            store,
+            layout,
+            partition,
+            options,
+            gauge,
+            &scratch,
+            &checked,
+            &unified,
+            &attempt_id,
         )
         .await?
         {
@@ -236,7 +244,7 @@ async fn run_job(
         rows: checked.iter().map(|c| c.rows).sum(),
     };
     if let Some(w) = &written {
-        report.flush_threshold_bytes = w.rg_bytes;
+        report.row_group_bytes = w.row_group_bytes;
         report.runs_spilled = w.stats.runs_spilled;
         report.merge_passes = w.stats.merge_passes;
         report.spill_bytes = w.stats.spill_bytes;
@@ -295,7 +303,7 @@ async fn run_job(
             .filter(|c| !c.staged.is_compacted)
             .map(|c| c.staged.size)
             .sum(),
-        job_id: report.job_id.clone(),
+        attempt_id: report.attempt_id.clone(),
         now_ms: options.clock.now_ms(),
         // INVARIANT: an output is committed within half the grace of its upload (on this
         // host's monotonic clock), so GC, which waits the whole grace on the store's clock,
@@ -505,16 +513,16 @@ async fn check_inputs(
 /// then the job id, so no two attempts ever write the same key (an upload never overwrites
 /// an object that GC listed, or that another attempt committed). Returns the key and the hash.
 fn output_key(
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     inputs: &[CheckedInput],
-    rg_bytes: u64,
+    row_group_bytes: u64,
     options: &CompactOptions,
-    job_id: &str,
+    attempt_id: &str,
 ) -> (Path, String) {
     let mut hash = Sha256::new();
-    hash.update(LAYOUT_VERSION.as_bytes());
-    hash.update(rg_bytes.to_le_bytes());
+    hash.update(OUTPUT_FORMAT_VERSION.as_bytes());
+    hash.update(row_group_bytes.to_le_bytes());
     // Only settings away from the plain layout enter the hash, so plain outputs keep their names.
     if options.row_groups_per_block != 1 {
         hash.update(b"blocks");
@@ -531,14 +539,14 @@ fn output_key(
     }
     let digest = hash.finalize();
     let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-    let key = layout.output_key(partition, &hex, job_id);
+    let key = layout.output_key(partition, &hex, attempt_id);
     (key, hex)
 }
 
 struct Written {
     output: OutputFile,
     input_set: String,
-    rg_bytes: u64,
+    row_group_bytes: u64,
     stats: SortStats,
     /// Half the grace after the upload completed: the output must be committed before.
     uploaded: Expiry,
@@ -549,32 +557,40 @@ struct Written {
 #[allow(clippy::too_many_arguments)]
 async fn sort_and_write(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     options: &CompactOptions,
     gauge: &MemoryGauge,
     scratch: &ScratchDir,
     checked: &[CheckedInput],
     unified: &UnifiedSchema,
-    job_id: &str,
+    attempt_id: &str,
 ) -> Result<std::result::Result<Written, (usize, String)>> {
     let input_bytes: u64 = checked.iter().map(|c| c.staged.size).sum();
-    let rg_bytes = resolve_rg_bytes(options.rg_bytes, options.rg_bytes_env, input_bytes);
+    let row_group_bytes = resolve_row_group_bytes(options.row_group_bytes, input_bytes);
     let label = sort_key_label(&options.keys, unified.service_index.is_some());
     let presorted: Vec<bool> = checked
         .iter()
         .map(|c| c.staged.is_compacted && c.declared_sort_key.as_deref() == Some(label.as_str()))
         .collect();
     let staged_block_bytes = if options.row_groups_per_block > 1 {
-        rg_bytes.saturating_mul(options.row_groups_per_block as u64)
+        row_group_bytes.saturating_mul(options.row_groups_per_block as u64)
     } else {
         0
     };
     let spill_compression =
         check_scratch_space(scratch, checked, options.budget_bytes, staged_block_bytes)?;
 
-    let (key, input_set) = output_key(layout, partition, checked, rg_bytes, options, job_id);
-    let (properties, blocks) = partition_output_settings(unified, options, rg_bytes, scratch)?;
+    let (key, input_set) = output_key(
+        layout,
+        partition,
+        checked,
+        row_group_bytes,
+        options,
+        attempt_id,
+    );
+    let (properties, blocks) =
+        partition_output_settings(unified, options, row_group_bytes, scratch)?;
     let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
 
@@ -583,7 +599,8 @@ async fn sort_and_write(
             OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties, blocks)?;
         let progress = options
             .progress
-            .then(|| progress_printer(partition, expected_rows));
+            .as_ref()
+            .map(|report| move |rows: u64| (report.0)(rows, expected_rows));
         let job = SortJob {
             inputs: checked,
             presorted: &presorted,
@@ -597,7 +614,7 @@ async fn sort_and_write(
             deadline: options.deadline,
             large_service_rows: Some(large_service_rows(
                 checked,
-                rg_bytes,
+                row_group_bytes,
                 options.max_rows_per_row_group,
             )),
             progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
@@ -623,9 +640,6 @@ async fn sort_and_write(
             .map_err(|e| Error::scratch("upload stream", e))?;
         Ok(Ok((rows, metadata.num_row_groups() as u64, stats)))
     });
-    if options.progress {
-        eprintln!();
-    }
     match sorted {
         Ok(Ok((rows, row_groups, stats))) => {
             let bytes = task
@@ -639,7 +653,7 @@ async fn sort_and_write(
                     row_groups,
                 },
                 input_set,
-                rg_bytes,
+                row_group_bytes,
                 stats,
                 uploaded: Expiry::after(&options.clock, options.gc_grace / 2),
             }))
@@ -657,28 +671,18 @@ async fn sort_and_write(
 
 /// Rows of a service that fill half a row group (by bytes, or by the row cap when it is
 /// smaller): such a service gets row groups of its own.
-fn large_service_rows(checked: &[CheckedInput], rg_bytes: u64, max_rows: Option<u64>) -> u64 {
+fn large_service_rows(
+    checked: &[CheckedInput],
+    row_group_bytes: u64,
+    max_rows: Option<u64>,
+) -> u64 {
     let rows: u64 = checked.iter().map(|c| c.rows).sum();
     let bytes: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
     let row_bytes = (bytes / rows.max(1)).max(1);
-    let by_bytes = rg_bytes / 2 / row_bytes;
+    let by_bytes = row_group_bytes / 2 / row_bytes;
     max_rows
         .map_or(by_bytes, |max| by_bytes.min(max / 2))
         .max(1)
-}
-
-fn progress_printer(partition: &PartitionId, total_rows: u64) -> impl Fn(u64) + Sync {
-    let label = format!("{} {}", partition.tenant(), partition.hour_label());
-    let last = std::sync::Mutex::new(Instant::now() - Duration::from_secs(1));
-    move |rows| {
-        if let Ok(mut last) = last.lock()
-            && (last.elapsed() >= Duration::from_millis(500) || rows == total_rows)
-        {
-            *last = Instant::now();
-            let pct = rows as f64 * 100.0 / total_rows.max(1) as f64;
-            eprint!("\rcompacting {label}: {rows}/{total_rows} rows read ({pct:.0}%)");
-        }
-    }
 }
 
 /// Fails early when the spill this job may write (plus `staged_block_bytes`, an output block

@@ -28,7 +28,7 @@
 //!    reason, left byte-for-byte in place and out of the live set; the rest still compacts.
 //! 8. **Bounded memory.** Decoded rows held at once stay within B plus one batch in run
 //!    formation and within B (plus one row per run) and one output chunk in the merge,
-//!    measured by a [`budget::MemoryGauge`]; the merge's run readers' buffers are taken out of
+//!    measured by a [`gauge::MemoryGauge`]; the merge's run readers' buffers are taken out of
 //!    B, and a batch a run has moved past stays charged until its last rows are gathered.
 //! 9. **Determinism.** The same input files give a byte-identical output, whatever the listing
 //!    order, budget, spill pattern or thread count.
@@ -48,7 +48,7 @@
 //! - **run**: a sorted sequence of rows spilled to scratch ([`sort::runs`]).
 //! - **string codes**: repetitive strings carried as integers through the sort
 //!   ([`sort::runs::StringCoder`]).
-//! - **row group threshold**: the output writer's rotation size ([`layout::threshold`]).
+//! - **row group threshold**: the output writer's rotation size ([`output::threshold`]).
 //!
 //! # Data flow
 //!
@@ -69,11 +69,13 @@
 //! | --- | --- | --- |
 //! | ground floor | [`error`] | the error type, its kinds and retry classification |
 //! | | [`clock`] | the host's wall and monotonic clocks, substitutable in tests |
-//! | | [`config`] | typed settings, sizes and durations; the key columns and the sort-key label files declare |
+//! | | [`options`] | what one compaction is given ([`options::CompactOptions`]), the defaults, the key columns and the sort-key label files declare |
+//! | | [`settings`] | what an operator sets: sizes and durations parsed once, the compaction's settings read from variables through one lookup |
 //! | | [`cost`] | a job's cost in dollars: Lambda GB-seconds and S3 requests at published prices |
 //! | | [`partition`] | partition ids and the object-key layout: every key built and parsed |
 //! | | [`report`] | the job report |
-//! | | [`budget`] | decoded-bytes accounting |
+//! | | [`rng`] | the seeded random numbers of generated data and tests (SplitMix64) |
+//! | | [`gauge`] | the memory gauge: decoded bytes held against the budget, with their peak |
 //! | | [`scratch`] | a job's local scratch directory |
 //! | | `logging` | the tracing subscriber the binaries install (feature `logging`) |
 //! | store | [`store`] | store URLs and object-store helpers |
@@ -93,11 +95,11 @@
 //! | | [`sort::gather`] | gathering rows from batches into a new batch |
 //! | | [`sort::sink`] | where sorted rows go: the chunk sink, the sink thread |
 //! | | [`sort::alignment`] | row-group boundaries at large services' edges |
-//! | | [`sort::memory`] | process resources: the allocator, peak RSS, CPU time |
-//! | layout | [`layout`] | the output file |
-//! | | [`layout::writer`] | output writer properties and the writer sink |
-//! | | [`layout::threshold`] | the adaptive row-group threshold |
-//! | | [`layout::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`layout::blocks::footer`, `layout::blocks::page_store`, `layout::blocks::staging`) |
+//! | | [`sort::resources`] | process resources: the allocator, peak RSS, CPU time |
+//! | output | [`output`] | the output file |
+//! | | [`output::writer`] | output writer properties and the writer sink |
+//! | | [`output::threshold`] | the adaptive row-group threshold |
+//! | | [`output::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`output::blocks::footer`, `output::blocks::page_store`, `output::blocks::staging`) |
 //! | manifest | [`manifest`] | manifest versions (`manifest::commit`), the reader rule (`manifest::live`) |
 //! | | [`manifest::gc`] | garbage collection |
 //! | read | [`read`] | reading compacted partitions |
@@ -111,26 +113,26 @@
 //! | serverless | [`serverless`] | the functions' library side |
 //! | | [`serverless::events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
 //! | | [`serverless::readiness`] | readiness and dispatch decisions (pure) |
-//! | | [`serverless::settings`] | the functions' settings from named variables |
+//! | | [`serverless::function_settings`] | the functions' settings from named variables |
 //! | | [`serverless::metrics`] | CloudWatch embedded-metric-format lines |
 //! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's and the compactor's entry points (`serverless::dispatch::invocation`, `serverless::dispatch::compactor`, `serverless::dispatch::worker`), sweep, backfill |
 //! | bench | [`bench`](mod@bench) | benchmark support |
 //! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
-//! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::rng`, `bench::generate::service` |
+//! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::service` |
 //! | testing | `testing` | test support (feature `testing`): fixtures (`testing::log_fixture`, `testing::event_files`) and store wrappers (`testing::recording_store`) |
 //!
 //! Where the layers differ from the obvious grouping, the dependencies decide:
 //!
 //! - The sort's [`sort::key`] is built from the unified schema (input) and only the sort
 //!   compares rows, so it is the sort's; the key as files declare it
-//!   ([`config::SORT_KEY_METADATA`], [`config::sort_key_label`]) is on the ground floor
-//!   beside [`config::KeyColumns`], where the input checks read it and the writer writes it.
-//! - [`budget`] is on the ground floor: the input's batch sizing measures decoded bytes the
+//!   ([`options::SORT_KEY_METADATA`], [`options::sort_key_label`]) is on the ground floor
+//!   beside [`options::KeyColumns`], where the input checks read it and the writer writes it.
+//! - [`gauge`] is on the ground floor: the input's batch sizing measures decoded bytes the
 //!   way the sort's budget charges them. [`scratch`] is too: run files, staged inputs and the
 //!   writer's page file all live in the job's scratch directory.
 //! - [`sort::alignment`] and [`sort::sink`] are the sort's: the sort counts services while
 //!   it forms runs and wraps its sink in the aligning sink, and both sinks (a run file, the
-//!   output writer) implement [`sort::sink::ChunkSink`] where they are defined. So `layout`
+//!   output writer) implement [`sort::sink::ChunkSink`] where they are defined. So `output`
 //!   sits above `sort`: the writer is one of the sort's sinks.
 //! - `manifest` needs only the store, and `read` needs the manifest's live set and the
 //!   input's type rules; neither is needed by the layers below them.
@@ -142,22 +144,24 @@
 //! (`block_in_place`); callers use `#[tokio::main]` or `Builder::new_multi_thread`.
 
 pub mod bench;
-pub mod budget;
 pub mod clock;
 pub mod compact;
-pub mod config;
 pub mod cost;
 pub mod error;
+pub mod gauge;
 pub mod input;
-pub mod layout;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod manifest;
+pub mod options;
+pub mod output;
 pub mod partition;
 pub mod read;
 pub mod report;
+pub mod rng;
 pub mod scratch;
 pub mod serverless;
+pub mod settings;
 pub mod sort;
 pub mod store;
 #[cfg(feature = "testing")]

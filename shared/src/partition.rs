@@ -155,19 +155,22 @@ pub fn validate_tenant(tenant: &str) -> Result<()> {
     }
 }
 
-/// Where each kind of object lives under the store root.
+/// The key layout: where each kind of object lives under the store root.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
+pub struct KeyLayout {
     ingest_prefix: String,
 }
 
-impl Default for Layout {
+impl Default for KeyLayout {
     fn default() -> Self {
         Self {
-            ingest_prefix: "data".to_string(),
+            ingest_prefix: DEFAULT_INGEST_PREFIX.to_string(),
         }
     }
 }
+
+/// Prefix of ingest files under the store root when nothing else says.
+pub const DEFAULT_INGEST_PREFIX: &str = "data";
 
 /// Prefix of compacted outputs, outside the ingest prefix.
 pub const COMPACTED_PREFIX: &str = "compacted";
@@ -180,7 +183,7 @@ pub const JOBS_PREFIX: &str = "_compaction/jobs";
 /// Where the sweep stopped when it ran out of time; the next sweep starts after it.
 pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
 
-impl Layout {
+impl KeyLayout {
     /// A layout whose ingest files live under `ingest_prefix` (default `data`).
     pub fn new(ingest_prefix: &str) -> Result<Self> {
         let trimmed = ingest_prefix.trim_matches('/');
@@ -225,10 +228,15 @@ impl Layout {
         format!("{}/", self.compacted_dir(partition))
     }
 
-    /// Key of an attempt's output: `part-<input set hash>-<job id>.parquet` (invariant 6).
-    pub fn output_key(&self, partition: &PartitionId, input_set_hash: &str, job_id: &str) -> Path {
+    /// Key of an attempt's output: `part-<input set hash>-<attempt id>.parquet` (invariant 6).
+    pub fn output_key(
+        &self,
+        partition: &PartitionId,
+        input_set_hash: &str,
+        attempt_id: &str,
+    ) -> Path {
         Path::from(format!(
-            "{}/part-{input_set_hash}-{job_id}.parquet",
+            "{}/part-{input_set_hash}-{attempt_id}.parquet",
             self.compacted_dir(partition)
         ))
     }
@@ -318,7 +326,7 @@ pub fn job_key(partition: &PartitionId) -> String {
 }
 
 /// Parses `_compaction/jobs/<partition>.json` strictly.
-pub fn parse_job_key(key: &str, layout: &Layout) -> crate::Result<PartitionId> {
+pub fn parse_job_key(key: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
     let bad = |why: &str| crate::Error::Partition {
         message: format!("job key {key:?}: {why}"),
     };
@@ -453,7 +461,7 @@ mod tests {
     #[test]
     fn formats_and_parses_round_trip() {
         let p = PartitionId::parse("acme", "2026-11-29T10").unwrap();
-        let layout = Layout::default();
+        let layout = KeyLayout::default();
         let key = format!("{}/f1.parquet", layout.ingest_dir(&p));
         assert_eq!(
             key,
@@ -467,7 +475,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_keys() {
-        let layout = Layout::default();
+        let layout = KeyLayout::default();
         for key in [
             "data/tenant=acme/year=2026/month=13/day=29/hour=10/f.parquet",
             "data/tenant=acme/year=2026/month=11/day=29/hour=25/f.parquet",

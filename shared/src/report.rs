@@ -85,8 +85,9 @@ pub struct CompactionReport {
     pub inputs: InputTotals,
     /// The output, when one was written and committed.
     pub output: Option<OutputFile>,
-    /// Row-group threshold the writer used.
-    pub flush_threshold_bytes: u64,
+    /// Row-group threshold the writer used (JSON `flush_threshold_bytes`).
+    #[serde(rename = "flush_threshold_bytes")]
+    pub row_group_bytes: u64,
     /// Decoded-row budget B.
     pub budget_bytes: u64,
     /// Sorted runs spilled to scratch.
@@ -111,8 +112,9 @@ pub struct CompactionReport {
     pub cost: JobCost,
     /// Inputs quarantined by this job.
     pub quarantined: Vec<Quarantined>,
-    /// The job id written into the manifest.
-    pub job_id: String,
+    /// The attempt's id, written into the manifest (JSON `job_id`).
+    #[serde(rename = "job_id")]
+    pub attempt_id: String,
     /// Manifest version after the job.
     pub manifest_version: u64,
     /// Objects garbage-collected after the commit.
@@ -130,13 +132,13 @@ pub struct CompactionReport {
 
 impl CompactionReport {
     /// An empty report for a partition.
-    pub fn new(partition: &str, job_id: &str) -> Self {
+    pub fn new(partition: &str, attempt_id: &str) -> Self {
         Self {
             partition: partition.to_string(),
             status: Status::Noop,
             inputs: InputTotals::default(),
             output: None,
-            flush_threshold_bytes: 0,
+            row_group_bytes: 0,
             budget_bytes: 0,
             runs_spilled: 0,
             merge_passes: 0,
@@ -148,7 +150,7 @@ impl CompactionReport {
             cpu_ms: 0,
             cost: JobCost::default(),
             quarantined: Vec::new(),
-            job_id: job_id.to_string(),
+            attempt_id: attempt_id.to_string(),
             manifest_version: 0,
             gc_deleted: 0,
             write_amplification: 0.0,

@@ -8,9 +8,9 @@ use arrow::array::{Int64Array, StringArray, UInt64Array};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
@@ -21,7 +21,7 @@ use ourios_compaction::testing::{
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_kind_is_quarantined_untouched() {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let dir = layout.ingest_dir(&partition);
     let (start, end) = partition.time_range_nanos();
@@ -157,7 +157,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_little_scratch_fails_early_with_nothing_committed() {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let dir = layout.ingest_dir(&partition);
     let (start, _) = partition.time_range_nanos();
@@ -203,7 +203,7 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
         ],
     );
     let store = Store::from_object_store(Arc::new(refusing), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let dir = layout.ingest_dir(&partition);
     let (start, _) = partition.time_range_nanos();

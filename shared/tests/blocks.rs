@@ -7,7 +7,7 @@
 use arrow::array::{RecordBatch, RecordBatchReader};
 use arrow::compute::concat_batches;
 use bytes::Bytes;
-use ourios_compaction::layout::blocks::{BlockOptions, BlockWriter, STAGING_MEMORY_BYTES};
+use ourios_compaction::output::blocks::{BlockOptions, BlockWriter, STAGING_MEMORY_BYTES};
 use ourios_compaction::testing::{FIXTURE_SERVICES, fixture_properties, log_fixture};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
@@ -67,8 +67,8 @@ fn write_blocks(
     )
 }
 
-fn props(rg_bytes: u64, max_rows: Option<u64>) -> WriterProperties {
-    fixture_properties(&fixture().schema(), rg_bytes, max_rows).expect("properties")
+fn props(row_group_bytes: u64, max_rows: Option<u64>) -> WriterProperties {
+    fixture_properties(&fixture().schema(), row_group_bytes, max_rows).expect("properties")
 }
 
 fn metadata(bytes: &Bytes) -> ParquetMetaData {
@@ -81,12 +81,12 @@ fn metadata(bytes: &Bytes) -> ParquetMetaData {
 #[test]
 fn the_plain_layout_is_byte_identical_to_arrow_writer() {
     let batch = fixture();
-    for (rg_bytes, max_rows, flush_every) in [
+    for (row_group_bytes, max_rows, flush_every) in [
         (64 << 10, None, 5),
         (1 << 20, Some(1500), 3),
         (8 << 10, Some(700), 1000),
     ] {
-        let props = props(rg_bytes, max_rows);
+        let props = props(row_group_bytes, max_rows);
         let (blocks, _, _) = write_blocks(&batch, &props, BlockOptions::default(), flush_every);
 
         let mut arrow = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props.clone()))
@@ -107,7 +107,7 @@ fn the_plain_layout_is_byte_identical_to_arrow_writer() {
         assert!(metadata(&blocks).num_row_groups() > 3);
         assert!(
             blocks.as_ref() == reference.as_slice(),
-            "rg_bytes {rg_bytes}, max_rows {max_rows:?}: plain layout differs from ArrowWriter"
+            "row_group_bytes {row_group_bytes}, max_rows {max_rows:?}: plain layout differs from ArrowWriter"
         );
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{TestRow, parquet_bytes, put_bytes, rows_batch};
@@ -32,7 +32,7 @@ async fn compact(
     fan_in: usize,
 ) -> CompactionReport {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let (start, _) = partition.time_range_nanos();
     for f in 0..num_files {

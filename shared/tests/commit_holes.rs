@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use arrow::array::{Array, Int64Array};
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
 use ourios_compaction::manifest::gc::collect_garbage;
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use std::sync::Arc;
@@ -47,14 +47,14 @@ fn ingest_bytes(first_tag: i64, num_rows: i64) -> bytes::Bytes {
 }
 
 /// Writes an ingest file straight onto the local store's disk, named exactly `name`.
-fn land_on_disk(root: &FsPath, layout: &Layout, name: &str, first_tag: i64, num_rows: i64) {
+fn land_on_disk(root: &FsPath, layout: &KeyLayout, name: &str, first_tag: i64, num_rows: i64) {
     let dir = root.join(layout.ingest_dir(&partition()).as_ref());
     std::fs::create_dir_all(&dir).expect("partition directory");
     std::fs::write(dir.join(name), ingest_bytes(first_tag, num_rows)).expect("ingest file");
 }
 
 /// How many times each tag is live.
-async fn live_tag_counts(store: &Store, layout: &Layout) -> BTreeMap<i64, usize> {
+async fn live_tag_counts(store: &Store, layout: &KeyLayout) -> BTreeMap<i64, usize> {
     let files = partition_files(store, layout, &partition())
         .await
         .expect("the live set reads");
@@ -97,7 +97,7 @@ async fn hole1_a_key_that_encoding_would_change_is_never_confused_with_another()
     let root = tempfile::tempdir().expect("store root");
     let scratch = tempfile::tempdir().expect("scratch");
     let store = Store::open(&root.path().to_string_lossy()).expect("local store");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     land_on_disk(root.path(), &layout, "a~b.parquet", 0, 1000);
 
     let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
@@ -154,7 +154,7 @@ fn commit_request(job: &str, inputs: &[&str], output: &str, forget: &[&str]) -> 
         quarantined: Vec::new(),
         forget: forget.iter().map(|k| k.to_string()).collect(),
         ingested_bytes: 1,
-        job_id: job.to_string(),
+        attempt_id: job.to_string(),
         now_ms: 0,
         commit_by: None,
     }
@@ -166,7 +166,7 @@ fn commit_request(job: &str, inputs: &[&str], output: &str, forget: &[&str]) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole2_a_commit_based_before_a_forgetting_conflicts() {
     let store = Store::open("memory://").expect("memory store");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let p = partition();
     let dir = layout.ingest_dir(&p);
     let out = layout.compacted_dir(&p);
@@ -206,7 +206,7 @@ async fn hole2_a_commit_based_before_a_forgetting_conflicts() {
     );
 }
 
-async fn land_two_files(store: &Store, layout: &Layout) {
+async fn land_two_files(store: &Store, layout: &KeyLayout) {
     for (i, name) in ["f1.parquet", "f2.parquet"].iter().enumerate() {
         let key = format!("{}/{name}", layout.ingest_dir(&partition()));
         put_bytes(store, &key, ingest_bytes(i as i64 * 1000, 300)).await;
@@ -218,7 +218,7 @@ async fn land_two_files(store: &Store, layout: &Layout) {
 /// what makes a rerun of a committed input set a `noop`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole3_each_attempt_writes_its_own_output_key() {
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let scratch = tempfile::tempdir().expect("scratch");
     let mut outputs = Vec::new();
     for _ in 0..2 {
@@ -246,7 +246,7 @@ async fn hole3_each_attempt_writes_its_own_output_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole3_the_grace_is_measured_on_the_store_clock() {
     let store = Store::open("memory://").expect("memory store");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let scratch = tempfile::tempdir().expect("scratch");
     land_two_files(&store, &layout).await;
     let mut o = options(scratch.path());
@@ -277,7 +277,7 @@ async fn hole3_the_grace_is_measured_on_the_store_clock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole6_a_lost_commit_response_then_412_reports_compacted() {
     let store = Store::open("memory://").expect("memory store");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let scratch = tempfile::tempdir().expect("scratch");
     land_two_files(&store, &layout).await;
     let faulty = Arc::new(FaultyStore::new(
@@ -307,7 +307,7 @@ async fn hole6_a_lost_commit_response_then_412_reports_compacted() {
 async fn hole5_an_open_hour_is_re_armed_only_by_readiness() {
     let inner: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
     let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     land_two_files(&plain, &layout).await;
     let late_store = plain.clone();
     let late_key = format!("{}/late.parquet", layout.ingest_dir(&partition()));
@@ -354,7 +354,7 @@ async fn hole4_a_foreign_key_is_skipped_not_fatal() {
     let root = tempfile::tempdir().expect("store root");
     let scratch = tempfile::tempdir().expect("scratch");
     let store = Store::open(&root.path().to_string_lossy()).expect("local store");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     land_on_disk(root.path(), &layout, "good.parquet", 0, 100);
     land_on_disk(root.path(), &layout, "bad\u{1}name.parquet", 1000, 100);
     let files = partition_files(&store, &layout, &partition())

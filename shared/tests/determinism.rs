@@ -5,18 +5,18 @@
 use std::sync::Arc;
 
 use object_store::memory::InMemory;
-use ourios_compaction::config::CompactOptions;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
     ReversedListingStore, TestRow, compact_to_bytes, multi_thread_runtime, parquet_bytes,
-    put_bytes, rows_batch, xorshift64,
+    put_bytes, random_stream, rows_batch,
 };
 
 fn inputs(partition: &PartitionId) -> Vec<Vec<TestRow>> {
     let (start, _) = partition.time_range_nanos();
-    let mut next = xorshift64(0x9e37_79b9_7f4a_7c15);
+    let mut next = random_stream(0x9e37_79b9_7f4a_7c15);
     let services = ["checkout", "auth", "search", "ads", "cart", "email"];
     (0..8)
         .map(|f| {
@@ -47,7 +47,7 @@ fn compact(
         } else {
             Store::from_object_store(memory, "memory://")
         };
-        let layout = Layout::default();
+        let layout = KeyLayout::default();
         let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
         let dir = layout.ingest_dir(&partition);
         for (i, rows) in inputs(&partition).iter().enumerate() {
@@ -58,7 +58,7 @@ fn compact(
         let mut options = CompactOptions::new(scratch.path());
         options.budget_bytes = budget;
         options.merge_fan_in = fan_in;
-        options.rg_bytes = Some(64 << 10);
+        options.row_group_bytes = Some(64 << 10);
         options.row_groups_per_block = blocks;
         if blocks > 1 {
             options.max_rows_per_row_group = Some(1500);

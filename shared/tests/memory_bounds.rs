@@ -10,10 +10,10 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use object_store::memory::InMemory;
-use ourios_compaction::budget::batch_memory_bytes;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::gauge::batch_memory_bytes;
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{parquet_bytes, put_bytes};
@@ -78,7 +78,7 @@ async fn run(
     blocks: usize,
 ) -> (CompactionReport, u64) {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let dir = layout.ingest_dir(&partition);
     let mut encoded = 0u64;

@@ -13,9 +13,9 @@ use object_store::path::Path;
 use ourios_compaction::bench::baseline::rewrite_plain;
 use ourios_compaction::bench::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::{CompactOptions, KeyColumns};
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::{CompactOptions, KeyColumns};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::prune::{WindowPredicate, count_row_groups};
 use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::read::scan::scan_columns;
@@ -31,9 +31,9 @@ async fn generated_in_memory(
     rows: usize,
     services: usize,
     seed: u64,
-) -> (Store, Layout, PartitionId) {
+) -> (Store, KeyLayout, PartitionId) {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let spec = GenerateSpec {
         files,
@@ -52,7 +52,7 @@ async fn generated_in_memory(
 /// Compacts the partition with default options and a scratch directory of its own.
 async fn compact_with_defaults(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
 ) -> ourios_compaction::report::CompactionReport {
     let scratch = tempfile::tempdir().expect("scratch");
@@ -96,7 +96,7 @@ fn identities(batches: &[RecordBatch]) -> Vec<(Option<String>, i64, String)> {
 
 async fn brute_force(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     q: &WindowQuery,
 ) -> Vec<(Option<String>, i64, String)> {
@@ -229,7 +229,7 @@ async fn rfc0036_2_one_service_window_scans_at_most_the_bound() {
 async fn assert_rfc0036_2_bound(blocks: usize) {
     let dir = tempfile::tempdir().expect("store dir");
     let store = Store::open(&dir.path().to_string_lossy()).expect("local store");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let spec = GenerateSpec {
         files: 20,
@@ -244,7 +244,7 @@ async fn assert_rfc0036_2_bound(blocks: usize) {
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
     // An unsorted rewrite of the same rows with the same writer, for the negative control.
-    options.rg_bytes = Some(1 << 20);
+    options.row_group_bytes = Some(1 << 20);
     options.row_groups_per_block = blocks;
     let unsorted = Path::from("control/unsorted.parquet");
     rewrite_plain(&store, &layout, &partition, &options, &unsorted)
@@ -254,7 +254,7 @@ async fn assert_rfc0036_2_bound(blocks: usize) {
         .await
         .expect("compact");
     let out = report.output.expect("output");
-    let threshold = report.flush_threshold_bytes as f64;
+    let threshold = report.row_group_bytes as f64;
     assert!(
         out.row_groups >= 8,
         "enough row groups to prune: {}",
@@ -345,7 +345,7 @@ async fn a_window_over_microsecond_times_matches_in_nanoseconds() {
     use ourios_compaction::testing::{named_batch, parquet_bytes, put_bytes};
 
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let (start, _) = partition.time_range_nanos();
     // One row a minute, as microseconds.

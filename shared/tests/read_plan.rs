@@ -10,7 +10,7 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use ourios_compaction::layout::blocks::{BlockOptions, BlockWriter};
+use ourios_compaction::output::blocks::{BlockOptions, BlockWriter};
 use ourios_compaction::read::planned_reader::PlannedReader;
 use ourios_compaction::read::read_plan::{
     DEFAULT_MAX_BLOCK_BYTES, ReadPlan, RowGroupReads, merge_ranges, projected_leaves,

@@ -35,9 +35,9 @@ use ourios_compaction::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
     load_latest,
 };
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{Fault, FaultyStore, xorshift64};
+use ourios_compaction::testing::{Fault, FaultyStore, random_stream};
 
 const GRACE: Duration = Duration::from_secs(60);
 const GRACE_MS: i64 = 60_000;
@@ -251,7 +251,7 @@ struct Sim {
     seed: u64,
     sim: Arc<SimStore>,
     store: Store,
-    layout: Layout,
+    layout: KeyLayout,
     partitions: Vec<PartitionId>,
     rows: BTreeMap<String, Vec<u64>>,
     /// Ingest files a compaction finds unreadable.
@@ -274,7 +274,7 @@ impl Sim {
             seed,
             sim,
             store,
-            layout: Layout::default(),
+            layout: KeyLayout::default(),
             partitions: [
                 ("acme", "2026-11-29T10"),
                 ("acme", "2026-11-29T11"),
@@ -290,7 +290,7 @@ impl Sim {
             next_file: 0,
             next_job: 0,
             jobs: Vec::new(),
-            random: Box::new(xorshift64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)),
+            random: Box::new(random_stream(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)),
         }
     }
 
@@ -474,7 +474,7 @@ impl Sim {
             quarantined: job.quarantined.clone(),
             forget: job.forget.clone(),
             ingested_bytes: 1,
-            job_id: job.id.clone(),
+            attempt_id: job.id.clone(),
             now_ms: clock.now_ms(),
             commit_by: job.commit_by.clone(),
         };

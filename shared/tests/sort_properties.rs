@@ -9,8 +9,8 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
@@ -80,7 +80,7 @@ fn run_case(
         .collect();
     multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-        let layout = Layout::default();
+        let layout = KeyLayout::default();
         let dir = layout.ingest_dir(&partition);
         for (i, rows) in files.iter().enumerate() {
             let key = format!("{dir}/f{i:03}.parquet");

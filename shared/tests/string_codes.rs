@@ -12,12 +12,12 @@ use arrow::array::{
 };
 use arrow::datatypes::Int32Type;
 use object_store::memory::InMemory;
-use ourios_compaction::config::CompactOptions;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    compact_to_bytes, multi_thread_runtime, parquet_bytes, put_bytes, xorshift64,
+    compact_to_bytes, multi_thread_runtime, parquet_bytes, put_bytes, random_stream,
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -31,7 +31,7 @@ const LEVELS: [&str; 3] = ["INFO", "WARN", "ERROR"];
 /// file (frozen by the dictionary cap partway under a small budget).
 fn ingest_file(partition: &PartitionId, file: usize) -> RecordBatch {
     let (start, _) = partition.time_range_nanos();
-    let mut next = xorshift64(0x5eed_0000 + file as u64);
+    let mut next = random_stream(0x5eed_0000 + file as u64);
     let mut pick = |n: usize| next() as usize % n;
     let rows: Vec<(usize, i64, usize, usize, usize)> = (0..ROWS)
         .map(|_| {
@@ -116,14 +116,14 @@ fn compact_twice(
 ) -> Vec<(CompactionReport, Vec<u8>)> {
     multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-        let layout = Layout::default();
+        let layout = KeyLayout::default();
         let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
         let dir = layout.ingest_dir(&partition);
         let scratch = tempfile::tempdir().expect("scratch");
         let mut options = CompactOptions::new(scratch.path());
         options.budget_bytes = setting.budget;
         options.merge_fan_in = setting.fan_in;
-        options.rg_bytes = Some(64 << 10);
+        options.row_group_bytes = Some(64 << 10);
         options.code_strings = setting.code_strings;
         let mut outputs = Vec::new();
         for files in [0..first, first..first + second] {

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use object_store::ObjectStoreExt;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::{CompactOptions, KeyColumns};
 use ourios_compaction::manifest::gc::{GcScope, collect_garbage_in};
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::{CompactOptions, KeyColumns};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
@@ -23,7 +23,7 @@ use ourios_compaction::testing::{get_bytes, parquet_bytes, put_bytes, rows_batch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spark_partition_compacts_and_its_side_files_stay_untouched() {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let dir = layout.ingest_dir(&partition);
     let (start, _) = partition.time_range_nanos();

@@ -198,7 +198,7 @@ pub fn event_for_store(name: &str, bucket: &str, root: &str, dir: &Path) -> Path
 /// the partition, 400 rows each, and returns their tags.
 pub async fn land_announced_files(
     store: &ourios_compaction::store::Store,
-    layout: &ourios_compaction::partition::Layout,
+    layout: &ourios_compaction::partition::KeyLayout,
     partition: &ourios_compaction::partition::PartitionId,
 ) -> std::collections::BTreeSet<i64> {
     let mut tags = std::collections::BTreeSet::new();

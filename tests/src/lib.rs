@@ -13,7 +13,7 @@ use arrow::datatypes::DataType;
 use futures::TryStreamExt;
 use object_store::memory::InMemory;
 use ourios_compaction::manifest::{CommitRequest, CompactedFile, partition_files};
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{parquet_bytes, put_bytes, read_parquet, rows_batch};
 
@@ -59,6 +59,26 @@ pub fn s3_url(name: &str) -> String {
 /// Opens a fresh store root on the S3 test server.
 pub fn open_s3(name: &str) -> Store {
     Store::open(&s3_url(name)).expect("the S3 test store opens")
+}
+
+/// Where a test runs: a fresh in-memory store or a fresh root on the S3 test server (one
+/// `rstest` case each, so both run the same body).
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    /// [`open_memory`].
+    Memory,
+    /// [`open_s3`].
+    S3,
+}
+
+impl Backend {
+    /// A fresh store of this kind; `name` starts the S3 root's name.
+    pub fn open(self, name: &str) -> Store {
+        match self {
+            Self::Memory => open_memory(),
+            Self::S3 => open_s3(name),
+        }
+    }
 }
 
 /// A fresh in-memory store.
@@ -107,7 +127,7 @@ pub fn test_partition() -> PartitionId {
 /// into the partition, and returns the tags.
 pub async fn land_file(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     name: &str,
     first_tag: i64,
@@ -133,7 +153,7 @@ pub async fn land_file(
 /// and returns every tag.
 pub async fn land_files(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     num_files: i64,
     num_rows: i64,
@@ -159,7 +179,7 @@ pub fn commit_request(job: &str, input: &str, output: &str) -> CommitRequest {
         quarantined: Vec::new(),
         forget: Vec::new(),
         ingested_bytes: 0,
-        job_id: job.to_string(),
+        attempt_id: job.to_string(),
         now_ms: 1,
         commit_by: None,
     }
@@ -184,7 +204,7 @@ pub async fn file_tags(store: &Store, key: &str) -> Vec<i64> {
 }
 
 /// The tags of every row of every live file of the partition, as the reader rule sees it.
-pub async fn live_tags(store: &Store, layout: &Layout, partition: &PartitionId) -> Vec<i64> {
+pub async fn live_tags(store: &Store, layout: &KeyLayout, partition: &PartitionId) -> Vec<i64> {
     let files = partition_files(store, layout, partition)
         .await
         .expect("the live set reads");

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::put_bytes;
 use ourios_integration_tests::{
@@ -96,7 +96,7 @@ async fn every_subcommand_works_on_s3() {
     args.extend(["--grace", "0s", "--json"]);
     assert_eq!(cli_json(&args)["deleted"], 3);
     let partition = PartitionId::parse(tenant, hour).expect("partition");
-    let live = partition_files(&store, &Layout::default(), &partition)
+    let live = partition_files(&store, &KeyLayout::default(), &partition)
         .await
         .expect("files");
     assert_eq!(live.live, [output_key]);
@@ -106,7 +106,7 @@ async fn every_subcommand_works_on_s3() {
 async fn gc_without_tenant_or_hour_covers_every_compacted_partition() {
     let url = s3_url("gc-scope");
     let store = Store::open(&url).expect("store");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let compacted_hours = [
         ("acme", "2026-11-29T10"),
         ("acme", "2026-11-29T11"),

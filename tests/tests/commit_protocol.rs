@@ -8,19 +8,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
 use ourios_compaction::manifest::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
 use ourios_compaction::manifest::{
     CommitOutcome, Manifest, commit, list_versions, load_latest, partition_files,
 };
-use ourios_compaction::partition::Layout;
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::FaultyStore;
 use ourios_integration_tests::{
-    all_keys, assert_exactly_once, commit_request as request, land_file, land_files, live_tags,
-    open_memory, open_s3, test_partition,
+    Backend, all_keys, assert_exactly_once, commit_request as request, land_file, land_files,
+    live_tags, test_partition,
 };
+use rstest::rstest;
 
 fn options(scratch: &std::path::Path) -> CompactOptions {
     let mut options = CompactOptions::new(scratch);
@@ -28,8 +29,13 @@ fn options(scratch: &std::path::Path) -> CompactOptions {
     options
 }
 
-async fn retried_job_is_noop(store: Store) {
-    let layout = Layout::default();
+#[rstest]
+#[case::in_memory(Backend::Memory)]
+#[case::on_s3(Backend::S3)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retried_job_is_noop(#[case] backend: Backend) {
+    let store = backend.open("retry");
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let scratch = tempfile::tempdir().expect("scratch");
     let expected = land_files(&store, &layout, &partition, 3, 200).await;
@@ -51,21 +57,11 @@ async fn retried_job_is_noop(store: Store) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retried_job_is_noop_in_memory() {
-    retried_job_is_noop(open_memory()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retried_job_is_noop_on_s3() {
-    retried_job_is_noop(open_s3("retry")).await;
-}
-
 /// Job A reads the partition; before it commits, job B compacts it (after a late file landed
 /// when `late_file`). A must end `noop` (same inputs) or `conflict` (B's inputs differ), and
 /// the rows stay live exactly once.
 async fn inputs_compacted_by_someone_else(store: Store, late_file: bool) -> Status {
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let scratch = tempfile::tempdir().expect("scratch");
     let mut expected = land_files(&store, &layout, &partition, 3, 200).await;
@@ -117,30 +113,30 @@ async fn inputs_compacted_by_someone_else(store: Store, late_file: bool) -> Stat
     report.status
 }
 
+#[rstest]
+#[case::identical_in_memory(Backend::Memory, false, Status::Noop)]
+#[case::different_in_memory(Backend::Memory, true, Status::Conflict)]
+#[case::identical_on_s3(Backend::S3, false, Status::Noop)]
+#[case::different_on_s3(Backend::S3, true, Status::Conflict)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn identical_competing_job_makes_noop_in_memory() {
-    let status = inputs_compacted_by_someone_else(open_memory(), false).await;
-    assert_eq!(status, Status::Noop);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn different_competing_job_makes_conflict_in_memory() {
-    let status = inputs_compacted_by_someone_else(open_memory(), true).await;
-    assert_eq!(status, Status::Conflict);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn competing_jobs_on_s3() {
-    let status = inputs_compacted_by_someone_else(open_s3("competing"), false).await;
-    assert_eq!(status, Status::Noop);
-    let status = inputs_compacted_by_someone_else(open_s3("competing"), true).await;
-    assert_eq!(status, Status::Conflict);
+async fn competing_job_ends_noop_or_conflict(
+    #[case] backend: Backend,
+    #[case] late_file: bool,
+    #[case] expected: Status,
+) {
+    let status = inputs_compacted_by_someone_else(backend.open("competing"), late_file).await;
+    assert_eq!(status, expected);
 }
 
 /// A file that lands while a job runs (after it listed the partition) stays live beside the
 /// job's output, and the next job merges it with the compacted file (invariant 5).
-async fn late_file_stays_live_and_is_compacted_next_time(store: Store) {
-    let layout = Layout::default();
+#[rstest]
+#[case::in_memory(Backend::Memory)]
+#[case::on_s3(Backend::S3)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_file_stays_live_and_is_compacted_next_time(#[case] backend: Backend) {
+    let store = backend.open("late-file");
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let scratch = tempfile::tempdir().expect("scratch");
     let mut expected = land_files(&store, &layout, &partition, 3, 200).await;
@@ -190,22 +186,21 @@ async fn late_file_stays_live_and_is_compacted_next_time(store: Store) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_file_stays_live_and_is_compacted_next_time_in_memory() {
-    late_file_stays_live_and_is_compacted_next_time(open_memory()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_file_stays_live_and_is_compacted_next_time_on_s3() {
-    late_file_stays_live_and_is_compacted_next_time(open_s3("late-file")).await;
-}
-
 /// Job B stops late (past its deadline) after an identical job A committed the same input
 /// set, or (with a grace shorter than the wait) finds A's commit of it: B times out or ends
 /// `noop`, and A's live file stays. Each attempt names its output uniquely, so B's own output
 /// is never A's; the half-grace rule counts from the end of B's upload, so B is not late then.
-async fn late_job_keeps_an_identical_committed_output(store: Store, late: Lateness) {
-    let layout = Layout::default();
+#[rstest]
+#[case::deadline_in_memory(Backend::Memory, Lateness::Deadline)]
+#[case::half_grace_in_memory(Backend::Memory, Lateness::HalfGrace)]
+#[case::deadline_on_s3(Backend::S3, Lateness::Deadline)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_job_keeps_an_identical_committed_output(
+    #[case] backend: Backend,
+    #[case] late: Lateness,
+) {
+    let store = backend.open("late");
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let scratch = tempfile::tempdir().expect("scratch");
     let expected = land_files(&store, &layout, &partition, 3, 200).await;
@@ -266,22 +261,16 @@ enum Lateness {
     HalfGrace,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_job_keeps_an_identical_committed_output_in_memory() {
-    late_job_keeps_an_identical_committed_output(open_memory(), Lateness::Deadline).await;
-    late_job_keeps_an_identical_committed_output(open_memory(), Lateness::HalfGrace).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_job_keeps_an_identical_committed_output_on_s3() {
-    late_job_keeps_an_identical_committed_output(open_s3("late"), Lateness::Deadline).await;
-}
-
 /// A committer whose base is older than the versions GC keeps re-creates a pruned version
 /// number. That version is shadowed (readers take the highest), so the commit must be
 /// retried on the latest: rebased when its inputs are still live, a conflict otherwise.
-async fn stale_committer_after_pruning(store: Store) {
-    let layout = Layout::default();
+#[rstest]
+#[case::in_memory(Backend::Memory)]
+#[case::on_s3(Backend::S3)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_committer_after_pruning(#[case] backend: Backend) {
+    let store = backend.open("pruning");
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let dir = layout.ingest_dir(&partition);
     let out = layout.compacted_dir(&partition);
@@ -358,14 +347,4 @@ async fn stale_committer_after_pruning(store: Store) {
         (3..=num_commits + 1).collect::<Vec<_>>(),
         "shadowed versions are removed"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_committer_after_pruning_in_memory() {
-    stale_committer_after_pruning(open_memory()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_committer_after_pruning_on_s3() {
-    stale_committer_after_pruning(open_s3("pruning")).await;
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ourios_compaction::manifest::{list_versions, load_latest, partition_files};
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_integration_tests::{
     assert_exactly_once, cli_bin, file_tags, land_file, live_tags, s3_url, test_partition,
@@ -31,7 +31,7 @@ type Landed = Arc<Mutex<BTreeSet<i64>>>;
 struct Partition {
     url: String,
     store: Store,
-    layout: Layout,
+    layout: KeyLayout,
     id: PartitionId,
     landed: Landed,
 }
@@ -151,7 +151,7 @@ async fn round(partition: &Partition, name: &str) -> Vec<Outcome> {
         let manifest = ourios_compaction::manifest::Manifest::decode(key.as_ref(), &bytes)
             .expect("a manifest");
         assert!(
-            writers.insert(manifest.job_id.clone()),
+            writers.insert(manifest.attempt_id.clone()),
             "{name}: one job wrote two versions"
         );
     }
@@ -182,7 +182,7 @@ async fn concurrent_compactors_keep_every_row_exactly_once() {
     let partition = Arc::new(Partition {
         store: Store::open(&url).expect("store"),
         url,
-        layout: Layout::default(),
+        layout: KeyLayout::default(),
         id: test_partition(),
         landed: Arc::default(),
     });

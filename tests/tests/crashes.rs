@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
 use ourios_compaction::manifest::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
 use ourios_compaction::manifest::{list_versions, partition_files};
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{Fault, FaultyStore, get_bytes, put_bytes};
@@ -41,7 +41,7 @@ enum Round {
 /// A partition ready for the compaction under test.
 struct Scenario {
     store: Store,
-    layout: Layout,
+    layout: KeyLayout,
     partition: PartitionId,
     expected: BTreeSet<i64>,
     bad_key: String,
@@ -58,7 +58,7 @@ fn options(scratch: &std::path::Path) -> CompactOptions {
 }
 
 async fn prepare(store: Store, round: Round) -> Scenario {
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let mut expected = BTreeSet::new();
     for (i, name) in ["a.parquet", "b.parquet", "c.parquet"].iter().enumerate() {

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use chrono::TimeZone;
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::sweep;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
@@ -18,7 +18,7 @@ use ourios_integration_tests::{assert_exactly_once, cli_json, land_files, live_t
 const HOUR: &str = "2026-11-29T10";
 
 /// Keys object_store cannot address, inside a partition and beside the tenants.
-fn foreign_keys(layout: &Layout, partition: &PartitionId) -> Vec<String> {
+fn foreign_keys(layout: &KeyLayout, partition: &PartitionId) -> Vec<String> {
     let dir = layout.ingest_dir(partition);
     vec![
         format!("{dir}//empty-segment.parquet"),
@@ -33,7 +33,7 @@ fn foreign_keys(layout: &Layout, partition: &PartitionId) -> Vec<String> {
 async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
     let url = s3_url("foreign");
     let store = Store::open(&url).expect("store");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let acme = PartitionId::parse("acme", HOUR).expect("partition");
     let beta = PartitionId::parse("beta", HOUR).expect("partition");
     let acme_tags = land_files(&store, &layout, &acme, 2, 500).await;

@@ -7,7 +7,7 @@
 //! `cargo lambda watch`, then sends payloads with `cargo lambda invoke --data-file`.
 
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::Layout;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_integration_tests::emulator::{
@@ -23,7 +23,7 @@ async fn planner_and_compactor_under_cargo_lambda() {
         panic!("{url} is an S3 store");
     };
     let store = Store::open(&url).expect("store opens");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let tags = land_announced_files(&store, &layout, &partition).await;
 

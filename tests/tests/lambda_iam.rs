@@ -21,7 +21,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStoreExt, PutPayload};
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::Layout;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::store::Store;
@@ -206,7 +206,7 @@ fn minio_webhook_body(name: &str) -> String {
 async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
     let server = IamServer::start(&[]);
     let admin = server.store("admin");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let mut tags = land_announced_files(&admin, &layout, &partition).await;
 

@@ -3,8 +3,8 @@
 //! invariant 4.
 
 use chrono::TimeZone;
-use ourios_compaction::config::CompactOptions;
-use ourios_compaction::partition::Layout;
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
 use ourios_compaction::serverless::dispatch::worker::run_compaction_job;
 use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
@@ -16,7 +16,7 @@ use ourios_integration_tests::{
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_aborts_its_earlier_attempts_uploads_and_no_other_jobs() {
     let store = open_s3("uploads");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let tags = land_files(&store, &layout, &partition, 2, 300).await;
     let now = chrono::Utc

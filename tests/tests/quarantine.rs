@@ -9,10 +9,10 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use bytes::Bytes;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
 use ourios_compaction::manifest::gc::collect_garbage;
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::Layout;
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
 use ourios_compaction::testing::{get_bytes, parquet_bytes, put_bytes, rows_batch};
 use ourios_integration_tests::{
@@ -38,7 +38,7 @@ fn with_extra_column(time: i64, extra: (&str, &str)) -> Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantined_files_survive_compaction_and_gc_on_s3() {
     let store = open_s3("quarantine");
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let dir = layout.ingest_dir(&partition);
     let (start, end) = partition.time_range_nanos();

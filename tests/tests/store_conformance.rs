@@ -8,7 +8,7 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use ourios_compaction::manifest::{CommitOutcome, Manifest, commit, load_latest};
-use ourios_compaction::partition::Layout;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::get_bytes;
 use ourios_integration_tests::{commit_request as request, open_memory, open_s3, test_partition};
@@ -162,7 +162,7 @@ async fn multipart_upload(store: &Store) {
 }
 
 async fn racing_commits(store: &Store) {
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = test_partition();
     let dir = layout.ingest_dir(&partition);
     let compacted = layout.compacted_dir(&partition);
@@ -204,7 +204,7 @@ async fn racing_commits(store: &Store) {
 
     // A retry of the winner on the stale base is recognised as landed, not applied twice
     // (each attempt names its output uniquely, so finding it means this attempt's write).
-    let winner_request = if latest.job_id == "job-a" { &a } else { &b };
+    let winner_request = if latest.attempt_id == "job-a" { &a } else { &b };
     let retry = commit(store, &layout, &partition, &base, winner_request)
         .await
         .expect("retry");

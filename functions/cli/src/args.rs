@@ -1,10 +1,11 @@
 //! Command-line arguments (the CLI contract: flags and JSON output are relied on by tools).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use ourios_compaction::config::DEFAULT_ROW_GROUPS_PER_BLOCK;
-use ourios_compaction::cost::ONE_VCPU_FUNCTION_MB;
+use ourios_compaction::partition::DEFAULT_INGEST_PREFIX;
+use ourios_compaction::settings::{CompactSettings, parse_duration, parse_size};
 
 /// Sorted, bounded-memory compaction of Parquet log partitions.
 #[derive(Debug, Parser)]
@@ -24,31 +25,130 @@ pub struct StoreArgs {
     #[arg(long, env = "OURIOS_STORE")]
     pub store: String,
     /// Prefix of ingest files under the store root.
-    #[arg(long, env = "OURIOS_INGEST_PREFIX", default_value = "data")]
+    #[arg(long, env = "OURIOS_INGEST_PREFIX", default_value = DEFAULT_INGEST_PREFIX)]
     pub ingest_prefix: String,
+}
+
+/// A size flag: bytes or a number with KiB, MiB or GiB, e.g. `64MiB`.
+fn size(raw: &str) -> Result<u64, String> {
+    parse_size(raw).map_err(|e| e.to_string())
+}
+
+/// A positive size flag.
+fn positive_size(raw: &str) -> Result<u64, String> {
+    match size(raw)? {
+        0 => Err("must be positive".into()),
+        n => Ok(n),
+    }
+}
+
+/// A duration flag, e.g. `15m`, `0s`, `100ms`.
+fn duration(raw: &str) -> Result<Duration, String> {
+    parse_duration(raw).map_err(|e| e.to_string())
+}
+
+/// A count flag of at least 1.
+fn positive_count(raw: &str) -> Result<usize, String> {
+    match raw.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{raw:?} is not a whole number")),
+    }
+}
+
+/// A compaction's settings. Each flag overrides the variable named in its help; the
+/// variables are read as the compactor function reads them
+/// ([`CompactSettings::from_lookup`]), so both have the same defaults.
+#[derive(Debug, Args, Clone)]
+pub struct SettingsArgs {
+    /// Decoded-row memory budget, e.g. 64MiB (default: OURIOS_MEMORY_BUDGET, else a quarter of
+    /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE when set, else 64MiB).
+    #[arg(long, value_parser = size)]
+    pub memory_budget: Option<u64>,
+    /// Scratch directory for spilled runs and downloaded inputs (default: OURIOS_SCRATCH, else
+    /// TMPDIR, else /tmp).
+    #[arg(long)]
+    pub scratch: Option<PathBuf>,
+    /// Row-group threshold, e.g. 4MiB (default: OURIOS_COMPACTED_RG_BYTES, else adaptive).
+    #[arg(long = "rg-bytes", value_parser = positive_size)]
+    pub row_group_bytes: Option<u64>,
+    #[command(flatten)]
+    pub row_groups: RowGroupArgs,
+    /// Grace period before retired inputs are deleted, e.g. 15m (default: OURIOS_GC_GRACE,
+    /// else 15m).
+    #[arg(long, value_parser = duration)]
+    pub gc_grace: Option<Duration>,
+    #[command(flatten)]
+    pub cost: CostArgs,
+}
+
+impl SettingsArgs {
+    /// The settings from `lookup` (the environment), with these flags winning.
+    pub fn settings(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> ourios_compaction::Result<CompactSettings> {
+        let mut settings = CompactSettings::from_lookup(lookup)?;
+        if let Some(budget) = self.memory_budget {
+            settings.budget_bytes = budget;
+        }
+        if let Some(scratch) = &self.scratch {
+            settings.scratch_dir = scratch.clone();
+        }
+        if self.row_group_bytes.is_some() {
+            settings.row_group_bytes = self.row_group_bytes;
+        }
+        self.row_groups.apply(&mut settings);
+        if let Some(grace) = self.gc_grace {
+            settings.gc_grace = grace;
+        }
+        self.cost.apply(&mut settings);
+        Ok(settings)
+    }
 }
 
 /// How the compacted file's row groups are cut and laid out.
 #[derive(Debug, Args, Clone)]
-pub struct LayoutArgs {
+pub struct RowGroupArgs {
     /// Row groups per block: within a block, each column's chunks of the block's row groups
     /// are contiguous, so a remote reader fetches a column of the whole block with one range
-    /// request (1: the plain row-major layout).
-    #[arg(long, default_value_t = DEFAULT_ROW_GROUPS_PER_BLOCK as u64, value_parser = clap::value_parser!(u64).range(1..))]
-    pub row_groups_per_block: u64,
+    /// request (1: the plain row-major layout; default: OURIOS_ROW_GROUPS_PER_BLOCK, else 4).
+    #[arg(long, value_parser = positive_count)]
+    pub row_groups_per_block: Option<usize>,
     /// Most rows per row group; a row group closes at this or at the byte threshold, whichever
-    /// comes first (default: no row cap).
+    /// comes first (default: OURIOS_MAX_ROWS_PER_ROW_GROUP, else no row cap).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_rows_per_row_group: Option<u64>,
+}
+
+impl RowGroupArgs {
+    /// Sets the flags given on `settings`.
+    fn apply(&self, settings: &mut CompactSettings) {
+        if let Some(blocks) = self.row_groups_per_block {
+            settings.row_groups_per_block = blocks;
+        }
+        if self.max_rows_per_row_group.is_some() {
+            settings.max_rows_per_row_group = self.max_rows_per_row_group;
+        }
+    }
 }
 
 /// What a job's cost is reckoned for (prices: the `OURIOS_PRICE_*` variables).
 #[derive(Debug, Args, Clone)]
 pub struct CostArgs {
-    /// Memory of the Lambda function the job's cost is reckoned for, in MB (1769 has one
-    /// full vCPU).
-    #[arg(long, default_value_t = ONE_VCPU_FUNCTION_MB, value_parser = clap::value_parser!(u64).range(1..))]
-    pub function_memory: u64,
+    /// Memory of the Lambda function the job's cost is reckoned for, in MB (default:
+    /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE, else 1769, which has one full vCPU).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub function_memory: Option<u64>,
+}
+
+impl CostArgs {
+    /// Sets the flag, if given, on `settings`.
+    pub fn apply(&self, settings: &mut CompactSettings) {
+        if let Some(mb) = self.function_memory {
+            settings.function_memory_mb = mb;
+        }
+    }
 }
 
 /// One partition.
@@ -70,23 +170,8 @@ pub enum Command {
         store: StoreArgs,
         #[command(flatten)]
         partition: PartitionArgs,
-        /// Decoded-row memory budget, e.g. 64MiB (default: a quarter of
-        /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE when set, else 64MiB).
-        #[arg(long, env = "OURIOS_MEMORY_BUDGET")]
-        memory_budget: Option<String>,
-        /// Scratch directory for spilled runs and downloaded inputs.
-        #[arg(long, env = "OURIOS_SCRATCH")]
-        scratch: Option<PathBuf>,
-        /// Row-group threshold, e.g. 4MiB (default: adaptive, or OURIOS_COMPACTED_RG_BYTES).
-        #[arg(long)]
-        rg_bytes: Option<String>,
         #[command(flatten)]
-        layout: LayoutArgs,
-        /// Grace period before retired inputs are deleted, e.g. 15m.
-        #[arg(long, env = "OURIOS_GC_GRACE", default_value = "15m")]
-        gc_grace: String,
-        #[command(flatten)]
-        cost: CostArgs,
+        settings: SettingsArgs,
         /// Print one JSON object on stdout.
         #[arg(long)]
         json: bool,
@@ -147,9 +232,9 @@ pub enum Command {
         /// Hour, UTC, as YYYY-MM-DDTHH (default: every hour).
         #[arg(long)]
         hour: Option<String>,
-        /// Grace period, e.g. 15m or 0s.
-        #[arg(long, default_value = "15m")]
-        grace: String,
+        /// Grace period, e.g. 15m or 0s (default: 15m).
+        #[arg(long, value_parser = duration)]
+        grace: Option<Duration>,
         /// Only print what would be deleted.
         #[arg(long)]
         dry_run: bool,
@@ -178,19 +263,13 @@ pub enum Command {
         /// Compact here, one partition after another, instead of writing job records.
         #[arg(long)]
         run_local: bool,
-        /// Least time between two job records written (rate limit), e.g. 100ms.
-        #[arg(long, env = "OURIOS_BACKFILL_INTERVAL", default_value = "100ms")]
-        interval: String,
-        /// Decoded-row memory budget for --run-local, e.g. 64MiB.
-        #[arg(long, env = "OURIOS_MEMORY_BUDGET")]
-        memory_budget: Option<String>,
-        /// Scratch directory for --run-local.
-        #[arg(long, env = "OURIOS_SCRATCH")]
-        scratch: Option<PathBuf>,
+        /// Least time between two job records written (rate limit), e.g. 100ms (default:
+        /// OURIOS_BACKFILL_INTERVAL, else 100ms).
+        #[arg(long, env = "OURIOS_BACKFILL_INTERVAL", value_parser = duration)]
+        interval: Option<Duration>,
+        /// The compactions' settings, for --run-local.
         #[command(flatten)]
-        layout: LayoutArgs,
-        #[command(flatten)]
-        cost: CostArgs,
+        settings: SettingsArgs,
         /// Print one JSON object on stdout.
         #[arg(long)]
         json: bool,
@@ -244,14 +323,15 @@ pub enum Command {
         #[arg(long)]
         max_rows: Option<u64>,
         /// Row-group threshold, e.g. 4MiB (default: adaptive).
-        #[arg(long)]
-        rg_bytes: Option<String>,
-        /// Round trip added to every GET of the queries, e.g. 25ms (a remote store's latency).
-        #[arg(long, default_value = "0ms")]
-        get_latency: String,
+        #[arg(long = "rg-bytes", value_parser = positive_size)]
+        row_group_bytes: Option<u64>,
+        /// Round trip added to every GET of the queries, e.g. 25ms (a remote store's latency;
+        /// default: none).
+        #[arg(long, value_parser = duration)]
+        get_latency: Option<Duration>,
         /// Transfer rate of each GET of the queries, per second, e.g. 100MiB (default: unlimited).
-        #[arg(long)]
-        get_bandwidth: Option<String>,
+        #[arg(long, value_parser = positive_size)]
+        get_bandwidth: Option<u64>,
     },
 }
 
@@ -267,9 +347,9 @@ pub struct BenchArgs {
     /// Rows per file.
     #[arg(long, default_value_t = 50_000)]
     pub rows: usize,
-    /// Decoded-row memory budget of the compactions.
-    #[arg(long, default_value = "64MiB")]
-    pub memory_budget: String,
+    /// Decoded-row memory budget of the compactions (default: 64MiB).
+    #[arg(long, value_parser = size)]
+    pub memory_budget: Option<u64>,
     /// Repetitions of each measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use ourios_compaction::Result;
-use ourios_compaction::config::CompactOptions;
-use ourios_compaction::partition::Layout;
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::CompactionReport;
 use ourios_compaction::serverless::dispatch::worker::run_compaction_job;
 use ourios_compaction::serverless::dispatch::{
@@ -48,7 +48,7 @@ pub async fn run_backfill(
     request: &BackfillRequest,
     run: &BackfillRun,
 ) -> Result<ExitCode> {
-    let layout = Layout::new(&store_args.ingest_prefix)?;
+    let layout = KeyLayout::new(&store_args.ingest_prefix)?;
     let store = Store::open(&store_args.store)?;
     let bar = ProgressBar::new(std::io::stderr().is_terminal());
     let answer = match &run.run_local {
@@ -92,7 +92,7 @@ pub async fn run_backfill(
 /// Compacts every partition of the range that has uncompacted files, one after another.
 async fn run_locally(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     request: &BackfillRequest,
     options: &CompactOptions,
     bar: &ProgressBar,
@@ -131,7 +131,7 @@ async fn run_locally(
                 .await?
                 .report;
                 outcome.decision = OutcomeDecision::Compaction(compaction.status);
-                outcome.job_id = Some(compaction.job_id.clone());
+                outcome.job_id = Some(compaction.attempt_id.clone());
                 compactions.push(compaction);
             }
             report.scheduled += 1;

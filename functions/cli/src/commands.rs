@@ -2,23 +2,23 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use ourios_compaction::bench::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::{
-    CompactOptions, DEFAULT_BUDGET_BYTES, budget_for_function_memory, parse_duration, parse_size,
-};
-use ourios_compaction::cost::Prices;
 use ourios_compaction::manifest::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::{DEFAULT_BUDGET_BYTES, DEFAULT_GC_GRACE, Progress};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::inspect::inspect_object;
 use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::report::CompactionReport;
+use ourios_compaction::serverless::function_settings::DEFAULT_BACKFILL_INTERVAL;
+use ourios_compaction::settings::CompactSettings;
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 
-use crate::args::{Command, CostArgs, LayoutArgs, PartitionArgs, StoreArgs};
+use crate::args::{Command, PartitionArgs, StoreArgs};
 
 /// Runs one subcommand; the exit code says whether it succeeded.
 pub async fn run(command: Command) -> Result<ExitCode> {
@@ -26,27 +26,20 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         Command::Compact {
             store,
             partition,
-            memory_budget,
-            scratch,
-            rg_bytes,
-            layout: layout_args,
-            gc_grace,
-            cost,
+            settings,
             json,
         } => {
             let (store, layout, partition) = open(&store, &partition)?;
-            let mut options = CompactOptions::new(scratch.unwrap_or_else(std::env::temp_dir));
-            options.budget_bytes = budget_from(memory_budget.as_deref())?;
-            options.rg_bytes = rg_bytes.as_deref().map(parse_size).transpose()?;
-            options.rg_bytes_env = std::env::var("OURIOS_COMPACTED_RG_BYTES")
-                .ok()
-                .map(|v| parse_size(&v))
-                .transpose()?;
-            apply_layout(&mut options, &layout_args)?;
-            options.gc_grace = parse_duration(&gc_grace)?;
-            apply_cost(&mut options, &cost)?;
-            options.progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let report = compact_partition(&store, &layout, &partition, &options).await?;
+            let mut options = settings.settings(&env)?.options(None);
+            let show_progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            if show_progress {
+                options.progress = Some(progress_line(&partition));
+            }
+            let report = compact_partition(&store, &layout, &partition, &options).await;
+            if show_progress {
+                eprintln!();
+            }
+            let report = report?;
             print_report(&report, json);
             Ok(exit_for(&report))
         }
@@ -119,7 +112,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             dry_run,
             json,
         } => {
-            let grace = parse_duration(&grace)?;
+            let grace = grace.unwrap_or(DEFAULT_GC_GRACE);
             let reports = match (tenant, hour) {
                 (Some(tenant), Some(hour)) => {
                     let (store, layout, partition) = open(&store, &PartitionArgs { tenant, hour })?;
@@ -131,7 +124,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                     vec![report]
                 }
                 (tenant, hour) => {
-                    let layout = Layout::new(&store.ingest_prefix)?;
+                    let layout = KeyLayout::new(&store.ingest_prefix)?;
                     let store = Store::open(&store.store)?;
                     let scope = GcScope { tenant, hour };
                     let summary =
@@ -156,7 +149,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             limit,
             json,
         } => {
-            let layout = Layout::new(&store.ingest_prefix)?;
+            let layout = KeyLayout::new(&store.ingest_prefix)?;
             let store = Store::open(&store.store)?;
             let query = WindowQuery {
                 tenant,
@@ -194,10 +187,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             dry_run,
             run_local,
             interval,
-            memory_budget,
-            scratch,
-            layout,
-            cost,
+            settings,
             json,
         } => {
             let request = ourios_compaction::serverless::events::BackfillRequest {
@@ -207,16 +197,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 dry_run,
             };
             let run = crate::backfill::BackfillRun {
-                interval: parse_duration(&interval)?,
+                interval: interval.unwrap_or(DEFAULT_BACKFILL_INTERVAL),
                 run_local: run_local
-                    .then(|| -> Result<_> {
-                        let mut options =
-                            CompactOptions::new(scratch.unwrap_or_else(std::env::temp_dir));
-                        options.budget_bytes = budget_from(memory_budget.as_deref())?;
-                        apply_layout(&mut options, &layout)?;
-                        apply_cost(&mut options, &cost)?;
-                        Ok(options)
-                    })
+                    .then(|| settings.settings(&env).map(|s| s.options(None)))
                     .transpose()?,
                 json,
             };
@@ -224,15 +207,17 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Demo { store } => crate::demo::run_demo(&store).await,
         Command::Bench { bench, cost } => {
-            let mut options = CompactOptions::new(bench.store.join(".scratch"));
-            apply_cost(&mut options, &cost)?;
-            crate::demo::run_bench(&bench, &options).await
+            let mut settings = CompactSettings::from_lookup(&env)?;
+            cost.apply(&mut settings);
+            settings.scratch_dir = bench.store.join(".scratch");
+            settings.budget_bytes = bench.memory_budget.unwrap_or(DEFAULT_BUDGET_BYTES);
+            crate::demo::run_bench(&bench, &settings.options(None)).await
         }
         Command::BenchRanges {
             bench,
             blocks,
             max_rows,
-            rg_bytes,
+            row_group_bytes,
             get_latency,
             get_bandwidth,
         } => {
@@ -240,17 +225,17 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 base: &bench,
                 blocks,
                 max_rows,
-                rg_bytes,
-                get_latency: parse_duration(&get_latency)?,
-                get_bandwidth: get_bandwidth.as_deref().map(parse_size).transpose()?,
+                row_group_bytes,
+                get_latency: get_latency.unwrap_or_default(),
+                get_bandwidth,
             };
             crate::ranges::run_range_bench(&ranges).await
         }
     }
 }
 
-fn open(store: &StoreArgs, partition: &PartitionArgs) -> Result<(Store, Layout, PartitionId)> {
-    let layout = Layout::new(&store.ingest_prefix)?;
+fn open(store: &StoreArgs, partition: &PartitionArgs) -> Result<(Store, KeyLayout, PartitionId)> {
+    let layout = KeyLayout::new(&store.ingest_prefix)?;
     let partition = PartitionId::parse(&partition.tenant, &partition.hour)?;
     Ok((Store::open(&store.store)?, layout, partition))
 }
@@ -285,41 +270,25 @@ fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
     ))
 }
 
-/// Sets the output layout flags on `options`.
-fn apply_layout(options: &mut CompactOptions, layout: &LayoutArgs) -> Result<()> {
-    options.row_groups_per_block =
-        usize::try_from(layout.row_groups_per_block).map_err(|_| Error::Config {
-            message: format!(
-                "--row-groups-per-block {} is too large",
-                layout.row_groups_per_block
-            ),
-        })?;
-    options.max_rows_per_row_group = layout.max_rows_per_row_group;
-    Ok(())
+/// The environment, as the settings read it.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
 }
 
-/// Sets the function memory and the prices (`OURIOS_PRICE_*`) of the job's cost on `options`.
-fn apply_cost(options: &mut CompactOptions, cost: &CostArgs) -> Result<()> {
-    options.function_memory_mb = cost.function_memory;
-    options.prices = Prices::from_lookup(|name| std::env::var(name).ok())?;
-    Ok(())
-}
-
-/// The budget: the flag, else a quarter of the Lambda function's memory, else 64 MiB.
-pub fn budget_from(flag: Option<&str>) -> Result<u64> {
-    if let Some(raw) = flag {
-        return parse_size(raw);
-    }
-    match std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") {
-        Ok(mib) => mib
-            .trim()
-            .parse::<u64>()
-            .map(budget_for_function_memory)
-            .map_err(|_| Error::Config {
-                message: format!("AWS_LAMBDA_FUNCTION_MEMORY_SIZE={mib:?} is not a number of MiB"),
-            }),
-        Err(_) => Ok(DEFAULT_BUDGET_BYTES),
-    }
+/// A progress line on stderr for the compaction of `partition`, redrawn at most twice a second.
+fn progress_line(partition: &ourios_compaction::partition::PartitionId) -> Progress {
+    let label = format!("{} {}", partition.tenant(), partition.hour_label());
+    let last = std::sync::Mutex::new(None::<Instant>);
+    Progress(std::sync::Arc::new(move |rows, total_rows| {
+        if let Ok(mut last) = last.lock()
+            && (last.is_none_or(|t| t.elapsed() >= Duration::from_millis(500))
+                || rows == total_rows)
+        {
+            *last = Some(Instant::now());
+            let pct = rows as f64 * 100.0 / total_rows.max(1) as f64;
+            eprint!("\rcompacting {label}: {rows}/{total_rows} rows read ({pct:.0}%)");
+        }
+    }))
 }
 
 fn print_gc(reports: &[GcReport], dry_run: bool) {
@@ -398,7 +367,7 @@ fn print_report(report: &CompactionReport, json: bool) {
     println!(
         "  budget {} B, threshold {} B, runs spilled {}, merge passes {}, peak decoded {} B, peak RSS {} B, {} ms",
         report.budget_bytes,
-        report.flush_threshold_bytes,
+        report.row_group_bytes,
         report.runs_spilled,
         report.merge_passes,
         report.peak_decoded_bytes,

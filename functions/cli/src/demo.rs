@@ -7,14 +7,14 @@ use std::time::Instant;
 use ourios_compaction::bench::baseline::rewrite_plain;
 use ourios_compaction::bench::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::{CompactOptions, KeyColumns, parse_size};
 use ourios_compaction::cost::{
     JobCost, ONE_VCPU_FUNCTION_MB, RequestCounts, S3_TABLES_BINPACK, S3_TABLES_SORT,
 };
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::{CompactOptions, KeyColumns};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::query::{WindowQuery, query_window};
-use ourios_compaction::sort::memory::process_cpu_time;
+use ourios_compaction::sort::resources::process_cpu_time;
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 
@@ -65,7 +65,7 @@ struct Shape {
 
 async fn shape(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     window: &WindowQuery,
 ) -> Result<Shape> {
@@ -95,7 +95,7 @@ pub(crate) fn window_for(partition: &PartitionId, service: &str) -> WindowQuery 
 /// Generates three partitions, compacts them and shows what changed.
 pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
     let store = fresh_store(dir)?;
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partitions = [
         ("acme", "2026-11-29T10", 1),
         ("acme", "2026-11-29T11", 2),
@@ -171,13 +171,13 @@ pub async fn run_demo(dir: &FsPath) -> Result<ExitCode> {
 }
 
 /// Sorted compaction versus a plain rewrite of the same partition, side by side, and what
-/// each costs per GB on Lambda next to S3 Tables' managed compaction. `base` holds the
-/// function memory and prices the costs are reckoned with.
-pub async fn run_bench(args: &BenchArgs, base: &CompactOptions) -> Result<ExitCode> {
+/// each costs per GB on Lambda next to S3 Tables' managed compaction, with `options` (budget,
+/// scratch, and the function memory and prices the costs are reckoned with).
+pub async fn run_bench(args: &BenchArgs, options: &CompactOptions) -> Result<ExitCode> {
     let (dir, files, rows) = (args.store.as_path(), args.files, args.rows);
-    let (memory_budget, repeat, json) = (args.memory_budget.as_str(), args.repeat, args.json);
+    let (repeat, json) = (args.repeat, args.json);
     let store = fresh_store(dir)?;
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let partition = PartitionId::parse("bench", "2026-11-29T10")?;
     let spec = GenerateSpec {
         files,
@@ -188,9 +188,6 @@ pub async fn run_bench(args: &BenchArgs, base: &CompactOptions) -> Result<ExitCo
     };
     eprintln!("generating {files} files x {rows} rows ...");
     let generated = generate_partition(&store, &layout, &partition, &spec).await?;
-    let mut options = base.clone();
-    options.scratch_dir = dir.join(".scratch");
-    options.budget_bytes = parse_size(memory_budget)?;
     let service = service_names(24).get(6).cloned().unwrap_or_default();
     let window = window_for(&partition, &service);
     let query_before = query_window(&store, &layout, &KeyColumns::default(), &window)
@@ -210,7 +207,7 @@ pub async fn run_bench(args: &BenchArgs, base: &CompactOptions) -> Result<ExitCo
         let t = Instant::now();
         let cpu = process_cpu_time();
         let before = counted.request_counts();
-        let plain = rewrite_plain(&counted, &layout, &partition, &options, &out).await?;
+        let plain = rewrite_plain(&counted, &layout, &partition, options, &out).await?;
         plain_requests = counted.request_counts().since(&before);
         plain_ms.push(t.elapsed().as_millis() as u64);
         plain_cpu_ms.push((process_cpu_time() - cpu).as_millis() as u64);
@@ -218,7 +215,7 @@ pub async fn run_bench(args: &BenchArgs, base: &CompactOptions) -> Result<ExitCo
 
         let t = Instant::now();
         let cpu = process_cpu_time();
-        let report = compact_partition(&store, &layout, &partition, &options).await?;
+        let report = compact_partition(&store, &layout, &partition, options).await?;
         sorted_ms.push(t.elapsed().as_millis() as u64);
         sorted_cpu_ms.push((process_cpu_time() - cpu).as_millis() as u64);
         if report.output.is_none() {

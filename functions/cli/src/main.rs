@@ -14,7 +14,7 @@ use clap::Parser;
 use ourios_compaction::logging::{LogStyle, init_tracing};
 
 fn main() -> ExitCode {
-    ourios_compaction::sort::memory::tune_allocator();
+    ourios_compaction::sort::resources::tune_allocator();
     let cli = args::Cli::parse();
     init_tracing(LogStyle::Cli { json: cli.log_json }, &|name| {
         std::env::var(name).ok()

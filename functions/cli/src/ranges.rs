@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use ourios_compaction::bench::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::{CompactOptions, KeyColumns, parse_size};
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::{CompactOptions, DEFAULT_BUDGET_BYTES, KeyColumns};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::query::{QueryStats, WindowQuery, query_window};
 use ourios_compaction::read::scan::scan_columns;
 use ourios_compaction::store::Store;
@@ -32,7 +32,7 @@ pub struct RangeBench<'a> {
     /// Row cap of a second set of layouts (the writer's `max_rows_per_row_group`).
     pub max_rows: Option<u64>,
     /// Row-group threshold (default: the adaptive one).
-    pub rg_bytes: Option<String>,
+    pub row_group_bytes: Option<u64>,
     /// Round trip added to every GET of the queries.
     pub get_latency: Duration,
     /// Transfer rate of each GET of the queries, bytes per second (`None`: unlimited).
@@ -119,11 +119,11 @@ async fn measure_layout(
     services: &[String],
     layout_of: (usize, Option<u64>),
 ) -> Result<LayoutResult> {
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let keys = KeyColumns::default();
     let mut options = CompactOptions::new(bench.base.store.join(".scratch"));
-    options.budget_bytes = parse_size(&bench.base.memory_budget)?;
-    options.rg_bytes = bench.rg_bytes.as_deref().map(parse_size).transpose()?;
+    options.budget_bytes = bench.base.memory_budget.unwrap_or(DEFAULT_BUDGET_BYTES);
+    options.row_group_bytes = bench.row_group_bytes;
     options.row_groups_per_block = layout_of.0;
     options.max_rows_per_row_group = layout_of.1;
     let report = compact_partition(store, &layout, partition, &options).await?;
@@ -207,7 +207,7 @@ pub async fn run_range_bench(bench: &RangeBench<'_>) -> Result<ExitCode> {
         "generating {} files x {} rows ...",
         bench.base.files, bench.base.rows
     );
-    let generated = generate_partition(&store, &Layout::default(), &partition, &spec).await?;
+    let generated = generate_partition(&store, &KeyLayout::default(), &partition, &spec).await?;
     let services = service_names(SERVICES);
     let service = services.get(6).cloned().unwrap_or_default();
     let window = window_for(&partition, &service);

@@ -12,7 +12,7 @@ use ourios_compaction::serverless::metrics::compaction_metrics;
 use serde_json::{Value, json};
 
 pub use ourios_compaction::serverless::dispatch::compactor::Compactor;
-pub use ourios_compaction::serverless::settings::deadline_instant;
+pub use ourios_compaction::serverless::function_settings::deadline_instant;
 
 /// Handles one invocation: the report of the job (or `{"reports": [...]}` for several, or
 /// `{"ignored": [...]}` when the event held no job). A failed or timed-out job fails the

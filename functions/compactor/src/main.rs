@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::logging::{LogStyle, init_tracing};
-use ourios_compaction::serverless::settings::{CompactorSettings, FunctionSettings};
+use ourios_compaction::serverless::function_settings::FunctionSettings;
+use ourios_compaction::settings::CompactSettings;
 use ourios_compaction::store::Store;
 use serde_json::Value;
 
@@ -17,7 +18,7 @@ use crate::handler::Compactor;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    ourios_compaction::sort::memory::tune_allocator();
+    ourios_compaction::sort::resources::tune_allocator();
     let lookup = |name: &str| std::env::var(name).ok();
     init_tracing(LogStyle::Function, &lookup);
     let settings = FunctionSettings::from_lookup(&lookup)?;
@@ -25,7 +26,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         store: Store::open(&settings.store_url)?,
         layout: settings.layout,
         scope: settings.scope,
-        settings: CompactorSettings::from_lookup(&lookup)?,
+        settings: CompactSettings::from_lookup(&lookup)?,
         readiness: settings.readiness,
     };
     let compactor = &compactor;

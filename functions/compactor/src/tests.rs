@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use object_store::memory::InMemory;
 use ourios_compaction::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use ourios_compaction::manifest::list_versions;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::serverless::events::KeyScope;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
-use ourios_compaction::serverless::settings::CompactorSettings;
+use ourios_compaction::settings::{CompactSettings, fixed_lookup};
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::{
     Operation, RecordingStore, assert_role_permits, event_file_names, load_event, parquet_bytes,
@@ -41,7 +41,7 @@ async fn setup(scratch: &Path) -> Compactor {
                 )
             })
             .collect();
-        let key = format!("{}/{name}", Layout::default().ingest_dir(&p));
+        let key = format!("{}/{name}", KeyLayout::default().ingest_dir(&p));
         put_bytes(&store, &key, parquet_bytes(&[rows_batch(&rows)], 64)).await;
     }
     let closed = chrono::DateTime::parse_from_rfc3339("2026-11-29T12:00:00Z")
@@ -49,7 +49,7 @@ async fn setup(scratch: &Path) -> Compactor {
         .with_timezone(&chrono::Utc);
     let dispatched = dispatch_partition(
         &store,
-        &Layout::default(),
+        &KeyLayout::default(),
         &p,
         closed,
         &ReadinessConfig::default(),
@@ -60,13 +60,13 @@ async fn setup(scratch: &Path) -> Compactor {
     assert_eq!(dispatched.decision, "dispatched");
     Compactor {
         store,
-        layout: Layout::default(),
+        layout: KeyLayout::default(),
         scope: KeyScope::for_store(&StoreUrl::Memory),
-        settings: CompactorSettings {
+        settings: CompactSettings {
             budget_bytes: 1 << 20,
-            scratch_dir: scratch.to_string_lossy().into_owned(),
+            scratch_dir: scratch.to_path_buf(),
             scratch_limit_bytes: None,
-            rg_bytes_env: None,
+            row_group_bytes: None,
             row_groups_per_block: 4,
             max_rows_per_row_group: None,
             gc_grace: Duration::from_secs(900),
@@ -238,13 +238,13 @@ async fn a_tiny_deadline_times_out_with_nothing_committed_and_scratch_empty() {
 fn options_follow_the_settings_and_the_deadline() {
     let compactor = Compactor {
         store: Store::from_object_store(Arc::new(InMemory::new()), "memory://"),
-        layout: Layout::default(),
+        layout: KeyLayout::default(),
         scope: KeyScope::for_store(&StoreUrl::Memory),
-        settings: CompactorSettings {
+        settings: CompactSettings {
             budget_bytes: 32 << 20,
             scratch_dir: "/tmp/x".into(),
             scratch_limit_bytes: Some(1 << 30),
-            rg_bytes_env: Some(4 << 20),
+            row_group_bytes: Some(4 << 20),
             row_groups_per_block: 8,
             max_rows_per_row_group: Some(65536),
             gc_grace: Duration::from_secs(60),
@@ -262,7 +262,7 @@ fn options_follow_the_settings_and_the_deadline() {
     assert_eq!(options.budget_bytes, 32 << 20);
     assert_eq!(options.scratch_dir, PathBuf::from("/tmp/x"));
     assert_eq!(options.scratch_limit_bytes, Some(1 << 30));
-    assert_eq!(options.rg_bytes_env, Some(4 << 20));
+    assert_eq!(options.row_group_bytes, Some(4 << 20));
     assert_eq!(options.row_groups_per_block, 8);
     assert_eq!(options.max_rows_per_row_group, Some(65536));
     assert_eq!(options.deadline, Some(deadline - Duration::from_secs(20)));
@@ -283,12 +283,7 @@ async fn priced_report(memory_mb: &str) -> serde_json::Value {
         ("OURIOS_SCRATCH", scratch_dir.as_str()),
         ("OURIOS_DEADLINE_MARGIN", "0s"),
     ];
-    compactor.settings = CompactorSettings::from_lookup(&|name: &str| {
-        vars.iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.to_string())
-    })
-    .expect("settings");
+    compactor.settings = CompactSettings::from_lookup(&fixed_lookup(&vars)).expect("settings");
     handle(
         &compactor,
         load_event("compactor-job-created.json"),
@@ -373,7 +368,7 @@ async fn every_store_operation_is_allowed_by_the_compactor_role() {
         let (start, _) = partition().time_range_nanos();
         let key = format!(
             "{}/late.parquet",
-            Layout::default().ingest_dir(&partition())
+            KeyLayout::default().ingest_dir(&partition())
         );
         let rows = [(Some("api".to_string()), start + 5, 9_999)];
         put_bytes(&plain, &key, parquet_bytes(&[rows_batch(&rows)], 64)).await;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use object_store::memory::InMemory;
 use ourios_compaction::error::ErrorKind;
 use ourios_compaction::partition::SWEEP_CURSOR_KEY;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::invocation::Planner;
 use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::serverless::events::KeyScope;
@@ -39,12 +39,12 @@ async fn setup() -> Planner {
     let (start, _) = p.time_range_nanos();
     for name in ["batch 0001.parquet", "part-0003.parquet"] {
         let rows = [(Some("api".to_string()), start + 1, 1)];
-        let key = format!("{}/{name}", Layout::default().ingest_dir(&p));
+        let key = format!("{}/{name}", KeyLayout::default().ingest_dir(&p));
         put_bytes(&store, &key, parquet_bytes(&[rows_batch(&rows)], 64)).await;
     }
     Planner {
         store,
-        layout: Layout::default(),
+        layout: KeyLayout::default(),
         scope: KeyScope::for_store(&StoreUrl::Memory),
         readiness: ReadinessConfig::default(),
         backfill_interval: Duration::ZERO,

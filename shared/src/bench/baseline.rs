@@ -6,14 +6,14 @@ use std::time::Instant;
 
 use object_store::path::Path;
 
-use crate::config::{CompactOptions, read_target_bytes};
 use crate::error::{Error, Result};
 use crate::input::schema::{conform, unify};
 use crate::input::{DictionaryColumns, RowWidth, SizedBatches, StagedInput, check_input};
-use crate::layout::threshold::resolve_rg_bytes;
-use crate::layout::writer::{OutputWriter, partition_output_settings};
 use crate::manifest::{live_set, load_latest};
-use crate::partition::{Layout, PartitionId};
+use crate::options::{CompactOptions, read_target_bytes};
+use crate::output::threshold::resolve_row_group_bytes;
+use crate::output::writer::{OutputWriter, partition_output_settings};
+use crate::partition::{KeyLayout, PartitionId};
 use crate::scratch::ScratchDir;
 use crate::sort::sink::with_sink_thread;
 use crate::store::Store;
@@ -33,7 +33,7 @@ pub struct RewriteReport {
 /// Rewrites the live ingest files of a local-directory partition to `output_key`, unsorted.
 pub async fn rewrite_plain(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     options: &CompactOptions,
     output_key: &Path,
@@ -77,9 +77,10 @@ pub async fn rewrite_plain(
         message: "nothing to rewrite".into(),
     })?;
     let input_bytes = checked.iter().map(|c| c.staged.size).sum();
-    let rg_bytes = resolve_rg_bytes(options.rg_bytes, options.rg_bytes_env, input_bytes);
+    let row_group_bytes = resolve_row_group_bytes(options.row_group_bytes, input_bytes);
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
-    let (properties, blocks) = partition_output_settings(&unified, options, rg_bytes, &scratch)?;
+    let (properties, blocks) =
+        partition_output_settings(&unified, options, row_group_bytes, &scratch)?;
     let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone());
     let read_target = read_target_bytes(options.budget_bytes);
     let rows = tokio::task::block_in_place(|| -> Result<u64> {

@@ -13,7 +13,6 @@
 
 mod batch;
 mod corpus;
-mod rng;
 mod service;
 
 use arrow::record_batch::RecordBatch;
@@ -27,7 +26,7 @@ pub use batch::{WIDE_COLUMN_BYTES, WIDE_COLUMNS, ingest_schema};
 pub use service::service_names;
 
 use crate::error::{Error, Result};
-use crate::partition::{Layout, PartitionId};
+use crate::partition::{KeyLayout, PartitionId};
 use crate::read::inspect::parquet_store_error;
 use crate::store::Store;
 
@@ -103,7 +102,7 @@ pub fn ingest_file_name(seed: u64, index: usize) -> String {
 /// each streamed to the store as its row groups complete.
 pub async fn generate_partition(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     spec: &GenerateSpec,
 ) -> Result<GenerateReport> {
@@ -219,7 +218,7 @@ mod tests {
     #[tokio::test]
     async fn same_spec_gives_identical_bytes() {
         let (a, b) = (memory_store(), memory_store());
-        let layout = Layout::default();
+        let layout = KeyLayout::default();
         let spec = spec(2000);
         let first = generate_partition(&a, &layout, &partition(), &spec)
             .await
@@ -251,7 +250,7 @@ mod tests {
     #[tokio::test]
     async fn written_files_read_back_unsorted() {
         let store = memory_store();
-        let report = generate_partition(&store, &Layout::default(), &partition(), &spec(3000))
+        let report = generate_partition(&store, &KeyLayout::default(), &partition(), &spec(3000))
             .await
             .unwrap();
         let bytes = contents(&store, &report.keys[..1]).await.remove(0);

@@ -19,11 +19,11 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::file::metadata::ParquetMetaData;
 
-use crate::config::{KeyColumns, SORT_KEY_METADATA};
 use crate::error::{Error, Result};
 use crate::input::page_check::{PageFacts, check_footer_size, check_pages};
 use crate::input::schema::{check_key_columns, map_with_child_types};
 use crate::input::type_union::time_nanos;
+use crate::options::{KeyColumns, SORT_KEY_METADATA};
 use crate::partition::PartitionId;
 
 /// An input file with a local copy the engine can read page by page.
@@ -515,7 +515,7 @@ fn decoded_bytes(batch: &RecordBatch) -> u64 {
             None => plain.push(column),
         }
     }
-    bytes + crate::budget::arrays_memory_bytes(plain)
+    bytes + crate::gauge::arrays_memory_bytes(plain)
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 
-use crate::config::KeyColumns;
 use crate::error::{Error, Result};
 use crate::input::type_union::{canonical_type, conform_array, union_type};
+use crate::options::KeyColumns;
 
 /// The canonical output schema and where the key columns are in it.
 #[derive(Debug, Clone)]

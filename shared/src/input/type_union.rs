@@ -461,14 +461,13 @@ pub fn time_nanos(array: &dyn Array) -> Result<Int64Array, ArrowError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SplitMix64;
     use arrow::array::{
         BinaryArray, FixedSizeBinaryArray, Float64Array, Int32Array, LargeStringArray, StringArray,
         TimestampMicrosecondArray, TimestampNanosecondArray, UInt64Array,
     };
     use arrow::compute::cast;
     use arrow::datatypes::Int64Type;
-    use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
     use std::collections::BTreeMap;
 
     fn field(name: &str, t: DataType) -> FieldRef {
@@ -633,8 +632,8 @@ mod tests {
         Struct(Vec<(String, Family)>),
     }
 
-    fn family(rng: &mut StdRng, depth: u32) -> Family {
-        match rng.random_range(0..if depth < 2 { 7 } else { 5 }) {
+    fn family(rng: &mut SplitMix64, depth: u32) -> Family {
+        match rng.index(if depth < 2 { 7 } else { 5 }) {
             0 => Family::Text,
             1 => Family::Bytes,
             2 => Family::Int,
@@ -642,24 +641,28 @@ mod tests {
             4 => Family::Time,
             5 => Family::List(Box::new(family(rng, depth + 1))),
             _ => Family::Struct(
-                (0..rng.random_range(1..4))
+                (0..1 + rng.index(3))
                     .map(|i| (format!("f{i}"), family(rng, depth + 1)))
                     .collect(),
             ),
         }
     }
 
-    fn pick<T: Clone>(rng: &mut StdRng, items: &[T]) -> T {
-        items[rng.random_range(0..items.len())].clone()
+    fn pick<T: Clone>(rng: &mut SplitMix64, items: &[T]) -> T {
+        items[rng.index(items.len())].clone()
     }
 
     /// One file's array of `rows` values of `family`, in a random encoding, and its values.
-    fn encoded(rng: &mut StdRng, family: &Family, rows: usize) -> (ArrayRef, Vec<Option<Value>>) {
-        let null = |rng: &mut StdRng| rng.random_range(0..5) == 0;
+    fn encoded(
+        rng: &mut SplitMix64,
+        family: &Family,
+        rows: usize,
+    ) -> (ArrayRef, Vec<Option<Value>>) {
+        let null = |rng: &mut SplitMix64| rng.index(5) == 0;
         match family {
             Family::Text => {
                 let values: Vec<Option<String>> = (0..rows)
-                    .map(|_| (!null(rng)).then(|| format!("s{}", rng.random_range(0..20))))
+                    .map(|_| (!null(rng)).then(|| format!("s{}", rng.index(20))))
                     .collect();
                 let plain: ArrayRef = Arc::new(StringArray::from(values.clone()));
                 let dictionary =
@@ -682,11 +685,11 @@ mod tests {
             Family::Bytes => {
                 let width = pick(rng, &[4usize, 16]);
                 let values: Vec<Option<Vec<u8>>> = (0..rows)
-                    .map(|_| (!null(rng)).then(|| vec![rng.random::<u8>(); width]))
+                    .map(|_| (!null(rng)).then(|| vec![rng.next_u64() as u8; width]))
                     .collect();
                 let plain: ArrayRef =
                     Arc::new(BinaryArray::from_iter(values.iter().map(|v| v.as_deref())));
-                let array = match rng.random_range(0..4) {
+                let array = match rng.index(4) {
                     0 => plain,
                     1 => cast(&plain, &DataType::LargeBinary).expect("large"),
                     2 => cast(&plain, &DataType::BinaryView).expect("view"),
@@ -705,7 +708,7 @@ mod tests {
             }
             Family::Int => {
                 let values: Vec<Option<i32>> = (0..rows)
-                    .map(|_| (!null(rng)).then(|| rng.random_range(0..100)))
+                    .map(|_| (!null(rng)).then(|| rng.below(100) as i32))
                     .collect();
                 let plain: ArrayRef = Arc::new(Int32Array::from(values.clone()));
                 use DataType::*;
@@ -724,7 +727,7 @@ mod tests {
             }
             Family::Float => {
                 let values: Vec<Option<f64>> = (0..rows)
-                    .map(|_| (!null(rng)).then(|| f64::from(rng.random_range(0..400)) / 4.0))
+                    .map(|_| (!null(rng)).then(|| rng.below(400) as f64 / 4.0))
                     .collect();
                 let plain: ArrayRef = Arc::new(Float64Array::from(values.clone()));
                 let to = pick(rng, &[DataType::Float32, DataType::Float64]);
@@ -741,7 +744,7 @@ mod tests {
                 let values: Vec<Option<i64>> = (0..rows)
                     .map(|_| {
                         (!null(rng)).then(|| {
-                            1_700_000_000_000_000_000 + rng.random_range(0..3600i64) * 1_000_000_000
+                            1_700_000_000_000_000_000 + (rng.below(3600) as i64) * 1_000_000_000
                         })
                     })
                     .collect();
@@ -772,12 +775,12 @@ mod tests {
                 )
             }
             Family::List(element) => {
-                let lengths: Vec<usize> = (0..rows).map(|_| rng.random_range(0..3)).collect();
+                let lengths: Vec<usize> = (0..rows).map(|_| rng.index(3)).collect();
                 let (child, child_values) = encoded(rng, element, lengths.iter().sum());
                 let offsets = OffsetBuffer::<i32>::from_lengths(lengths.iter().copied());
                 let item = Arc::new(Field::new("item", child.data_type().clone(), true));
                 let plain: ArrayRef = Arc::new(ListArray::new(item.clone(), offsets, child, None));
-                let array = match rng.random_range(0..3) {
+                let array = match rng.index(3) {
                     0 => plain,
                     1 => cast(&plain, &DataType::LargeList(item)).expect("large list"),
                     _ => cast(&plain, &DataType::ListView(item)).expect("list view"),
@@ -795,7 +798,7 @@ mod tests {
                 let mut arrays = Vec::new();
                 let mut values: Vec<BTreeMap<String, Value>> = vec![BTreeMap::new(); rows];
                 for (name, family) in children {
-                    if !fields.is_empty() && rng.random_range(0..3) == 0 {
+                    if !fields.is_empty() && rng.index(3) == 0 {
                         continue;
                     }
                     let (array, column) = encoded(rng, family, rows);
@@ -872,10 +875,10 @@ mod tests {
         /// file's values read back unchanged from its arrays converted to the union.
         #[test]
         fn random_encodings_of_one_schema_unify_and_keep_their_values(seed in proptest::prelude::any::<u64>()) {
-            let mut rng = StdRng::seed_from_u64(seed);
+            let mut rng = SplitMix64::new(seed);
             let family = family(&mut rng, 0);
             let files: Vec<(ArrayRef, Vec<Option<Value>>)> =
-                (0..rng.random_range(2..5)).map(|_| encoded(&mut rng, &family, 6)).collect();
+                (0..2 + rng.index(3)).map(|_| encoded(&mut rng, &family, 6)).collect();
             let mut union = canonical_type(files[0].0.data_type());
             for (array, _) in &files[1..] {
                 union = union_type(&union, &canonical_type(array.data_type()))

@@ -5,7 +5,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use super::{CompactedFile, Manifest, QuarantinedFile, RetiredFile};
 use crate::clock::Expiry;
 use crate::error::{Error, Result};
-use crate::partition::{Layout, PartitionId, parse_version};
+use crate::partition::{KeyLayout, PartitionId, parse_version};
 use crate::store::Store;
 
 /// Attempts of one commit before giving up on a partition that keeps changing.
@@ -14,7 +14,7 @@ const MAX_COMMIT_ATTEMPTS: usize = 8;
 /// Every manifest version present for a partition, ascending.
 pub async fn list_versions(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
 ) -> Result<Vec<u64>> {
     let listing = store.list_sorted(&layout.manifest_dir(partition)).await?;
@@ -29,7 +29,7 @@ pub async fn list_versions(
 /// The latest manifest of a partition, or the empty version-0 state.
 pub async fn load_latest(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
 ) -> Result<Manifest> {
     let versions = list_versions(store, layout, partition).await?;
@@ -41,7 +41,7 @@ pub async fn load_latest(
 
 async fn load_version(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     version: u64,
 ) -> Result<Manifest> {
@@ -80,8 +80,8 @@ pub struct CommitRequest {
     pub forget: Vec<String>,
     /// Bytes of the ingest files among the inputs (write amplification).
     pub ingested_bytes: u64,
-    /// This job's id.
-    pub job_id: String,
+    /// This attempt's id.
+    pub attempt_id: String,
     /// Commit time (Unix milliseconds, committer's clock; informational).
     pub now_ms: i64,
     /// When the output becomes too old to commit: GC may sweep an unreferenced output once
@@ -134,7 +134,7 @@ fn reflects(latest: &Manifest, request: &CommitRequest) -> bool {
 fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
     let mut next = base.clone();
     next.version = base.version + 1;
-    next.job_id = request.job_id.clone();
+    next.attempt_id = request.attempt_id.clone();
     next.committed_at_ms = request.now_ms;
     let inputs: std::collections::HashSet<&str> =
         request.inputs.iter().map(String::as_str).collect();
@@ -212,7 +212,7 @@ fn settled(base: &Manifest, request: &CommitRequest, read_version: u64) -> Optio
 /// version `base.version + 1`, so a lost race is always detected, never overwritten.
 pub async fn commit(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     base: &Manifest,
     request: &CommitRequest,
@@ -278,7 +278,8 @@ pub async fn commit(
             Err(e) => {
                 // The write may have landed with its response lost: look before failing.
                 let latest = load_latest(store, layout, partition).await?;
-                let ours = (latest.version == next.version && latest.job_id == request.job_id)
+                let ours = (latest.version == next.version
+                    && latest.attempt_id == request.attempt_id)
                     || request
                         .output
                         .as_ref()
@@ -323,7 +324,7 @@ mod tests {
             }],
             forget: vec![],
             ingested_bytes: 5,
-            job_id: "j".into(),
+            attempt_id: "j".into(),
             now_ms: 9,
             commit_by: None,
         };
@@ -355,7 +356,7 @@ mod tests {
             quarantined: vec![],
             forget: vec!["data/p/gone.parquet".into()],
             ingested_bytes: 0,
-            job_id: "j".into(),
+            attempt_id: "j".into(),
             now_ms: 0,
             commit_by: None,
         };
@@ -387,7 +388,7 @@ mod tests {
             }],
             forget: vec![],
             ingested_bytes: 0,
-            job_id: "j".into(),
+            attempt_id: "j".into(),
             now_ms: 0,
             commit_by: None,
         };

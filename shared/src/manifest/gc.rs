@@ -39,8 +39,8 @@ use crate::clock::{Clock, Expiry, SystemClock};
 use crate::error::{Error, Result};
 use crate::manifest::{Manifest, load_latest};
 use crate::partition::{
-    COMPACTED_PREFIX, Layout, MANIFESTS_PREFIX, PartitionId, field_dir, field_value, parse_version,
-    partition_dir, validate_tenant,
+    COMPACTED_PREFIX, KeyLayout, MANIFESTS_PREFIX, PartitionId, field_dir, field_value,
+    parse_version, partition_dir, validate_tenant,
 };
 use crate::store::{Store, key_path};
 
@@ -157,7 +157,7 @@ pub struct GcReport {
 /// Plans and runs GC for one partition, timing on the system clocks.
 pub async fn collect_garbage(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     grace: Duration,
     dry_run: bool,
@@ -169,7 +169,7 @@ pub async fn collect_garbage(
 /// Plans and runs GC for one partition; `clock` measures how long the run takes.
 pub async fn collect_garbage_with(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     grace: Duration,
     dry_run: bool,
@@ -363,7 +363,7 @@ pub struct GcSummary {
 /// Runs GC on every partition of `scope`.
 pub async fn collect_garbage_in(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     scope: &GcScope,
     grace: Duration,
     dry_run: bool,

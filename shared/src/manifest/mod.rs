@@ -36,8 +36,9 @@ pub struct Manifest {
     pub retired: Vec<RetiredFile>,
     /// Ingest files that could not be compacted: left in place, never live again.
     pub quarantined: Vec<QuarantinedFile>,
-    /// The job that wrote this version.
-    pub job_id: String,
+    /// The attempt that wrote this version (JSON `job_id`).
+    #[serde(rename = "job_id")]
+    pub attempt_id: String,
     /// When this version was committed (Unix milliseconds, committer's clock; informational:
     /// grace periods use the store's clock, the version's Last-Modified).
     pub committed_at_ms: i64,
@@ -101,7 +102,7 @@ impl Manifest {
             compacted: Vec::new(),
             retired: Vec::new(),
             quarantined: Vec::new(),
-            job_id: String::new(),
+            attempt_id: String::new(),
             committed_at_ms: 0,
             forgotten_in: 0,
             ingested_bytes: 0,
@@ -208,7 +209,7 @@ mod tests {
         )
             .prop_map(
                 |(
-                    (version, partition, job_id, committed_at_ms),
+                    (version, partition, attempt_id, committed_at_ms),
                     compacted,
                     retired,
                     quarantined,
@@ -220,7 +221,7 @@ mod tests {
                     compacted,
                     retired,
                     quarantined,
-                    job_id,
+                    attempt_id,
                     committed_at_ms,
                     forgotten_in,
                     ingested_bytes,
@@ -303,7 +304,7 @@ pub struct PartitionFiles {
 /// Reads the live set of a partition: the reader rule, used by `files`, the compactor and queries.
 pub async fn partition_files(
     store: &crate::store::Store,
-    layout: &crate::partition::Layout,
+    layout: &crate::partition::KeyLayout,
     partition: &crate::partition::PartitionId,
 ) -> Result<PartitionFiles> {
     let manifest = load_latest(store, layout, partition).await?;

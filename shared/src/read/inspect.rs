@@ -19,8 +19,8 @@ use parquet::file::metadata::{
 };
 use parquet::schema::types::SchemaDescriptor;
 
-use crate::config::KeyColumns;
 use crate::error::{Error, Result};
+use crate::options::KeyColumns;
 use crate::read::prune::{leaf_column_index, service_bounds, time_bounds};
 use crate::store::Store;
 

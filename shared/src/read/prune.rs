@@ -9,7 +9,7 @@ use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData, RowGroupMeta
 use parquet::file::statistics::Statistics;
 use parquet::schema::types::SchemaDescriptor;
 
-use crate::config::KeyColumns;
+use crate::options::KeyColumns;
 
 /// A query for the rows of one service (or all services) in a time window.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,11 +25,11 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use serde::Serialize;
 
-use crate::config::KeyColumns;
 use crate::error::{Error, Result};
 use crate::input::type_union::time_nanos;
 use crate::manifest::partition_files;
-use crate::partition::{HOUR_NANOS, Layout, PartitionId};
+use crate::options::KeyColumns;
+use crate::partition::{HOUR_NANOS, KeyLayout, PartitionId};
 use crate::read::inspect::parquet_store_error;
 use crate::read::planned_reader::PlannedReader;
 use crate::read::prune::{WindowPredicate, leaf_column_index, may_match};
@@ -83,7 +83,7 @@ pub struct QueryResult {
 /// Runs a window query over the live files of every partition the window touches.
 pub async fn query_window(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     keys: &KeyColumns,
     query: &WindowQuery,
 ) -> Result<QueryResult> {

@@ -12,7 +12,7 @@ use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
 use crate::error::{Error, Result};
 use crate::manifest::partition_files;
-use crate::partition::{Layout, PartitionId};
+use crate::partition::{KeyLayout, PartitionId};
 use crate::read::inspect::parquet_store_error;
 use crate::read::planned_reader::PlannedReader;
 use crate::read::query::QueryStats;
@@ -33,7 +33,7 @@ pub struct ScanResult {
 /// files, counting the requests and bytes fetched; the rows are counted, not kept.
 pub async fn scan_columns(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     columns: &[String],
 ) -> Result<ScanResult> {

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{ErrorKind, InvocationError};
-use crate::partition::{JOBS_PREFIX, Layout, PartitionId, is_writer_side_file, parse_job_key};
+use crate::partition::{JOBS_PREFIX, KeyLayout, PartitionId, is_writer_side_file, parse_job_key};
 use crate::store::StoreUrl;
 
 /// Where the records of an invocation came from (for logs and metrics).
@@ -608,7 +608,7 @@ pub enum Watch {
 }
 
 /// Sorts one record into accepted, ignored or rejected.
-pub fn classify(record: &Record, scope: &KeyScope, layout: &Layout, watch: Watch) -> Classified {
+pub fn classify(record: &Record, scope: &KeyScope, layout: &KeyLayout, watch: Watch) -> Classified {
     let (event_name, bucket, key) = match record {
         Record::Test { bucket } => {
             return Classified::Ignored {

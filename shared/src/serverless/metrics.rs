@@ -140,7 +140,7 @@ pub fn compaction_metrics(
             ("status", &status),
             ("partition", &report.partition),
             ("job_id", dispatch_job_id),
-            ("compaction_id", &report.job_id),
+            ("compaction_id", &report.attempt_id),
         ],
     )
 }

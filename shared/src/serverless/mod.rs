@@ -3,6 +3,6 @@
 
 pub mod dispatch;
 pub mod events;
+pub mod function_settings;
 pub mod metrics;
 pub mod readiness;
-pub mod settings;

@@ -9,8 +9,8 @@
 pub mod alignment;
 pub mod gather;
 pub mod key;
-pub mod memory;
 pub mod merge;
+pub mod resources;
 pub mod runs;
 pub mod sink;
 
@@ -20,11 +20,11 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 
-use crate::budget::{Charge, MemoryGauge, batch_memory_bytes};
-use crate::config::{output_chunk_rows, read_target_bytes};
 use crate::error::{Error, Result};
+use crate::gauge::{Charge, MemoryGauge, batch_memory_bytes};
 use crate::input::schema::{UnifiedSchema, conform};
 use crate::input::{CheckedInput, RowWidth, SizedBatches, catch_reader_panic};
+use crate::options::{output_chunk_rows, read_target_bytes};
 use crate::scratch::ScratchDir;
 use crate::sort::alignment::{AligningSink, ServiceCounts, count_services};
 use crate::sort::key::SortKey;
@@ -37,7 +37,7 @@ use crate::sort::sink::ChunkSink;
 const STRING_CODES_SHARE: u64 = 32;
 
 /// The merge gives the allocator's free memory back each time it has merged this part of
-/// the rows' budget (see [`MemoryRelease`](crate::sort::memory::MemoryRelease)): on the bloat
+/// the rows' budget (see [`MemoryRelease`](crate::sort::resources::MemoryRelease)): on the bloat
 /// partition, every quarter keeps the peak RSS near the live heap at no measurable cost, once
 /// per whole budget lets it grow 20-30 MB more.
 const RELEASE_SHARE: u64 = 4;

@@ -1,7 +1,7 @@
 //! Where sorted rows go: the output writer or a run file, always in fixed-size chunks.
 //!
 //! Both sinks implement [`ChunkSink`] where they are defined ([`RunWriter`](crate::sort::runs::RunWriter),
-//! [`OutputWriter`](crate::layout::writer::OutputWriter)), so this module depends on neither.
+//! [`OutputWriter`](crate::output::writer::OutputWriter)), so this module depends on neither.
 
 use arrow::array::RecordBatch;
 

@@ -13,9 +13,9 @@ use arrow::datatypes::{DataType, Field, Fields, Int32Type, Schema};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
-use crate::config::KeyColumns;
 use crate::error::Result;
-use crate::layout::writer::output_properties;
+use crate::options::KeyColumns;
+use crate::output::writer::output_properties;
 
 /// The services of [`log_fixture`], in sort order (rows without a service come first).
 pub const FIXTURE_SERVICES: [&str; 6] = [
@@ -51,7 +51,7 @@ pub fn log_fixture(rows: usize, start_nanos: i64) -> RecordBatch {
             times.push(start_nanos + j as i64 * step);
         }
     }
-    let mut next = super::xorshift64(0x2545_f491_4f6c_dd1d);
+    let mut next = super::random_stream(0x2545_f491_4f6c_dd1d);
     let noise: Vec<u64> = (0..rows).map(|_| next()).collect();
 
     let severity = DictionaryArray::<Int32Type>::new(
@@ -136,15 +136,19 @@ pub fn log_fixture(rows: usize, start_nanos: i64) -> RecordBatch {
 /// selections have pages to skip) and `body` plain-encoded (so both string encodings occur).
 pub fn fixture_properties(
     schema: &Schema,
-    rg_bytes: u64,
+    row_group_bytes: u64,
     max_rows: Option<u64>,
 ) -> Result<WriterProperties> {
-    Ok(
-        output_properties(schema, &KeyColumns::default(), true, rg_bytes, max_rows)?
-            .into_builder()
-            .set_write_batch_size(128)
-            .set_data_page_row_count_limit(256)
-            .set_column_dictionary_enabled(ColumnPath::from("body"), false)
-            .build(),
-    )
+    Ok(output_properties(
+        schema,
+        &KeyColumns::default(),
+        true,
+        row_group_bytes,
+        max_rows,
+    )?
+    .into_builder()
+    .set_write_batch_size(128)
+    .set_data_page_row_count_limit(256)
+    .set_column_dictionary_enabled(ColumnPath::from("body"), false)
+    .build())
 }

@@ -20,15 +20,11 @@ pub use event_files::{event_file_names, events_dir, load_event};
 pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};
 pub use recording_store::{DenyMissingStore, Operation, RecordingStore, assert_role_permits};
 
-/// A seeded xorshift64 stream: test data that is random-looking yet the same in every run.
-pub fn xorshift64(seed: u64) -> impl FnMut() -> u64 {
-    let mut state = seed;
-    move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    }
+/// A seeded stream of random 64-bit values ([`crate::rng::SplitMix64`]): test data that is
+/// random-looking yet the same in every run.
+pub fn random_stream(seed: u64) -> impl FnMut() -> u64 {
+    let mut rng = crate::rng::SplitMix64::new(seed);
+    move || rng.next_u64()
 }
 
 /// A multi-threaded Tokio runtime with `threads` workers (the sort needs `block_in_place`).
@@ -44,9 +40,9 @@ pub fn multi_thread_runtime(threads: usize) -> tokio::runtime::Runtime {
 /// output file's bytes.
 pub async fn compact_to_bytes(
     store: &Store,
-    layout: &crate::partition::Layout,
+    layout: &crate::partition::KeyLayout,
     partition: &crate::partition::PartitionId,
-    options: &crate::config::CompactOptions,
+    options: &crate::options::CompactOptions,
 ) -> (crate::report::CompactionReport, Vec<u8>) {
     let report = crate::compact::compact_partition(store, layout, partition, options)
         .await

@@ -45,16 +45,16 @@ use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutOptions};
 use ourios_compaction::clock::Clock;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
 use ourios_compaction::manifest::gc::collect_garbage_with;
 use ourios_compaction::manifest::{live_set, load_latest, partition_files};
+use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::job_key;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compaction_job};
 use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{multi_thread_runtime, parquet_bytes, rows_batch, xorshift64};
+use ourios_compaction::testing::{multi_thread_runtime, parquet_bytes, random_stream, rows_batch};
 
 const GRACE: Duration = Duration::from_secs(60);
 const GRACE_MS: i64 = 60_000;
@@ -176,7 +176,7 @@ fn decode_tags(bytes: Bytes) -> Option<Vec<i64>> {
 }
 
 /// Reads the live set through the reader rule and decodes every live good file.
-async fn read_live(store: Store, layout: Layout, partition: PartitionId) -> ReaderView {
+async fn read_live(store: Store, layout: KeyLayout, partition: PartitionId) -> ReaderView {
     let mut view = ReaderView {
         counts: None,
         missing: None,
@@ -225,7 +225,7 @@ struct Sim {
     raw: Store,
     virtual_store: Arc<VirtualStore>,
     gate: Arc<Gate>,
-    layout: Layout,
+    layout: KeyLayout,
     partitions: Vec<PartitionId>,
     scratch: tempfile::TempDir,
     tasks: BTreeMap<u64, Task>,
@@ -258,7 +258,7 @@ impl Sim {
             state,
             virtual_store,
             gate: Arc::default(),
-            layout: Layout::default(),
+            layout: KeyLayout::default(),
             // The last hour is the virtual clock's own: open while faults run.
             partitions: [
                 ("acme", "2026-11-29T10"),
@@ -274,7 +274,7 @@ impl Sim {
             next_tag: 0,
             files: BTreeMap::new(),
             decoded: BTreeMap::new(),
-            random: Box::new(xorshift64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)),
+            random: Box::new(random_stream(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)),
             job_events: Vec::new(),
             job_records: BTreeMap::new(),
             tilde_names: Vec::new(),
@@ -433,7 +433,7 @@ impl Sim {
         options.budget_bytes = 64 << 10;
         options.gc_grace = GRACE;
         options.clock = self.clock();
-        options.job_id = Some(format!("s{}t{id}", self.seed));
+        options.attempt_id = Some(format!("s{}t{id}", self.seed));
         // Concurrent downloads would make which of them reach the store before a failure
         // stops the others a matter of thread timing.
         options.parallel_downloads = 1;

@@ -11,10 +11,10 @@ use arrow::record_batch::RecordBatch;
 
 use super::GenerateSpec;
 use super::corpus;
-use super::rng::{SplitMix64, fnv1a, mix64};
 use super::service::{Service, services};
 use crate::error::{Error, Result};
 use crate::partition::PartitionId;
+use crate::rng::{SplitMix64, fnv1a, mix64};
 
 /// Number of extra text columns in wide mode.
 pub const WIDE_COLUMNS: usize = 40;

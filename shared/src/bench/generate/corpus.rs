@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use super::rng::SplitMix64;
+use crate::rng::SplitMix64;
 
 /// One embedded LogHub dataset: its name and CSV text (`LineId,...,Content,EventId,EventTemplate`).
 struct Source {

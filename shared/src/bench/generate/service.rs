@@ -1,8 +1,8 @@
 //! The synthetic services: names derived from the LogHub datasets, their lines and Zipf volumes.
 
 use super::corpus::{self, Dataset, LogRow};
-use super::rng::{fnv1a, mix64};
 use crate::error::{Error, Result};
+use crate::rng::{fnv1a, mix64};
 
 /// A base service: a name, the dataset its lines come from, and which of its lines it logs.
 struct BaseService {

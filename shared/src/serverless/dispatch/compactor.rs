@@ -7,13 +7,13 @@ use serde::Serialize;
 use tracing::Instrument;
 
 use super::worker::{JobOutcome, run_compaction_job};
-use crate::config::CompactOptions;
 use crate::error::{ErrorKind, InvocationError};
-use crate::partition::{Layout, PartitionId};
+use crate::options::CompactOptions;
+use crate::partition::{KeyLayout, PartitionId};
 use crate::report::Status;
 use crate::serverless::events::{Classified, Invocation, KeyScope, Record, Watch, classify};
 use crate::serverless::readiness::ReadinessConfig;
-use crate::serverless::settings::CompactorSettings;
+use crate::settings::CompactSettings;
 use crate::store::Store;
 
 /// Everything the compactor needs, built once by `main`.
@@ -22,11 +22,11 @@ pub struct Compactor {
     /// The store root.
     pub store: Store,
     /// The layout.
-    pub layout: Layout,
+    pub layout: KeyLayout,
     /// Bucket and prefix of the root, to read job-record keys.
     pub scope: KeyScope,
     /// Budget, scratch and deadline settings.
-    pub settings: CompactorSettings,
+    pub settings: CompactSettings,
     /// The planner's readiness rule, to decide whether a finished job re-arms its record.
     pub readiness: ReadinessConfig,
 }
@@ -77,21 +77,7 @@ impl JobOutcome {
 impl Compactor {
     /// Compaction options for an invocation ending at `deadline`.
     pub fn options(&self, deadline: Option<Instant>) -> CompactOptions {
-        let s = &self.settings;
-        let mut options = CompactOptions::new(&s.scratch_dir);
-        options.budget_bytes = s.budget_bytes;
-        options.scratch_limit_bytes = s.scratch_limit_bytes;
-        options.rg_bytes_env = s.rg_bytes_env;
-        options.row_groups_per_block = s.row_groups_per_block;
-        options.max_rows_per_row_group = s.max_rows_per_row_group;
-        options.gc_grace = s.gc_grace;
-        options.function_memory_mb = s.function_memory_mb;
-        options.prices = s.prices;
-        options.deadline = deadline.map(|d| {
-            d.checked_sub(s.deadline_margin)
-                .unwrap_or_else(Instant::now)
-        });
-        options
+        self.settings.options(deadline)
     }
 
     /// Handles one invocation ending at `deadline`: runs the job of every partition whose job

@@ -13,7 +13,7 @@ use super::{
     dispatch_partition, sweep_until,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::partition::{Layout, PartitionId};
+use crate::partition::{KeyLayout, PartitionId};
 use crate::serverless::events::{Classified, Invocation, KeyScope, Record, Watch, classify};
 use crate::serverless::readiness::ReadinessConfig;
 use crate::store::Store;
@@ -24,7 +24,7 @@ pub struct Planner {
     /// The store root.
     pub store: Store,
     /// The layout (ingest prefix).
-    pub layout: Layout,
+    pub layout: KeyLayout,
     /// The bucket and prefix of the store root, to read event keys.
     pub scope: KeyScope,
     /// Readiness thresholds.

@@ -119,17 +119,9 @@ pub async fn create_job(
     record: &JobRecord,
     partition: &PartitionId,
 ) -> Result<WriteOutcome> {
-    let key = Path::from(job_key(partition));
-    let options = PutOptions {
-        mode: PutMode::Create,
-        ..Default::default()
-    };
-    match store
-        .object_store()
-        .put_opts(&key, record.encode(), options)
-        .await
-    {
-        Ok(_) => Ok(WriteOutcome::Written),
+    let (key, put) = put_job(store, record, partition, PutMode::Create).await;
+    match put {
+        Ok(()) => Ok(WriteOutcome::Written),
         Err(
             object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. },
         ) => Ok(WriteOutcome::Lost),
@@ -148,17 +140,9 @@ pub async fn replace_job(
     partition: &PartitionId,
     expected: &UpdateVersion,
 ) -> Result<WriteOutcome> {
-    let key = Path::from(job_key(partition));
-    let options = PutOptions {
-        mode: PutMode::Update(expected.clone()),
-        ..Default::default()
-    };
-    match store
-        .object_store()
-        .put_opts(&key, record.encode(), options)
-        .await
-    {
-        Ok(_) => Ok(WriteOutcome::Written),
+    let (key, put) = put_job(store, record, partition, PutMode::Update(expected.clone())).await;
+    match put {
+        Ok(()) => Ok(WriteOutcome::Written),
         Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
             Ok(WriteOutcome::Lost)
         }
@@ -170,6 +154,26 @@ pub async fn replace_job(
         }
         Err(e) => Err(Error::store("put", &key, e)),
     }
+}
+
+/// Writes the job record with `mode`; the store's error is the caller's to classify.
+async fn put_job(
+    store: &Store,
+    record: &JobRecord,
+    partition: &PartitionId,
+    mode: PutMode,
+) -> (Path, object_store::Result<()>) {
+    let key = Path::from(job_key(partition));
+    let options = PutOptions {
+        mode,
+        ..Default::default()
+    };
+    let put = store
+        .object_store()
+        .put_opts(&key, record.encode(), options)
+        .await
+        .map(drop);
+    (key, put)
 }
 
 /// Deletes the job record (absent is fine).

@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{LiveSet, live_set, load_latest};
 use crate::partition::{
-    Layout, PartitionId, SWEEP_CURSOR_KEY, field_value, is_ingest_file_name, parse_hour,
+    KeyLayout, PartitionId, SWEEP_CURSOR_KEY, field_value, is_ingest_file_name, parse_hour,
     validate_tenant,
 };
 use crate::report::Status;
@@ -159,7 +159,7 @@ pub struct DispatchMode {
 /// Reads what the plan needs about a partition: its live files and manifest version.
 pub async fn partition_facts(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
 ) -> Result<(PartitionFacts, LiveSet)> {
     let dir = layout.ingest_dir(partition);
@@ -187,7 +187,7 @@ pub async fn partition_facts(
 /// Plans one partition and carries the decision out: creates (or replaces a stale) job record.
 pub async fn dispatch_partition(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     now: DateTime<Utc>,
     config: &ReadinessConfig,
@@ -249,7 +249,7 @@ pub async fn dispatch_partition(
 /// Tenants under the ingest prefix (one delimited listing), or the given ones, validated.
 pub async fn find_tenants(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     given: Option<&[String]>,
 ) -> Result<Vec<String>> {
     if let Some(given) = given {
@@ -300,7 +300,7 @@ pub struct SweepReport {
 /// had arrived. Lists tenants once, then only the window's hour directories.
 pub async fn sweep(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     now: DateTime<Utc>,
     config: &ReadinessConfig,
 ) -> Result<Vec<PartitionOutcome>> {
@@ -315,7 +315,7 @@ pub async fn sweep(
 /// cover every tenant and hour however many there are.
 pub async fn sweep_until(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     now: DateTime<Utc>,
     config: &ReadinessConfig,
     deadline: Option<Instant>,
@@ -400,7 +400,7 @@ async fn write_sweep_cursor(store: &Store, after: &PartitionId) {
 /// The partitions a backfill covers, validated and bounded.
 pub async fn backfill_partitions(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     request: &BackfillRequest,
 ) -> Result<Vec<PartitionId>> {
     let from = parse_hour(&request.from)?;
@@ -459,7 +459,7 @@ pub struct BackfillReport {
 /// record write per `min_interval` (rate limit). `progress(done, total)` is called after each.
 pub async fn backfill(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     request: &BackfillRequest,
     now: DateTime<Utc>,
     config: &ReadinessConfig,
@@ -487,7 +487,7 @@ pub struct Pacing {
 /// goes on; when time runs out it reports the first hour it did not consider.
 pub async fn backfill_until(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     request: &BackfillRequest,
     now: DateTime<Utc>,
     config: &ReadinessConfig,

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use super::invocation::{Planner, PlannerAnswer};
 use super::tests::s3_event;
 use crate::manifest::{CompactedFile, Manifest, QuarantinedFile, RetiredFile, live_set};
-use crate::partition::{Layout, PartitionId};
+use crate::partition::{KeyLayout, PartitionId};
 use crate::serverless::events::{KeyScope, parse_invocation};
 use crate::serverless::readiness::{JobState, PartitionFacts, ReadinessConfig, plan_partition};
 use crate::store::{Store, StoreUrl};
@@ -27,7 +27,7 @@ fn at(s: &str) -> DateTime<Utc> {
 /// A listing of the partition's ingest directory: ingest files, side files and a file one
 /// directory down, of the given sizes.
 fn listing(partition: &PartitionId, sizes: &[u64]) -> Vec<ObjectMeta> {
-    let dir = Layout::default().ingest_dir(partition);
+    let dir = KeyLayout::default().ingest_dir(partition);
     sizes
         .iter()
         .enumerate()
@@ -98,7 +98,7 @@ proptest! {
         requested in any::<bool>(),
     ) {
         let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-        let dir = Layout::default().ingest_dir(&partition);
+        let dir = KeyLayout::default().ingest_dir(&partition);
         let listed = listing(&partition, &sizes);
         let manifest = manifest(&partition, &listed, num_compacted);
         let now = at("2026-11-29T10:00:00Z") + chrono::Duration::minutes(minutes_after);
@@ -130,7 +130,7 @@ const WORLD: [(&str, &str, usize); 5] = [
 /// The event keys of the world: every ingest file, a side file per partition, and a key
 /// outside the layout.
 fn world_keys() -> Vec<String> {
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let mut keys = vec!["elsewhere/f.parquet".to_string()];
     for (tenant, hour, num_files) in WORLD {
         let partition = PartitionId::parse(tenant, hour).expect("partition");
@@ -149,7 +149,10 @@ async fn world() -> Store {
         let (start, _) = partition.time_range_nanos();
         for i in 0..num_files {
             let rows = [(Some("api".to_string()), start + i as i64, i as i64)];
-            let key = format!("{}/f{i}.parquet", Layout::default().ingest_dir(&partition));
+            let key = format!(
+                "{}/f{i}.parquet",
+                KeyLayout::default().ingest_dir(&partition)
+            );
             put_bytes(&store, &key, parquet_bytes(&[rows_batch(&rows)], 64)).await;
         }
     }
@@ -162,7 +165,7 @@ async fn plan_events(keys: &[String]) -> (Vec<String>, Vec<String>, Vec<String>)
     let store = world().await;
     let planner = Planner {
         store: store.clone(),
-        layout: Layout::default(),
+        layout: KeyLayout::default(),
         scope: KeyScope::for_store(&StoreUrl::Memory),
         readiness: ReadinessConfig::default(),
         backfill_interval: std::time::Duration::ZERO,

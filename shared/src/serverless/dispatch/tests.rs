@@ -12,8 +12,8 @@ use serde_json::json;
 use super::invocation::{Planner, PlannerAnswer};
 use super::worker::{RecordAction, run_compaction_job};
 use super::*;
-use crate::config::CompactOptions;
 use crate::manifest::{list_versions, partition_files};
+use crate::options::CompactOptions;
 use crate::partition::job_key;
 use crate::report::Status;
 use crate::serverless::events::{KeyScope, parse_invocation};
@@ -40,7 +40,7 @@ fn memory() -> Store {
 fn planner(store: &Store) -> Planner {
     Planner {
         store: store.clone(),
-        layout: Layout::default(),
+        layout: KeyLayout::default(),
         scope: KeyScope::for_store(&StoreUrl::Memory),
         readiness: ReadinessConfig::default(),
         backfill_interval: Duration::ZERO,
@@ -59,7 +59,7 @@ async fn land(store: &Store, partition: &PartitionId, name: &str, first_tag: i64
             )
         })
         .collect();
-    let key = format!("{}/{name}", Layout::default().ingest_dir(partition));
+    let key = format!("{}/{name}", KeyLayout::default().ingest_dir(partition));
     put_bytes(store, &key, parquet_bytes(&[rows_batch(&batch)], 64)).await;
 }
 
@@ -68,7 +68,7 @@ async fn dispatch_closed(store: &Store, p: &PartitionId) -> PartitionOutcome {
     let config = ReadinessConfig::default();
     dispatch_partition(
         store,
-        &Layout::default(),
+        &KeyLayout::default(),
         p,
         closed(),
         &config,
@@ -148,7 +148,7 @@ async fn concurrent_planners_create_one_job_record() {
     let p = partition();
     land(&store, &p, "f.parquet", 0, 10).await;
     let config = ReadinessConfig::default();
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let attempts = (0..16).map(|_| {
         dispatch_partition(
             &store,
@@ -173,7 +173,7 @@ async fn a_stale_job_record_is_replaced_and_a_fresh_one_is_not() {
     let p = partition();
     land(&store, &p, "f.parquet", 0, 10).await;
     let config = ReadinessConfig::default();
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let now = Utc::now();
     let first = dispatch_partition(&store, &layout, &p, now, &config, DispatchMode::default())
         .await
@@ -200,7 +200,7 @@ async fn a_stale_job_record_is_replaced_and_a_fresh_one_is_not() {
 async fn not_ready_and_empty_partitions_get_no_job() {
     let store = memory();
     let p = partition();
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let config = ReadinessConfig::default();
     let empty = dispatch_partition(
         &store,
@@ -254,7 +254,7 @@ async fn the_compactors_own_writes_start_no_new_work() {
     let scratch = tempfile::tempdir().unwrap();
     let report = crate::compact::compact_partition(
         &store,
-        &Layout::default(),
+        &KeyLayout::default(),
         &p,
         &CompactOptions::new(scratch.path()),
     )
@@ -296,7 +296,7 @@ async fn the_sweep_covers_only_its_window() {
     }
     let outcomes = sweep(
         &store,
-        &Layout::default(),
+        &KeyLayout::default(),
         at("2026-11-29T13:00:00Z"),
         &ReadinessConfig::default(),
     )
@@ -334,7 +334,7 @@ async fn backfill_schedules_partitions_with_files_and_dry_run_writes_nothing() {
         to: "2026-11-29T11".into(),
         dry_run,
     };
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let config = ReadinessConfig::default();
     let seen = std::sync::Mutex::new(Vec::new());
     let progress = |done, total| seen.lock().unwrap().push((done, total));
@@ -415,7 +415,7 @@ async fn a_finished_job_deletes_its_record() {
     let store = memory();
     let p = partition();
     land(&store, &p, "f.parquet", 0, 20).await;
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     dispatch_closed(&store, &p).await;
     let scratch = tempfile::tempdir().unwrap();
     let outcome = run_compaction_job(
@@ -439,7 +439,7 @@ async fn files_arriving_during_a_job_re_arm_its_record() {
     let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
     let p = partition();
     land(&plain, &p, "f1.parquet", 0, 20).await;
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     dispatch_closed(&plain, &p).await;
     let first_id = job::read_job(&plain, &p)
         .await
@@ -501,7 +501,7 @@ async fn a_timed_out_job_commits_nothing_and_leaves_its_record() {
     let p = partition();
     land(&store, &p, "f1.parquet", 0, 200).await;
     land(&store, &p, "f2.parquet", 1000, 200).await;
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     dispatch_closed(&store, &p).await;
     let scratch = tempfile::tempdir().unwrap();
     let mut options = CompactOptions::new(scratch.path());
@@ -590,7 +590,7 @@ async fn a_denied_read_of_a_missing_job_record_is_no_record() {
     let config = ReadinessConfig::default();
     let first = dispatch_partition(
         &store,
-        &Layout::default(),
+        &KeyLayout::default(),
         &p,
         closed(),
         &config,
@@ -601,7 +601,7 @@ async fn a_denied_read_of_a_missing_job_record_is_no_record() {
     assert_eq!(first.decision, "dispatched", "{first:?}");
     let second = dispatch_partition(
         &store,
-        &Layout::default(),
+        &KeyLayout::default(),
         &p,
         closed(),
         &config,
@@ -615,7 +615,7 @@ async fn a_denied_read_of_a_missing_job_record_is_no_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_goes_past_a_failing_partition_and_resumes_after_its_deadline() {
     let store = memory();
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let config = ReadinessConfig {
         sweep_hours: 2,
         ..ReadinessConfig::default()
@@ -689,7 +689,7 @@ async fn the_sweep_goes_past_a_failing_partition_and_resumes_after_its_deadline(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_goes_past_a_failing_partition_and_stops_before_its_deadline() {
     let store = memory();
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let bad = PartitionId::parse("acme", "2026-11-29T09").unwrap();
     for p in [
         &PartitionId::parse("acme", "2026-11-29T08").unwrap(),
@@ -770,7 +770,7 @@ fn attempt_outputs_belong_to_their_job_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatched_job_names_its_attempt_after_the_job() {
     let store = memory();
-    let layout = Layout::default();
+    let layout = KeyLayout::default();
     let p = partition();
     land(&store, &p, "a.parquet", 0, 10).await;
     let outcome = dispatch_closed(&store, &p).await;

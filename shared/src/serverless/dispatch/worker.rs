@@ -9,9 +9,9 @@ use serde::Serialize;
 use super::job::{self, JobRecord, WriteOutcome};
 use super::partition_facts;
 use crate::compact::compact_partition;
-use crate::config::CompactOptions;
 use crate::error::Result;
-use crate::partition::{Layout, PartitionId, is_attempt_output};
+use crate::options::CompactOptions;
+use crate::partition::{KeyLayout, PartitionId, is_attempt_output};
 use crate::report::{CompactionReport, Status};
 use crate::serverless::readiness::{ReadinessConfig, readiness};
 use crate::store::Store;
@@ -49,7 +49,7 @@ pub struct JobOutcome {
 /// the partition is ready again.
 pub async fn run_compaction_job(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     options: &CompactOptions,
     readiness_config: &ReadinessConfig,
@@ -69,9 +69,9 @@ pub async fn run_compaction_job(
     let mut options = options.clone();
     let mut aborted_uploads = 0;
     if let Some(job) = &dispatch_job_id
-        && options.job_id.is_none()
+        && options.attempt_id.is_none()
     {
-        options.job_id = Some(attempt_id(job));
+        options.attempt_id = Some(attempt_id(job));
         aborted_uploads = abort_earlier_attempts(store, layout, partition, job).await;
     }
     let options = &options;
@@ -129,7 +129,7 @@ fn attempt_id(job_id: &str) -> String {
 /// which may be live, are left alone. A failure is logged: it never stops the job.
 async fn abort_earlier_attempts(
     store: &Store,
-    layout: &Layout,
+    layout: &KeyLayout,
     partition: &PartitionId,
     job_id: &str,
 ) -> usize {

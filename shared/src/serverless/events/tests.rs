@@ -7,8 +7,8 @@ use crate::partition::job_key;
 
 const P: &str = "tenant=acme/year=2026/month=11/day=29/hour=10";
 
-fn layout() -> Layout {
-    Layout::default()
+fn layout() -> KeyLayout {
+    KeyLayout::default()
 }
 
 fn any_bucket() -> KeyScope {

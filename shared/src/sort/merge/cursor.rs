@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 
-use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
+use crate::gauge::{Charge, MemoryGauge};
 use crate::sort::key::{BatchKeys, SortKey};
 use crate::sort::runs::{RUN_READ_BUFFER_BYTES, SortedRun, StringDecoder};
 
@@ -182,7 +182,7 @@ fn next_non_empty(
             continue;
         }
         let keys = key.keys(&batch)?;
-        let charge = Charge::new(gauge, crate::budget::batch_memory_bytes(&batch));
+        let charge = Charge::new(gauge, crate::gauge::batch_memory_bytes(&batch));
         return Ok(Some((batch, keys, charge)));
     }
     Ok(None)

@@ -15,12 +15,12 @@ use arrow::datatypes::SchemaRef;
 pub use cursor::RunSource;
 use cursor::{Advance, BatchIter, Cursor};
 
-use crate::budget::{Charge, MemoryGauge, batch_memory_bytes};
 use crate::error::{Error, Result};
+use crate::gauge::{Charge, MemoryGauge, batch_memory_bytes};
 use crate::scratch::ScratchDir;
 use crate::sort::gather::gather_rows;
 use crate::sort::key::SortKey;
-use crate::sort::memory::MemoryRelease;
+use crate::sort::resources::MemoryRelease;
 use crate::sort::runs::{RunReader, RunWriter, SortedRun, SpillCompression, StringDecoder};
 use crate::sort::sink::ChunkSink;
 

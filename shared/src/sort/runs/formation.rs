@@ -20,8 +20,8 @@ use std::thread::JoinHandle;
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 
-use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
+use crate::gauge::{Charge, MemoryGauge};
 use crate::scratch::ScratchDir;
 use crate::sort::alignment::ServiceCounts;
 use crate::sort::gather::{gather_rows, take_rows};
@@ -70,7 +70,7 @@ impl Buffer {
         for buffered in &mut self.batches {
             let before = buffered.charge.bytes();
             buffered.batch = frozen.decode_to(&buffered.batch, schema)?;
-            let after = crate::budget::batch_memory_bytes(&buffered.batch)
+            let after = crate::gauge::batch_memory_bytes(&buffered.batch)
                 + SORT_BYTES_PER_ROW * buffered.batch.num_rows() as u64;
             // The strings now held are no longer text to come.
             let decoded = after.saturating_sub(before);
@@ -450,8 +450,8 @@ impl<'a> RunFormation<'a> {
         if self.key.has_service() {
             ranks.count_into(&keys, &mut self.services);
         }
-        let bytes = crate::budget::batch_memory_bytes(&batch)
-            + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
+        let bytes =
+            crate::gauge::batch_memory_bytes(&batch) + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
         self.buffer.bytes += bytes;
         self.buffer.rows += batch.num_rows();
         self.buffer.text_bytes += text_bytes;
@@ -600,7 +600,7 @@ mod tests {
     /// A batch of `rows` rows with services drawn from `services` (null among them) and
     /// times from `times`.
     fn batch(rows: usize, seed: u64, services: u64, times: &dyn Fn(u64) -> i64) -> RecordBatch {
-        let mut next = crate::testing::xorshift64(seed.max(1));
+        let mut next = crate::testing::random_stream(seed.max(1));
         let (mut names, mut stamps) = (Vec::new(), Vec::new());
         for _ in 0..rows {
             let s = next() % (services + 1);
@@ -660,7 +660,7 @@ mod tests {
         let batches: Vec<RecordBatch> = (1..=6).map(|i| batch(2_000, i, 5, &hour)).collect();
         let bytes: u64 = batches
             .iter()
-            .map(|b| crate::budget::batch_memory_bytes(b) + SORT_BYTES_PER_ROW * 2_000)
+            .map(|b| crate::gauge::batch_memory_bytes(b) + SORT_BYTES_PER_ROW * 2_000)
             .sum();
         // Everything fits the budget, but not half of it.
         let budget = bytes + bytes / 10;

@@ -90,7 +90,7 @@ impl RunWriter {
 
     /// Appends a batch (rows must follow the previous ones in key order).
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        let bytes = crate::budget::batch_memory_bytes(batch);
+        let bytes = crate::gauge::batch_memory_bytes(batch);
         self.rows += batch.num_rows() as u64;
         self.max_batch_bytes = self.max_batch_bytes.max(bytes);
         self.max_row_bytes = self

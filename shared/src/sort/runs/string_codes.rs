@@ -27,8 +27,8 @@ use arrow::compute::{cast, take};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Int32Type, Schema, SchemaRef};
 use hashbrown::HashTable;
 
-use crate::budget::{Charge, MemoryGauge};
 use crate::error::{Error, Result};
+use crate::gauge::{Charge, MemoryGauge};
 use crate::input::DictionaryColumns;
 use crate::input::schema::{UnifiedSchema, conform_column, map_fields, map_with_child_types};
 use crate::input::type_union::conform_array;

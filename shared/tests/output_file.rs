@@ -1,4 +1,4 @@
-//! The compacted layout: row groups at the threshold, `sorting_columns`
+//! The output file: row groups at the threshold, `sorting_columns`
 //! on every row group, statistics and a bloom filter on the service column; the time-only
 //! fallback; the schema union; late files merged with the existing compacted file; reruns.
 
@@ -12,9 +12,9 @@ use arrow::datatypes::{DataType, Field, Int32Type, Int64Type};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::config::CompactOptions;
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::partition::{Layout, PartitionId};
+use ourios_compaction::options::CompactOptions;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
@@ -24,7 +24,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 
 struct Fixture {
     store: Store,
-    layout: Layout,
+    layout: KeyLayout,
     partition: PartitionId,
     scratch: tempfile::TempDir,
 }
@@ -33,7 +33,7 @@ impl Fixture {
     fn new() -> Self {
         Self {
             store: Store::from_object_store(Arc::new(InMemory::new()), "memory://"),
-            layout: Layout::default(),
+            layout: KeyLayout::default(),
             partition: PartitionId::parse("acme", "2026-11-29T10").expect("partition"),
             scratch: tempfile::tempdir().expect("scratch"),
         }
@@ -48,18 +48,18 @@ impl Fixture {
         put_bytes(&self.store, &key, bytes).await;
     }
 
-    async fn compact(&self, rg_bytes: Option<u64>) -> CompactionReport {
-        self.compact_in_blocks(rg_bytes, 1, None).await
+    async fn compact(&self, row_group_bytes: Option<u64>) -> CompactionReport {
+        self.compact_in_blocks(row_group_bytes, 1, None).await
     }
 
     async fn compact_in_blocks(
         &self,
-        rg_bytes: Option<u64>,
+        row_group_bytes: Option<u64>,
         blocks: usize,
         max_rows: Option<u64>,
     ) -> CompactionReport {
         let mut options = CompactOptions::new(self.scratch.path());
-        options.rg_bytes = rg_bytes;
+        options.row_group_bytes = row_group_bytes;
         options.row_groups_per_block = blocks;
         options.max_rows_per_row_group = max_rows;
         let report = compact_partition(&self.store, &self.layout, &self.partition, &options)
@@ -94,7 +94,7 @@ async fn row_groups_rotate_at_the_threshold_and_declare_the_sort() {
     let threshold = 128 << 10;
     let report = f.compact(Some(threshold)).await;
     assert_eq!(report.status, Status::Compacted);
-    assert_eq!(report.flush_threshold_bytes, threshold);
+    assert_eq!(report.row_group_bytes, threshold);
     let out = report.output.expect("output");
     let bytes = get_bytes(&f.store, &out.key).await;
     let reader = SerializedFileReader::new(bytes).expect("footer");

@@ -1,5 +1,5 @@
 //! The output Parquet writer: row-group rotation, `sorting_columns`, statistics, blooms, and
-//! the block layout ([`crate::layout::blocks`]).
+//! the block layout ([`crate::output::blocks`]).
 //!
 //! Every setting is fixed or derived from the inputs, and no clock, host or random value
 //! reaches the file, so the same rows give byte-identical output.
@@ -14,10 +14,10 @@ use parquet::file::metadata::{KeyValue, ParquetMetaData, SortingColumn};
 use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterProperties};
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
-use crate::config::{CompactOptions, KeyColumns, SORT_KEY_METADATA, sort_key_label};
 use crate::error::{Error, Result};
 use crate::input::schema::UnifiedSchema;
-use crate::layout::blocks::{BlockOptions, BlockWriter};
+use crate::options::{CompactOptions, KeyColumns, SORT_KEY_METADATA, sort_key_label};
+use crate::output::blocks::{BlockOptions, BlockWriter};
 use crate::scratch::ScratchDir;
 use crate::sort::sink::ChunkSink;
 
@@ -51,13 +51,13 @@ fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
         .ok_or_else(|| Error::invariant(format!("key column {name:?} is not a leaf column")))
 }
 
-/// Writer properties of a compacted file: row groups rotate at `rg_bytes` of estimated encoded
+/// Writer properties of a compacted file: row groups rotate at `row_group_bytes` of estimated encoded
 /// size or at `max_rows` rows, whichever comes first.
 pub fn output_properties(
     schema: &Schema,
     keys: &KeyColumns,
     has_service: bool,
-    rg_bytes: u64,
+    row_group_bytes: u64,
     max_rows: Option<u64>,
 ) -> Result<WriterProperties> {
     let time_leaf = leaf_index(schema, &keys.time)?;
@@ -72,7 +72,7 @@ pub fn output_properties(
         .set_dictionary_page_size_limit(page_bytes)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_max_row_group_row_count(max_rows.map(|n| n.clamp(1, usize::MAX as u64) as usize))
-        .set_max_row_group_bytes(Some(rg_bytes.max(1) as usize))
+        .set_max_row_group_bytes(Some(row_group_bytes.max(1) as usize))
         .set_bloom_filter_position(BloomFilterPosition::AfterRowGroup)
         .set_key_value_metadata(Some(vec![KeyValue::new(
             SORT_KEY_METADATA.to_string(),
@@ -100,18 +100,18 @@ pub fn output_properties(
 }
 
 /// The writer settings of one partition's output: properties for `unified` under `options`
-/// with row groups of `rg_bytes`, and the block layout staging in `scratch`.
+/// with row groups of `row_group_bytes`, and the block layout staging in `scratch`.
 pub fn partition_output_settings(
     unified: &UnifiedSchema,
     options: &CompactOptions,
-    rg_bytes: u64,
+    row_group_bytes: u64,
     scratch: &ScratchDir,
 ) -> Result<(WriterProperties, BlockOptions)> {
     let properties = output_properties(
         &unified.schema,
         &options.keys,
         unified.service_index.is_some(),
-        rg_bytes,
+        row_group_bytes,
         options.max_rows_per_row_group,
     )?;
     let blocks = BlockOptions::new(

@@ -1,4 +1,6 @@
-//! Typed, validated settings with units in field names; nothing here reads the environment.
+//! What one compaction is given: [`CompactOptions`], the defaults, and the key columns and
+//! sort-key label compacted files declare. Nothing here reads the environment
+//! ([`crate::settings`] does, through a lookup).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -73,6 +75,20 @@ pub const DEFAULT_ROW_GROUPS_PER_BLOCK: usize = 4;
 /// Inputs a job downloads at once from a remote store.
 pub const DEFAULT_PARALLEL_DOWNLOADS: usize = 4;
 
+/// Grace before retired inputs and orphaned outputs are deleted when nothing else says.
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(15 * 60);
+
+/// A callback told the rows read so far and the rows of all inputs, as the sort reads them
+/// (the CLI draws its progress line with it; the library prints nothing).
+#[derive(Clone)]
+pub struct Progress(pub std::sync::Arc<dyn Fn(u64, u64) + Send + Sync>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress(..)")
+    }
+}
+
 /// The decoded-row budget for a function of `memory_mib` MiB: a quarter of it, so the
 /// budget, one batch, the writer's open row group, the upload buffers and the runtime fit.
 pub fn budget_for_function_memory(memory_mib: u64) -> u64 {
@@ -88,18 +104,17 @@ pub struct CompactOptions {
     pub budget_bytes: u64,
     /// Scratch directory for downloaded inputs and spilled runs.
     pub scratch_dir: PathBuf,
-    /// Explicit row-group threshold (wins over the environment override and the adaptive value).
-    pub rg_bytes: Option<u64>,
-    /// Operator override of the adaptive threshold (`OURIOS_COMPACTED_RG_BYTES`), read by `main`.
-    pub rg_bytes_env: Option<u64>,
+    /// Row-group threshold: the encoded bytes at which the writer closes a row group (default:
+    /// adaptive, [`crate::output::threshold`]).
+    pub row_group_bytes: Option<u64>,
     /// Maximum runs merged at once.
     pub merge_fan_in: usize,
     /// Stop before this instant with nothing committed.
     pub deadline: Option<Instant>,
     /// Retired inputs and orphaned outputs older than this are garbage-collected after a commit.
     pub gc_grace: Duration,
-    /// Write a progress line to stderr for long work.
-    pub progress: bool,
+    /// Told how far the sort has read (`None`: nobody asks).
+    pub progress: Option<Progress>,
     /// Most bytes this job may write to scratch (default: whatever the file system has free).
     pub scratch_limit_bytes: Option<u64>,
     /// Output row groups per block: within a block each column's chunks are contiguous, so a
@@ -114,8 +129,9 @@ pub struct CompactOptions {
     pub code_strings: bool,
     /// The host's clocks (durations and labels; grace periods use the store's clock).
     pub clock: std::sync::Arc<dyn crate::clock::Clock>,
-    /// Names this job (logs, manifest, the output's unique suffix); random when `None`.
-    pub job_id: Option<String>,
+    /// Names this attempt (logs, manifest, the output's unique suffix); random when `None`.
+    /// An attempt of a dispatched job is named `<job id>-<random suffix>`.
+    pub attempt_id: Option<String>,
     /// Memory of the function the job runs in (MB), which its cost is billed for.
     pub function_memory_mb: u64,
     /// Prices the job's cost is reckoned at.
@@ -132,18 +148,17 @@ impl CompactOptions {
             keys: KeyColumns::default(),
             budget_bytes: DEFAULT_BUDGET_BYTES,
             scratch_dir: scratch_dir.into(),
-            rg_bytes: None,
-            rg_bytes_env: None,
+            row_group_bytes: None,
             merge_fan_in: DEFAULT_MERGE_FAN_IN,
             deadline: None,
-            gc_grace: Duration::from_secs(15 * 60),
-            progress: false,
+            gc_grace: DEFAULT_GC_GRACE,
+            progress: None,
             scratch_limit_bytes: None,
             row_groups_per_block: DEFAULT_ROW_GROUPS_PER_BLOCK,
             max_rows_per_row_group: None,
             code_strings: true,
             clock: crate::clock::SystemClock::shared(),
-            job_id: None,
+            attempt_id: None,
             function_memory_mb: ONE_VCPU_FUNCTION_MB,
             prices: Prices::default(),
             parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
@@ -165,7 +180,7 @@ impl CompactOptions {
                 message: "merge fan-in must be at least 2".into(),
             });
         }
-        if matches!(self.rg_bytes, Some(0)) || matches!(self.rg_bytes_env, Some(0)) {
+        if matches!(self.row_group_bytes, Some(0)) {
             return Err(Error::Config {
                 message: "row-group threshold must be positive".into(),
             });
@@ -189,66 +204,9 @@ impl CompactOptions {
     }
 }
 
-/// Parses a byte size: plain bytes or with a `KiB`/`MiB`/`GiB` (or `K`/`M`/`G`, `KB`/`MB`/`GB`,
-/// all binary) suffix, e.g. `64MiB`, `512k`, `1048576`.
-pub fn parse_size(raw: &str) -> Result<u64> {
-    let bad = || Error::Config {
-        message: format!(
-            "size {raw:?} should be bytes or a number with KiB, MiB or GiB, e.g. 64MiB"
-        ),
-    };
-    let s = raw.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    if digits.is_empty() {
-        return Err(bad());
-    }
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(1u64 << shift).ok_or_else(bad)
-}
-
-/// Parses a duration such as `15m`, `0s`, `90s`, `1h`.
-pub fn parse_duration(raw: &str) -> Result<Duration> {
-    humantime::parse_duration(raw.trim()).map_err(|e| Error::Config {
-        message: format!("duration {raw:?}: {e} (use e.g. 15m, 0s, 1h)"),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        for (raw, want) in [
-            ("1048576", 1 << 20),
-            ("64MiB", 64 << 20),
-            ("64 MiB", 64 << 20),
-            ("512k", 512 << 10),
-            ("2GiB", 2 << 30),
-            ("1G", 1 << 30),
-            ("7B", 7),
-        ] {
-            assert_eq!(parse_size(raw).unwrap(), want, "{raw}");
-        }
-        for bad in ["", "MiB", "-1", "1.5MiB", "12TB", "99999999999999999999"] {
-            assert!(parse_size(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
-        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
-        assert!(parse_duration("soon").is_err());
-    }
 
     #[test]
     fn layout_settings_are_validated() {

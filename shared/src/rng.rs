@@ -1,40 +1,41 @@
-//! The generator's own seeded random numbers, hand-rolled so outputs never change with a crate upgrade.
+//! The one seeded random-number generator of generated data and tests, hand-rolled so
+//! generated files and seeded test schedules never change with a crate upgrade.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and fully specified by its constants.
 #[derive(Debug, Clone)]
-pub(crate) struct SplitMix64 {
+pub struct SplitMix64 {
     state: u64,
 }
 
 impl SplitMix64 {
     /// A generator whose whole stream is fixed by `seed`.
-    pub(crate) fn new(seed: u64) -> Self {
+    pub fn new(seed: u64) -> Self {
         Self { state: seed }
     }
 
     /// The next 64 random bits.
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         mix64(self.state)
     }
 
     /// A uniform value in `0..n` (`0` when `n` is zero), by multiply-shift.
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 
     /// A uniform index in `0..n`.
-    pub(crate) fn index(&mut self, n: usize) -> usize {
+    pub fn index(&mut self, n: usize) -> usize {
         self.below(n as u64) as usize
     }
 
     /// True with probability `1 / n`.
-    pub(crate) fn one_in(&mut self, n: u64) -> bool {
+    pub fn one_in(&mut self, n: u64) -> bool {
         self.below(n) == 0
     }
 
     /// Sixteen random bytes (a trace id).
-    pub(crate) fn bytes16(&mut self) -> [u8; 16] {
+    pub fn bytes16(&mut self) -> [u8; 16] {
         let mut out = [0u8; 16];
         out[..8].copy_from_slice(&self.next_u64().to_le_bytes());
         out[8..].copy_from_slice(&self.next_u64().to_le_bytes());
@@ -43,14 +44,14 @@ impl SplitMix64 {
 }
 
 /// The SplitMix64 finaliser: a bijective 64-bit mix, also used to derive seeds.
-pub(crate) fn mix64(mut z: u64) -> u64 {
+pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
 
 /// FNV-1a over bytes: a stable hash for names (partition, service) that feed seeds.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xCBF2_9CE4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01B3)
     })
