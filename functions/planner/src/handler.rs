@@ -7,8 +7,7 @@ use std::time::Instant;
 use aws_lambda_events::sqs::SqsBatchResponse;
 use chrono::{DateTime, Utc};
 use ourios_compaction::error::{ErrorKind, InvocationError};
-use ourios_compaction::serverless::dispatch::OutcomeDecision;
-use ourios_compaction::serverless::dispatch::invocation::{Handled, Planner, PlannerAnswer};
+use ourios_compaction::serverless::dispatch::invocation::{Planner, PlannerAnswer, PlannerCounts};
 use ourios_compaction::serverless::events::{HttpRequest, Invocation, parse_invocation};
 use ourios_compaction::serverless::metrics::{Unit, emf_line};
 use serde_json::{Value, json};
@@ -25,7 +24,7 @@ pub async fn handle(
         Ok(invocation) => invocation,
         Err(e) => {
             tracing::error!(error = %e, "rejected a payload");
-            emit(now, 0, 0, 1, 0, "unknown");
+            emit(now, &PlannerCounts::refused_payload("unknown"));
             let error = InvocationError::from(e);
             emit_error(now, &error);
             return Err(error);
@@ -63,7 +62,7 @@ async fn answer_http(
         )),
         Err(e) => {
             tracing::error!(error = %e, "rejected an HTTP request");
-            emit(now, 0, 0, 1, 0, "http");
+            emit(now, &PlannerCounts::refused_payload("http"));
             Err(e.into())
         }
     };
@@ -87,122 +86,38 @@ async fn handle_invocation(
     deadline: Option<Instant>,
 ) -> Result<Value, InvocationError> {
     let answer = planner.handle_until(invocation, now, deadline).await?;
+    emit(now, &answer.counts());
     match answer {
-        PlannerAnswer::Notifications(handled) => {
-            emit_handled(&handled, now, "notification");
-            let problems: Vec<String> = handled
-                .rejected
-                .iter()
-                .map(|r| format!("rejected {}: {}", r.item, r.reason))
-                .chain(
-                    handled
-                        .failed
-                        .iter()
-                        .map(|f| format!("dispatch of {} failed: {}", f.item, f.reason)),
-                )
-                .collect();
-            if problems.is_empty() {
-                Ok(body(&handled))
-            } else {
-                // A failed dispatch may succeed on a retry; a rejected key never will.
-                let kind = handled
-                    .failed
-                    .iter()
-                    .map(|f| f.kind)
-                    .find(|k| *k != ErrorKind::InvalidInput)
-                    .unwrap_or(ErrorKind::InvalidInput);
-                Err(InvocationError::new(
-                    kind,
-                    format!(
-                        "{} record(s) or partition(s) not handled (accepted partitions were dispatched first): {}",
-                        problems.len(),
-                        problems.join("; ")
-                    ),
-                ))
-            }
-        }
+        PlannerAnswer::Notifications(handled) => match handled.failure() {
+            Some(error) => Err(error),
+            None => Ok(json!({ "partitions": handled.partitions, "ignored": handled.ignored })),
+        },
         PlannerAnswer::SqsBatch {
-            handled,
-            failed_message_ids,
+            failed_message_ids, ..
         } => {
-            emit_handled(&handled, now, "sqs");
             let mut response = SqsBatchResponse::default();
             response.set_failures(failed_message_ids);
             Ok(serde_json::to_value(response)?)
         }
-        PlannerAnswer::Backfill(report) => {
-            emit(
-                now,
-                0,
-                0,
-                report.failed as u64,
-                report.scheduled as u64,
-                "backfill",
-            );
-            Ok(serde_json::to_value(report)?)
-        }
-        PlannerAnswer::Sweep(report) => {
-            let dispatched = report
-                .partitions
-                .iter()
-                .filter(|p| p.is_dispatched())
-                .count();
-            emit(now, 0, 0, report.failed as u64, dispatched as u64, "sweep");
-            let partitions: Vec<_> = report
-                .partitions
-                .into_iter()
-                .filter(|p| p.decision != OutcomeDecision::NothingToCompact)
-                .collect();
-            Ok(json!({
-                "partitions": partitions,
-                "failed": report.failed,
-                "complete": report.complete,
-            }))
-        }
+        PlannerAnswer::Backfill(report) => Ok(serde_json::to_value(report)?),
+        PlannerAnswer::Sweep(report) => Ok(serde_json::to_value(report.without_idle())?),
     }
 }
 
-fn body(handled: &Handled) -> Value {
-    json!({ "partitions": handled.partitions, "ignored": handled.ignored })
-}
-
-fn emit_handled(handled: &Handled, now: DateTime<Utc>, source: &str) {
-    let dispatched = handled
-        .partitions
-        .iter()
-        .filter(|p| p.is_dispatched())
-        .count();
-    emit(
-        now,
-        handled.num_accepted as u64,
-        handled.ignored.len() as u64,
-        (handled.rejected.len() + handled.failed.len()) as u64,
-        dispatched as u64,
-        source,
-    );
-}
-
 /// One embedded-metric-format line on stdout.
-fn emit(
-    now: DateTime<Utc>,
-    accepted: u64,
-    ignored: u64,
-    rejected: u64,
-    dispatched: u64,
-    source: &str,
-) {
+fn emit(now: DateTime<Utc>, counts: &PlannerCounts) {
     println!(
         "{}",
         emf_line(
             "planner",
             now.timestamp_millis(),
             &[
-                ("RecordsAccepted", Unit::Count, accepted),
-                ("RecordsIgnored", Unit::Count, ignored),
-                ("RecordsRejected", Unit::Count, rejected),
-                ("JobsDispatched", Unit::Count, dispatched),
+                ("RecordsAccepted", Unit::Count, counts.accepted),
+                ("RecordsIgnored", Unit::Count, counts.ignored),
+                ("RecordsRejected", Unit::Count, counts.rejected),
+                ("JobsDispatched", Unit::Count, counts.dispatched),
             ],
-            &[("source", source)],
+            &[("source", counts.source)],
         )
     );
 }

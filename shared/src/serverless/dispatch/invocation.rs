@@ -12,7 +12,7 @@ use super::{
     BackfillReport, DispatchMode, Pacing, PartitionOutcome, SweepReport, backfill_until,
     dispatch_partition, sweep_until,
 };
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, InvocationError, Result};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::serverless::events::{Classified, Invocation, KeyScope, Record, Watch, classify};
 use crate::serverless::readiness::ReadinessConfig;
@@ -72,6 +72,62 @@ pub struct Handled {
     pub num_accepted: usize,
 }
 
+impl Handled {
+    /// Partitions a job record was written for (or would be, in a dry run).
+    pub fn num_dispatched(&self) -> usize {
+        self.partitions.iter().filter(|p| p.is_dispatched()).count()
+    }
+
+    /// The invocation's error when a record was rejected or a dispatch failed (after every
+    /// accepted partition was dispatched): the kind of the first failed dispatch that is not
+    /// a refusal, since a retry may succeed; `invalid_input` when only refusals remain, which
+    /// no retry mends. `None` when everything was handled.
+    pub fn failure(&self) -> Option<InvocationError> {
+        let problems: Vec<String> = self
+            .rejected
+            .iter()
+            .map(|r| format!("rejected {}: {}", r.item, r.reason))
+            .chain(
+                self.failed
+                    .iter()
+                    .map(|f| format!("dispatch of {} failed: {}", f.item, f.reason)),
+            )
+            .collect();
+        if problems.is_empty() {
+            return None;
+        }
+        let kind = self
+            .failed
+            .iter()
+            .map(|f| f.kind)
+            .find(|k| *k != ErrorKind::InvalidInput)
+            .unwrap_or(ErrorKind::InvalidInput);
+        Some(InvocationError::new(
+            kind,
+            format!(
+                "{} record(s) or partition(s) not handled (accepted partitions were dispatched first): {}",
+                problems.len(),
+                problems.join("; ")
+            ),
+        ))
+    }
+}
+
+/// What an invocation's metrics count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannerCounts {
+    /// Records accepted.
+    pub accepted: u64,
+    /// Records acknowledged and ignored.
+    pub ignored: u64,
+    /// Records refused and partitions whose planning failed.
+    pub rejected: u64,
+    /// Partitions a job record was written for.
+    pub dispatched: u64,
+    /// The kind of invocation: `notification`, `sqs`, `backfill` or `sweep`.
+    pub source: &'static str,
+}
+
 /// What the planner did with an invocation.
 #[derive(Debug, Clone)]
 pub enum PlannerAnswer {
@@ -89,6 +145,54 @@ pub enum PlannerAnswer {
     Backfill(BackfillReport),
     /// A sweep.
     Sweep(SweepReport),
+}
+
+impl PlannerCounts {
+    /// The counts of a payload refused before any record was read, from `source`.
+    pub fn refused_payload(source: &'static str) -> Self {
+        Self {
+            accepted: 0,
+            ignored: 0,
+            rejected: 1,
+            dispatched: 0,
+            source,
+        }
+    }
+}
+
+impl PlannerAnswer {
+    /// What the invocation's metrics count.
+    pub fn counts(&self) -> PlannerCounts {
+        let of_records = |handled: &Handled, source| PlannerCounts {
+            accepted: handled.num_accepted as u64,
+            ignored: handled.ignored.len() as u64,
+            rejected: (handled.rejected.len() + handled.failed.len()) as u64,
+            dispatched: handled.num_dispatched() as u64,
+            source,
+        };
+        match self {
+            Self::Notifications(handled) => of_records(handled, "notification"),
+            Self::SqsBatch { handled, .. } => of_records(handled, "sqs"),
+            Self::Backfill(report) => PlannerCounts {
+                accepted: 0,
+                ignored: 0,
+                rejected: report.failed as u64,
+                dispatched: report.scheduled as u64,
+                source: "backfill",
+            },
+            Self::Sweep(report) => PlannerCounts {
+                accepted: 0,
+                ignored: 0,
+                rejected: report.failed as u64,
+                dispatched: report
+                    .partitions
+                    .iter()
+                    .filter(|p| p.is_dispatched())
+                    .count() as u64,
+                source: "sweep",
+            },
+        }
+    }
 }
 
 impl Planner {

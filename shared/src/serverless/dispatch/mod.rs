@@ -296,6 +296,16 @@ pub struct SweepReport {
     pub complete: bool,
 }
 
+impl SweepReport {
+    /// The report without the partitions that had nothing to compact (the answer a sweep
+    /// returns: those are most of the window and say nothing).
+    pub fn without_idle(mut self) -> Self {
+        self.partitions
+            .retain(|p| p.decision != OutcomeDecision::NothingToCompact);
+        self
+    }
+}
+
 /// The sweep: every tenant's partitions in the window of recent hours, planned as if an event
 /// had arrived. Lists tenants once, then only the window's hour directories.
 pub async fn sweep(
