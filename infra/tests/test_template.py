@@ -292,7 +292,11 @@ class TemplateTest(unittest.TestCase):
 
     def test_environment_is_what_the_functions_read(self):
         # The settings and logging modules and the functions' mains are where they are read.
-        sources = [REPO / "shared/src/serverless/settings.rs", REPO / "shared/src/logging.rs"]
+        sources = [
+            REPO / "shared/src/serverless/function_settings.rs",
+            REPO / "shared/src/settings.rs",
+            REPO / "shared/src/logging.rs",
+        ]
         sources += sorted(REPO.glob("functions/*/src/main.rs"))
         known = {v for s in sources for v in re.findall(r'"(OURIOS_[A-Z_]+)"', s.read_text())}
         for name, (_, props) in self.functions.items():
