@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use ourios_compaction::partition::DEFAULT_INGEST_PREFIX;
-use ourios_compaction::settings::{CompactSettings, parse_duration, parse_size};
+use ourios_compaction::settings::{
+    CompactSettings, parse_count, parse_duration, parse_size, positive,
+};
 
 /// Sorted, bounded-memory compaction of Parquet log partitions.
 #[derive(Debug, Parser)]
@@ -36,10 +38,9 @@ fn size(raw: &str) -> Result<u64, String> {
 
 /// A positive size flag.
 fn positive_size(raw: &str) -> Result<u64, String> {
-    match size(raw)? {
-        0 => Err("must be positive".into()),
-        n => Ok(n),
-    }
+    parse_size(raw)
+        .and_then(positive)
+        .map_err(|e| e.to_string())
 }
 
 /// A duration flag, e.g. `15m`, `0s`, `100ms`.
@@ -49,11 +50,10 @@ fn duration(raw: &str) -> Result<Duration, String> {
 
 /// A count flag of at least 1.
 fn positive_count(raw: &str) -> Result<usize, String> {
-    match raw.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("{raw:?} is not a whole number")),
-    }
+    let n = parse_count(raw)
+        .and_then(positive)
+        .map_err(|e| e.to_string())?;
+    usize::try_from(n).map_err(|_| format!("{raw:?} is too large"))
 }
 
 /// A compaction's settings. Each flag overrides the variable named in its help; the

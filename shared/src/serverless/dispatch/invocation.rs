@@ -75,7 +75,7 @@ pub struct Handled {
 impl Handled {
     /// Partitions a job record was written for (or would be, in a dry run).
     pub fn num_dispatched(&self) -> usize {
-        self.partitions.iter().filter(|p| p.is_dispatched()).count()
+        num_dispatched(&self.partitions)
     }
 
     /// The invocation's error when a record was rejected or a dispatch failed (after every
@@ -111,6 +111,11 @@ impl Handled {
             ),
         ))
     }
+}
+
+/// Partitions of `outcomes` a job record was written for (or would be, in a dry run).
+fn num_dispatched(outcomes: &[PartitionOutcome]) -> usize {
+    outcomes.iter().filter(|p| p.is_dispatched()).count()
 }
 
 /// What an invocation's metrics count.
