@@ -26,6 +26,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
+# Each step's header carries the seconds since the start, so a slow step shows in the log.
+step() { echo "== [${SECONDS}s] $*"; }
 
 mode=full
 filter=()
@@ -79,7 +81,7 @@ ensure_venv() {
         echo "$want" >"$stamp"
 }
 
-echo "== tools (pinned, project-local; installed only when missing)"
+step "tools (pinned, project-local; installed only when missing)"
 ensure_rust_component rustfmt fmt
 if ! ensure_venv "$venv" tests/requirements.txt; then
     echo "-- could not install tests/requirements.txt into .tools/venv (no route to PyPI?)" >&2
@@ -106,13 +108,13 @@ if [[ "$mode" == quick ]]; then
         printf '  - %s\n' "${missing[@]}" >&2
         exit 1
     fi
-    echo "== cargo fmt --check"
+    step "cargo fmt --check"
     cargo fmt --all -- --check
     # Profile `quick` (Cargo.toml): optimised dependencies, the workspace's own crates
     # unoptimised and incremental. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
     # release-sized partitions under peak-RSS bounds and are left to the full run, as is every
     # test that needs the S3 server or cargo-lambda (the ourios-integration-tests crate).
-    echo "== cargo test --profile quick (unit, property and in-memory tests; not stress_*, bench_*, tests/tests)"
+    step "cargo test --profile quick (unit, property and in-memory tests; not stress_*, bench_*, tests/tests)"
     cargo test --profile quick --workspace --exclude ourios-integration-tests -- \
         --skip stress_ --skip bench_ "${filter[@]}"
     exit 0
@@ -156,26 +158,31 @@ if [[ "$mode" == install ]]; then
     exit 0
 fi
 
-echo "== cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== cargo clippy"
+step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-echo "== infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
+step "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
 bash infra/tests/check.sh
 
-echo "== cargo build --release -p ourios-compact (the concurrency tests run it as processes)"
-cargo build --release -p ourios-compact --bin ourios-compact
+# One release build of the whole workspace, tests and examples included: `cargo test
+# --workspace` below finds everything built, with the same features. A build of one package
+# (`-p`, or `cargo run --example`) resolves that package's features alone and compiles most
+# dependencies again, so the binaries used below (the CLI, which the concurrency tests run as
+# processes; the interop fixtures; the functions under the Lambda emulator) are taken from it.
+step "cargo build --release --workspace --all-targets"
+cargo build --release --workspace --all-targets
 target_dir="${CARGO_TARGET_DIR:-target}"
-OURIOS_COMPACT_BIN="$(cd "$target_dir" && pwd)/release/ourios-compact"
-export OURIOS_COMPACT_BIN
+release_dir="$(cd "$target_dir" && pwd)/release"
+export OURIOS_COMPACT_BIN="$release_dir/ourios-compact"
 
 # Block-layout files (1, 4 and 8 row groups per block; strings, dictionaries, nulls, a struct,
 # a list, page indexes, bloom filters) must read back identically in other readers.
-echo "== interop: pyarrow, DuckDB and Polars read block-layout files"
+step "interop: pyarrow, DuckDB and Polars read block-layout files"
 interop_dir="$(mktemp -d)"
-cargo run --release -q -p ourios-compaction --example interop_fixtures -- "$interop_dir"
+"$release_dir/examples/interop_fixtures" "$interop_dir"
 "$OURIOS_INTEROP_PYTHON" tests/interop/check_readers.py "$interop_dir"
 rm -rf "$interop_dir"
 
@@ -219,7 +226,7 @@ except urllib.error.HTTPError:
 }
 
 if [[ -n "${S3_ENDPOINT:-}" ]]; then
-    echo "== S3 server: $S3_ENDPOINT (given)"
+    step "S3 server: $S3_ENDPOINT (given)"
     endpoint="$S3_ENDPOINT"
     : "${AWS_ACCESS_KEY_ID:?set AWS_ACCESS_KEY_ID for S3_ENDPOINT}"
     : "${AWS_SECRET_ACCESS_KEY:?set AWS_SECRET_ACCESS_KEY for S3_ENDPOINT}"
@@ -228,14 +235,14 @@ else
     port="$(free_port)"
     endpoint="http://127.0.0.1:$port"
     if command -v minio >/dev/null 2>&1; then
-        echo "== S3 server: MinIO on $endpoint"
+        step "S3 server: MinIO on $endpoint"
         export AWS_ACCESS_KEY_ID=ourios-test AWS_SECRET_ACCESS_KEY=ourios-test-secret
         MINIO_ROOT_USER="$AWS_ACCESS_KEY_ID" MINIO_ROOT_PASSWORD="$AWS_SECRET_ACCESS_KEY" \
             minio server --quiet --address "127.0.0.1:$port" --console-address "127.0.0.1:$(free_port)" \
             "$server_dir/data" >"$server_dir/server.log" 2>&1 &
         server_pid=$!
     else
-        echo "== S3 server: moto $("$python" -c 'import moto; print(moto.__version__)') on $endpoint"
+        step "S3 server: moto $("$python" -c 'import moto; print(moto.__version__)') on $endpoint"
         export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
         "$python" -m moto.server -H 127.0.0.1 -p "$port" >"$server_dir/server.log" 2>&1 &
         server_pid=$!
@@ -273,5 +280,5 @@ with open("infra/local/lifecycle.json") as f:
 print(f"bucket {bucket} ready")
 EOF
 
-echo "== cargo test"
+step "cargo test"
 cargo test --release --workspace

@@ -14,31 +14,29 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `cargo lambda watch` in its own process group, stopped (with the functions it started)
-/// when dropped.
+/// `cargo lambda watch --only-lambda-apis` in its own process group, serving the Lambda runtime
+/// and invoke APIs to both function binaries, which run as their own processes in that group;
+/// all stopped when dropped.
 pub struct Emulator {
     child: Child,
+    functions: Vec<Child>,
     port: u16,
     log: PathBuf,
 }
 
+/// The function binaries the emulator serves.
+const FUNCTIONS: [&str; 2] = ["ourios-planner", "ourios-compactor"];
+
 impl Emulator {
-    /// Builds both functions, then serves them with `env` as their environment; its log is
-    /// `<log_dir>/<name>.log`.
+    /// Serves both functions with `env` as their environment; the log of the emulator and the
+    /// functions is `<log_dir>/<name>.log`.
+    ///
+    /// The functions are the workspace's binaries, built here as `cargo test --workspace`
+    /// builds them (`--workspace --all-targets`, so with the same features), which reuses what
+    /// that build compiled: `cargo lambda watch` would build each function alone, with its own
+    /// features, compiling most dependencies again.
     pub fn start(name: &str, env: &[(String, String)], log_dir: &Path) -> Self {
-        // Build each function first (as the emulator's `cargo run --bin` will, so it finds
-        // them fresh): the invocations then never wait on a compiler.
-        for package in ["ourios-planner", "ourios-compactor"] {
-            let mut build = Command::new("cargo");
-            build
-                .current_dir(workspace_root())
-                .args(["build", "-p", package]);
-            if !cfg!(debug_assertions) {
-                build.arg("--release");
-            }
-            let status = build.status().expect("cargo build runs");
-            assert!(status.success(), "cargo build -p {package} failed");
-        }
+        let bin_dir = build_function_binaries();
         let port = {
             let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
             listener.local_addr().expect("its address").port()
@@ -48,7 +46,7 @@ impl Emulator {
         let mut command = Command::new("cargo");
         command
             .current_dir(workspace_root())
-            .args(["lambda", "watch", "--ignore-changes"])
+            .args(["lambda", "watch", "--only-lambda-apis", "--ignore-changes"])
             .args([
                 "--invoke-address",
                 "127.0.0.1",
@@ -57,18 +55,7 @@ impl Emulator {
             ])
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log file"))
-            .stderr(log_file);
-        for (key, value) in env {
-            command
-                .env(key, value)
-                .arg("--env-var")
-                .arg(format!("{key}={value}"));
-        }
-        if !cfg!(debug_assertions) {
-            // Built like this test (`cargo test --release` in tests/run.sh), so the release
-            // dependencies already built are reused.
-            command.arg("--release");
-        }
+            .stderr(log_file.try_clone().expect("log file"));
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let child = command.spawn().unwrap_or_else(|e| {
             panic!(
@@ -76,9 +63,42 @@ impl Emulator {
                  (`bash tests/run.sh` installs it into .tools/venv and runs this test)"
             )
         });
-        let mut emulator = Self { child, port, log };
+        let mut emulator = Self {
+            child,
+            functions: Vec::new(),
+            port,
+            log,
+        };
         emulator.wait_until_listening();
+        for function in FUNCTIONS {
+            // The variables `cargo lambda watch` gives a function it starts itself, with the
+            // runtime API of the function's own name.
+            let mut command = Command::new(bin_dir.join(function));
+            command
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .env("AWS_LAMBDA_FUNCTION_NAME", function)
+                .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+                .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "4096")
+                .env("AWS_LAMBDA_MAX_CONCURRENCY", "1")
+                .env(
+                    "AWS_LAMBDA_RUNTIME_API",
+                    format!("http://127.0.0.1:{port}/.rt/{function}"),
+                )
+                .stdin(Stdio::null())
+                .stdout(log_file.try_clone().expect("log file"))
+                .stderr(log_file.try_clone().expect("log file"));
+            std::os::unix::process::CommandExt::process_group(&mut command, emulator.group());
+            let child = command
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {function}: {e}"));
+            emulator.functions.push(child);
+        }
         emulator
+    }
+
+    /// The process group of the emulator and the functions.
+    fn group(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("a process id fits an i32")
     }
 
     /// Waits (a bounded number of tries) until the emulator accepts connections.
@@ -176,11 +196,54 @@ impl Emulator {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
-        // The whole group: cargo lambda and the function processes it started.
-        let group = format!("-{}", self.child.id());
+        // The whole group: cargo lambda and the function processes.
+        let group = format!("-{}", self.group());
         let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
         let _ = self.child.wait();
+        for function in &mut self.functions {
+            let _ = function.wait();
+        }
     }
+}
+
+/// Builds the workspace's binaries and test targets in this test's profile and returns the
+/// directory of the binaries (this test executable's `target/<profile dir>`).
+fn build_function_binaries() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's executable");
+    // target/<profile dir>/deps/<test> -> target/<profile dir>
+    let bin_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/<profile dir>/deps")
+        .to_path_buf();
+    let profile = match bin_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_string(),
+        Some(dir) => dir.to_string(),
+        None => panic!("no profile directory in {}", exe.display()),
+    };
+    let status = Command::new("cargo")
+        .current_dir(workspace_root())
+        .args([
+            "build",
+            "--workspace",
+            "--all-targets",
+            "--profile",
+            &profile,
+        ])
+        .status()
+        .expect("cargo build runs");
+    assert!(
+        status.success(),
+        "cargo build --workspace --all-targets failed"
+    );
+    for function in FUNCTIONS {
+        assert!(
+            bin_dir.join(function).is_file(),
+            "{function} was not built in {}",
+            bin_dir.display()
+        );
+    }
+    bin_dir
 }
 
 /// An `events/` payload with its bucket and keys moved under a store root `s3://bucket/root`,

@@ -3,8 +3,9 @@
 //! compactor gets the job record's event, and the live set is checked row by row.
 //!
 //! Needs `cargo lambda` on the PATH (`bash tests/run.sh` installs it into .tools/venv) and the
-//! S3 server `tests/run.sh` starts. It builds and runs the real function binaries through
-//! `cargo lambda watch`, then sends payloads with `cargo lambda invoke --data-file`.
+//! S3 server `tests/run.sh` starts. It runs the real function binaries against the runtime API
+//! of `cargo lambda watch --only-lambda-apis`, then sends payloads with
+//! `cargo lambda invoke --data-file`.
 
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::KeyLayout;
