@@ -34,6 +34,8 @@ MANIFEST_KEY = f"_compaction/manifests/{PARTITION}/v00000000000000000001.json"
 JOB_KEY = f"_compaction/jobs/{PARTITION}.json"
 ALL_KEYS = [INGEST_KEY, COMPACTED_KEY, MANIFEST_KEY, JOB_KEY]
 
+# Lambda's quota on a function's deployment package, unzipped (250 MB).
+LAMBDA_UNZIPPED_LIMIT_BYTES = 262_144_000
 # ELF e_machine of each Lambda architecture.
 ELF_MACHINE = {"arm64": 183, "x86_64": 62}
 
@@ -530,6 +532,8 @@ class TemplateTest(unittest.TestCase):
             self.assertEqual(head[:4], b"\x7fELF", archive)
             self.assertEqual(int.from_bytes(head[18:20], "little"), ELF_MACHINE[arch], f"{archive} is not {arch}")
             self.assertTrue((info.external_attr >> 16) & 0o111, f"{archive}: bootstrap is not executable")
+            # Lambda refuses a function whose code is larger than 250 MB unzipped.
+            self.assertLess(info.file_size, LAMBDA_UNZIPPED_LIMIT_BYTES, f"{archive}: bootstrap too large")
 
 
 if __name__ == "__main__":
