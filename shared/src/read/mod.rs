@@ -1,5 +1,5 @@
 //! Reading compacted partitions: footer summaries, row-group pruning, the byte ranges a read
-//! fetches, the window query and the full scan.
+//! fetches, the window query, the full scan, and split points of sorted files.
 
 pub mod inspect;
 pub mod planned_reader;
@@ -7,3 +7,4 @@ pub mod prune;
 pub mod query;
 pub mod read_plan;
 pub mod scan;
+pub mod split;

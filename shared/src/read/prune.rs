@@ -140,7 +140,7 @@ pub(crate) fn service_bounds(chunk: &ColumnChunkMetaData) -> Option<(&[u8], &[u8
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
@@ -152,10 +152,10 @@ mod tests {
 
     use super::*;
 
-    const MINUTE: i64 = 60_000_000_000;
+    pub(crate) const MINUTE: i64 = 60_000_000_000;
 
     /// Writes `rows` (service, minute) as a file with `rows_per_group` rows per row group.
-    fn file(
+    pub(crate) fn file(
         rows: &[(Option<&str>, i64)],
         rows_per_group: usize,
         unsigned_time: bool,
