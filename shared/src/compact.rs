@@ -326,6 +326,7 @@ async fn run_job(
         CommitOutcome::Committed(m) => {
             report.manifest_version = m.version;
             report.write_amplification = m.write_amplification();
+            report.outputs = written.iter().map(|w| w.output.clone()).collect();
             report.output = written.map(|w| w.output);
             report.status = if quarantined.is_empty() {
                 Status::Compacted

@@ -85,6 +85,8 @@ pub struct CompactionReport {
     pub inputs: InputTotals,
     /// The output, when one was written and committed.
     pub output: Option<OutputFile>,
+    /// Every output committed, in key order (empty without one; `output` when there is one).
+    pub outputs: Vec<OutputFile>,
     /// Row-group threshold the writer used (JSON `flush_threshold_bytes`).
     #[serde(rename = "flush_threshold_bytes")]
     pub row_group_bytes: u64,
@@ -138,6 +140,7 @@ impl CompactionReport {
             status: Status::Noop,
             inputs: InputTotals::default(),
             output: None,
+            outputs: Vec::new(),
             row_group_bytes: 0,
             budget_bytes: 0,
             runs_spilled: 0,

@@ -88,6 +88,7 @@ fn compact_json_report_follows_the_contract() {
     assert_eq!(output["rows"], 12_000);
     assert!(output["bytes"].as_u64().expect("bytes") > 0);
     assert!(output["row_groups"].as_u64().expect("row groups") >= 1);
+    assert_eq!(report["outputs"], serde_json::json!([output]));
     assert_eq!(report["flush_threshold_bytes"], MIB);
     assert_eq!(report["budget_bytes"], 256 * 1024);
     assert!(
@@ -116,6 +117,7 @@ fn compact_json_report_follows_the_contract() {
     assert!(again_out.status.success());
     assert_eq!(again["status"], "noop");
     assert_eq!(again["output"], Value::Null);
+    assert_eq!(again["outputs"], Value::Array(vec![]));
 
     let inspect = run(&["inspect", &dir.path().join(key).to_string_lossy(), "--json"]);
     assert!(inspect.status.success());
