@@ -15,8 +15,8 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// `cargo lambda watch --only-lambda-apis` in its own process group, serving the Lambda runtime
-/// and invoke APIs to both function binaries, which run as their own processes in that group;
-/// all stopped when dropped.
+/// and invoke APIs to function binaries that run as their own processes in that group; all
+/// stopped when dropped.
 pub struct Emulator {
     child: Child,
     functions: Vec<Child>,
@@ -24,18 +24,18 @@ pub struct Emulator {
     log: PathBuf,
 }
 
-/// The function binaries the emulator serves.
-const FUNCTIONS: [&str; 2] = ["ourios-planner", "ourios-compactor"];
+/// The workspace's function binaries.
+pub const FUNCTIONS: [&str; 2] = ["ourios-planner", "ourios-compactor"];
 
 impl Emulator {
-    /// Serves both functions with `env` as their environment; the log of the emulator and the
-    /// functions is `<log_dir>/<name>.log`.
+    /// Serves `functions` (of [`FUNCTIONS`]) with `env` as their environment; the log of the
+    /// emulator and the functions is `<log_dir>/<name>.log`.
     ///
     /// The functions are the workspace's binaries, built here as `cargo test --workspace`
     /// builds them (`--workspace --all-targets`, so with the same features), which reuses what
     /// that build compiled: `cargo lambda watch` would build each function alone, with its own
     /// features, compiling most dependencies again.
-    pub fn start(name: &str, env: &[(String, String)], log_dir: &Path) -> Self {
+    pub fn start(name: &str, functions: &[&str], env: &[(String, String)], log_dir: &Path) -> Self {
         let bin_dir = build_function_binaries();
         let port = {
             let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -70,7 +70,7 @@ impl Emulator {
             log,
         };
         emulator.wait_until_listening();
-        for function in FUNCTIONS {
+        for &function in functions {
             // The variables `cargo lambda watch` gives a function it starts itself, with the
             // runtime API of the function's own name.
             let mut command = Command::new(bin_dir.join(function));

@@ -12,7 +12,7 @@ use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_integration_tests::emulator::{
-    Emulator, event_for_store, land_announced_files, workspace_root,
+    Emulator, FUNCTIONS, event_for_store, land_announced_files, workspace_root,
 };
 use ourios_integration_tests::{assert_exactly_once, live_tags, s3_url, test_partition};
 use serde_json::Value;
@@ -52,7 +52,7 @@ async fn planner_and_compactor_under_cargo_lambda() {
             .unwrap_or_else(|_| panic!("{key} is not set: run the tests with `bash tests/run.sh`"));
         env.push((key.to_string(), value));
     }
-    let emulator = Emulator::start("cargo-lambda-watch", &env, work.path());
+    let emulator = Emulator::start("cargo-lambda-watch", &FUNCTIONS, &env, work.path());
 
     // 1. The seal events reach the planner: one job for the partition.
     let seal = event_for_store("s3-put-encoded-keys.json", &bucket, &prefix, work.path());

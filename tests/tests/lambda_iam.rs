@@ -213,9 +213,16 @@ async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
     let work = server.work_dir();
     let scratch = work.join("scratch");
     std::fs::create_dir_all(&scratch).expect("scratch dir");
-    let planner = Emulator::start("planner", &server.function_env("planner", &scratch), &work);
+    // Each function under its own role's credentials, alone in its emulator.
+    let planner = Emulator::start(
+        "planner",
+        &["ourios-planner"],
+        &server.function_env("planner", &scratch),
+        &work,
+    );
     let compactor = Emulator::start(
         "compactor",
+        &["ourios-compactor"],
         &server.function_env("compactor", &scratch),
         &work,
     );

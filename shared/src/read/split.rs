@@ -57,13 +57,15 @@ pub fn row_group_spans(metadata: &ParquetMetaData, keys: &KeyColumns) -> Vec<Row
         .row_groups()
         .iter()
         .map(|row_group| {
-            let start = row_group_start(row_group, time, service).unwrap_or(previous.clone());
             // Sorted files start each row group at or after the one before it; statistics that
             // say otherwise are not trusted past that point.
-            let start = start.max(previous.clone());
-            previous = start.clone();
+            if let Some(start) = row_group_start(row_group, time, service)
+                && start > previous
+            {
+                previous = start;
+            }
             RowGroupSpan {
-                start,
+                start: previous.clone(),
                 bytes: u64::try_from(row_group.compressed_size()).unwrap_or(0),
             }
         })
