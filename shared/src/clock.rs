@@ -68,6 +68,15 @@ impl Expiry {
         }
     }
 
+    /// The earlier of two points of the same clock.
+    pub fn earlier(self, other: Expiry) -> Expiry {
+        if other.at_ms < self.at_ms {
+            other
+        } else {
+            self
+        }
+    }
+
     /// True once the point has passed.
     pub fn has_passed(&self) -> bool {
         self.clock.monotonic_ms() >= self.at_ms

@@ -59,6 +59,10 @@
 //!     ─► commit (create-only manifest version) ─► garbage collection
 //! ```
 //!
+//! Fanned out ([`compact::fan_out`]), groups of inputs are sorted into run objects, the runs'
+//! statistics split the key space into ranges, and each range is merged into an output of its
+//! own; one commit makes them live together.
+//!
 //! # Modules
 //!
 //! The modules form layers, listed here from the ground floor up. A module names modules of
@@ -111,6 +115,7 @@
 //! | | [`read::planned_reader`] | the Parquet reader of one object, serving reads from a read plan |
 //! | | [`read::inspect`] | footer summaries |
 //! | compact | [`compact`] | the driver: one partition, in named steps |
+//! | | [`compact::fan_out`] | one partition fanned out into key ranges: runs, split, merges, one commit |
 //! | serverless | [`serverless`] | the functions' library side |
 //! | | [`serverless::events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
 //! | | [`serverless::readiness`] | readiness and dispatch decisions (pure) |

@@ -95,6 +95,37 @@ pub fn budget_for_function_memory(memory_mib: u64) -> u64 {
     (memory_mib << 20) / 4
 }
 
+/// Whether a compaction fans out: sorts groups of inputs into runs, splits the key space into
+/// ranges of about equal bytes and merges each range into an output of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FanOut {
+    /// One output, in one task (the default).
+    #[default]
+    Off,
+    /// Fan out only when the job would not fit one invocation's limits (the scratch limit,
+    /// the deadline).
+    Auto,
+    /// Fan out into this many ranges (and at most as many groups).
+    Ranges(usize),
+}
+
+impl std::str::FromStr for FanOut {
+    type Err = String;
+
+    fn from_str(raw: &str) -> std::result::Result<Self, String> {
+        match raw.trim() {
+            "auto" => Ok(FanOut::Auto),
+            "off" => Ok(FanOut::Off),
+            n => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(FanOut::Ranges(n)),
+                _ => Err(format!(
+                    "fan-out {raw:?} is not auto, off or a number of ranges of at least 1"
+                )),
+            },
+        }
+    }
+}
+
 /// Everything one compaction needs besides the store and the partition.
 #[derive(Debug, Clone)]
 pub struct CompactOptions {
@@ -139,6 +170,10 @@ pub struct CompactOptions {
     /// Inputs downloaded at once from a remote store (at least 1). One makes a job's store
     /// operations a single sequence, which the protocol simulation replays by seed.
     pub parallel_downloads: usize,
+    /// Whether the job fans out into several outputs.
+    pub fan_out: FanOut,
+    /// Tasks of a fanned-out job run at once here (each holds up to the budget B).
+    pub workers: usize,
 }
 
 impl CompactOptions {
@@ -162,6 +197,8 @@ impl CompactOptions {
             function_memory_mb: ONE_VCPU_FUNCTION_MB,
             prices: Prices::default(),
             parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
+            fan_out: FanOut::Off,
+            workers: 1,
         }
     }
 
@@ -193,6 +230,11 @@ impl CompactOptions {
         if matches!(self.max_rows_per_row_group, Some(0)) {
             return Err(Error::Config {
                 message: "max rows per row group must be positive".into(),
+            });
+        }
+        if self.workers == 0 {
+            return Err(Error::Config {
+                message: "workers must be at least 1".into(),
             });
         }
         if self.function_memory_mb == 0 {

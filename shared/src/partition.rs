@@ -241,6 +241,16 @@ impl KeyLayout {
         ))
     }
 
+    /// Key of the sorted run of group `group` of a fanned-out job: under the partition's
+    /// compacted directory (`runs/<job>/`), never in a manifest, so GC sweeps a run a crash
+    /// left behind as an orphan once the grace has passed.
+    pub fn run_key(&self, partition: &PartitionId, job: &str, group: usize) -> Path {
+        Path::from(format!(
+            "{}/runs/{job}/run-{group:05}.parquet",
+            self.compacted_dir(partition)
+        ))
+    }
+
     /// Prefix every output key of a partition starts with.
     pub fn output_prefix(&self, partition: &PartitionId) -> String {
         format!("{}/part-", self.compacted_dir(partition))

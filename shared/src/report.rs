@@ -65,6 +65,15 @@ pub struct OutputFile {
     pub row_groups: u64,
 }
 
+/// The shape of a fanned-out job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FanOutShape {
+    /// Groups of inputs, each sorted into one run.
+    pub groups: usize,
+    /// Key ranges, each merged into one output (empty ranges write none).
+    pub ranges: usize,
+}
+
 /// A bad input left in place.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Quarantined {
@@ -83,10 +92,13 @@ pub struct CompactionReport {
     pub status: Status,
     /// Inputs compacted.
     pub inputs: InputTotals,
-    /// The output, when one was written and committed.
+    /// The output, when exactly one was written and committed.
     pub output: Option<OutputFile>,
-    /// Every output committed, in key order (empty without one; `output` when there is one).
+    /// Every output committed, in key order: empty without one, the key ranges of a
+    /// fanned-out job in range order.
     pub outputs: Vec<OutputFile>,
+    /// How the job fanned out (`None`: one task, one output).
+    pub fan_out: Option<FanOutShape>,
     /// Row-group threshold the writer used (JSON `flush_threshold_bytes`).
     #[serde(rename = "flush_threshold_bytes")]
     pub row_group_bytes: u64,
@@ -138,6 +150,7 @@ impl CompactionReport {
         Self {
             partition: partition.to_string(),
             status: Status::Noop,
+            fan_out: None,
             inputs: InputTotals::default(),
             output: None,
             outputs: Vec::new(),

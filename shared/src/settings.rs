@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use crate::error::{Error, Result};
 use crate::options::{
-    CompactOptions, DEFAULT_BUDGET_BYTES, DEFAULT_GC_GRACE, DEFAULT_ROW_GROUPS_PER_BLOCK,
+    CompactOptions, DEFAULT_BUDGET_BYTES, DEFAULT_GC_GRACE, DEFAULT_ROW_GROUPS_PER_BLOCK, FanOut,
     budget_for_function_memory,
 };
 
@@ -126,6 +126,10 @@ pub struct CompactSettings {
     pub function_memory_mb: u64,
     /// Prices of a job's cost (`OURIOS_PRICE_*`, else the published arm64 us-east-1 ones).
     pub prices: Prices,
+    /// Whether jobs fan out (`OURIOS_FAN_OUT`: `off`, `auto` or a number of ranges; else off).
+    pub fan_out: FanOut,
+    /// Tasks of a fanned-out job run at once (`OURIOS_WORKERS`, else 1).
+    pub workers: usize,
 }
 
 impl CompactSettings {
@@ -166,6 +170,12 @@ impl CompactSettings {
             )?,
             function_memory_mb: function_memory_mb.unwrap_or(ONE_VCPU_FUNCTION_MB),
             prices: Prices::from_lookup(lookup)?,
+            fan_out: get_or(lookup, "OURIOS_FAN_OUT", FanOut::Off, |s| {
+                s.parse().map_err(|message| Error::Config { message })
+            })?,
+            workers: get_or(lookup, "OURIOS_WORKERS", 1, |s| {
+                positive(parse_count(s)?).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            })?,
         })
     }
 
@@ -181,6 +191,8 @@ impl CompactSettings {
         options.gc_grace = self.gc_grace;
         options.function_memory_mb = self.function_memory_mb;
         options.prices = self.prices;
+        options.fan_out = self.fan_out;
+        options.workers = self.workers;
         options.deadline = deadline.map(|d| {
             d.checked_sub(self.deadline_margin)
                 .unwrap_or_else(Instant::now)
@@ -275,6 +287,31 @@ mod tests {
             ("OURIOS_ROW_GROUPS_PER_BLOCK", "0"),
             ("OURIOS_ROW_GROUPS_PER_BLOCK", "four"),
             ("OURIOS_MAX_ROWS_PER_ROW_GROUP", "0"),
+        ] {
+            let e = CompactSettings::from_lookup(&lookup(&[(name, value)])).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
+        }
+    }
+
+    #[test]
+    fn fan_out_settings() {
+        let s = CompactSettings::from_lookup(&lookup(&[])).unwrap();
+        assert_eq!((s.fan_out, s.workers), (FanOut::Off, 1));
+        for (raw, want) in [
+            ("auto", FanOut::Auto),
+            ("off", FanOut::Off),
+            ("1", FanOut::Ranges(1)),
+            (" 16 ", FanOut::Ranges(16)),
+        ] {
+            let s = CompactSettings::from_lookup(&lookup(&[("OURIOS_FAN_OUT", raw)])).unwrap();
+            assert_eq!(s.fan_out, want, "{raw}");
+        }
+        let s = CompactSettings::from_lookup(&lookup(&[("OURIOS_WORKERS", "4")])).unwrap();
+        assert_eq!(s.workers, 4);
+        for (name, value) in [
+            ("OURIOS_FAN_OUT", "0"),
+            ("OURIOS_FAN_OUT", "many"),
+            ("OURIOS_WORKERS", "0"),
         ] {
             let e = CompactSettings::from_lookup(&lookup(&[(name, value)])).unwrap_err();
             assert!(e.to_string().contains(name), "{e}");

@@ -145,12 +145,12 @@ async fn hole1_a_key_that_encoding_would_change_is_never_confused_with_another()
 fn commit_request(job: &str, inputs: &[&str], output: &str, forget: &[&str]) -> CommitRequest {
     CommitRequest {
         inputs: inputs.iter().map(|k| k.to_string()).collect(),
-        output: Some(CompactedFile {
+        outputs: vec![CompactedFile {
             key: output.to_string(),
             rows: 1,
             bytes: 1,
             input_set: format!("set-of-{job}"),
-        }),
+        }],
         quarantined: Vec::new(),
         forget: forget.iter().map(|k| k.to_string()).collect(),
         ingested_bytes: 1,

@@ -470,7 +470,7 @@ impl Sim {
         let clock = self.clock();
         let request = CommitRequest {
             inputs: job.inputs.clone(),
-            output: job.output.clone(),
+            outputs: job.output.clone().into_iter().collect(),
             quarantined: job.quarantined.clone(),
             forget: job.forget.clone(),
             ingested_bytes: 1,

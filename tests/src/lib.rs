@@ -170,12 +170,12 @@ pub async fn land_files(
 pub fn commit_request(job: &str, input: &str, output: &str) -> CommitRequest {
     CommitRequest {
         inputs: vec![input.to_string()],
-        output: Some(CompactedFile {
+        outputs: vec![CompactedFile {
             key: output.to_string(),
             rows: 1,
             bytes: 1,
             input_set: String::new(),
-        }),
+        }],
         quarantined: Vec::new(),
         forget: Vec::new(),
         ingested_bytes: 0,

@@ -20,6 +20,24 @@ fn partition_args<'a>(url: &'a str, tenant: &'a str, hour: &'a str) -> Vec<&'a s
     vec!["--store", url, "--tenant", tenant, "--hour", hour]
 }
 
+/// `query --json` over the whole of hour 10 of `tenant`, with at most `limit` rows.
+fn query_hour(url: &str, tenant: &str, limit: &str) -> serde_json::Value {
+    cli_json(&[
+        "query",
+        "--store",
+        url,
+        "--tenant",
+        tenant,
+        "--from",
+        "2026-11-29T10:00:00Z",
+        "--to",
+        "2026-11-29T11:00:00Z",
+        "--limit",
+        limit,
+        "--json",
+    ])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_subcommand_works_on_s3() {
     let url = s3_url("cli");
@@ -60,20 +78,7 @@ async fn every_subcommand_works_on_s3() {
     assert_eq!(summary["rows"], 6000, "{summary}");
 
     // The whole hour through the query path: every row once, from the one compacted file.
-    let queried = cli_json(&[
-        "query",
-        "--store",
-        &url,
-        "--tenant",
-        tenant,
-        "--from",
-        "2026-11-29T10:00:00Z",
-        "--to",
-        "2026-11-29T11:00:00Z",
-        "--limit",
-        "5",
-        "--json",
-    ]);
+    let queried = query_hour(&url, tenant, "5");
     assert_eq!(queried["stats"]["rows_matched"], 6000, "{queried}");
     assert_eq!(queried["stats"]["files"], 1, "{queried}");
     assert_eq!(queried["rows"].as_array().map(Vec::len), Some(5));
@@ -100,6 +105,61 @@ async fn every_subcommand_works_on_s3() {
         .await
         .expect("files");
     assert_eq!(live.live, [output_key]);
+}
+
+/// A fanned-out compaction on S3: the merge tasks fetch the runs' footers and row groups by
+/// range requests; the key ranges become live together and the runs are deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_on_s3_commits_key_ranges() {
+    let url = s3_url("fan-out");
+    let store = Store::open(&url).expect("store");
+    let (tenant, hour) = ("acme", "2026-11-29T10");
+    let mut args = vec!["generate"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend(["--files", "4", "--rows", "3000", "--json"]);
+    cli_json(&args);
+
+    let mut args = vec!["compact"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend([
+        "--fan-out",
+        "3",
+        "--workers",
+        "2",
+        "--rg-bytes",
+        "64KiB",
+        "--json",
+    ]);
+    let report = cli_json(&args);
+    assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(report["fan_out"]["ranges"], 3, "{report}");
+    let keys: Vec<String> = (report["outputs"].as_array().into_iter().flatten())
+        .filter_map(|o| o["key"].as_str().map(str::to_string))
+        .collect();
+    assert!(keys.len() >= 2, "{report}");
+    let rows: u64 = (report["outputs"].as_array().into_iter().flatten())
+        .filter_map(|o| o["rows"].as_u64())
+        .sum();
+    assert_eq!(rows, 12_000);
+
+    let partition = PartitionId::parse(tenant, hour).expect("partition");
+    let layout = KeyLayout::default();
+    let live = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    assert_eq!(live.live, keys);
+    let runs = Path::from(format!("{}/runs", layout.compacted_dir(&partition)));
+    let left = store.list_sorted(&runs).await.expect("listing");
+    assert!(left.is_empty(), "runs deleted once merged: {left:?}");
+
+    let queried = query_hour(&url, tenant, "0");
+    assert_eq!(queried["stats"]["rows_matched"], 12_000, "{queried}");
+    assert_eq!(queried["stats"]["files"], keys.len(), "{queried}");
+
+    let mut args = vec!["compact"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend(["--fan-out", "3", "--json"]);
+    assert_eq!(cli_json(&args)["status"], "noop");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use ourios_compaction::options::FanOut;
 use ourios_compaction::partition::DEFAULT_INGEST_PREFIX;
 use ourios_compaction::settings::{
     CompactSettings, parse_count, parse_duration, parse_size, positive,
@@ -80,6 +81,40 @@ pub struct SettingsArgs {
     pub gc_grace: Option<Duration>,
     #[command(flatten)]
     pub cost: CostArgs,
+    #[command(flatten)]
+    pub fan_out: FanOutArgs,
+}
+
+/// Whether a job fans out into several outputs, and how many of its tasks run at once.
+#[derive(Debug, Args, Clone)]
+pub struct FanOutArgs {
+    /// Fan out: sort groups of inputs into runs, split the key space into ranges of about
+    /// equal bytes and merge each range into an output of its own. `auto` fans out only a job
+    /// that would not fit one invocation (the scratch limit, the deadline); a number forces
+    /// that many ranges; `off` writes one output (default: OURIOS_FAN_OUT, else off).
+    #[arg(long, value_parser = fan_out)]
+    pub fan_out: Option<FanOut>,
+    /// Tasks of a fanned-out job run at once, each holding up to the memory budget; the
+    /// outputs are the same bytes whatever the number (default: OURIOS_WORKERS, else 1).
+    #[arg(long, value_parser = positive_count)]
+    pub workers: Option<usize>,
+}
+
+impl FanOutArgs {
+    /// Sets the flags given on `settings`.
+    fn apply(&self, settings: &mut CompactSettings) {
+        if let Some(fan_out) = self.fan_out {
+            settings.fan_out = fan_out;
+        }
+        if let Some(workers) = self.workers {
+            settings.workers = workers;
+        }
+    }
+}
+
+/// A fan-out flag: `auto`, `off` or a number of ranges.
+fn fan_out(raw: &str) -> Result<FanOut, String> {
+    raw.parse()
 }
 
 impl SettingsArgs {
@@ -103,6 +138,7 @@ impl SettingsArgs {
             settings.gc_grace = grace;
         }
         self.cost.apply(&mut settings);
+        self.fan_out.apply(&mut settings);
         Ok(settings)
     }
 }

@@ -22,6 +22,24 @@ fn json(output: &Output) -> Value {
     common::json(output)
 }
 
+/// Generates `files` files of `rows` rows in acme's hour 10.
+fn generate(store: &str, files: &str, rows: &str) {
+    let out = run(&[
+        "generate",
+        "--store",
+        store,
+        "--tenant",
+        "acme",
+        "--hour",
+        "2026-11-29T10",
+        "--files",
+        files,
+        "--rows",
+        rows,
+    ]);
+    assert!(out.status.success());
+}
+
 fn backfill(store: &Path, extra: &[&str]) -> Value {
     let store = store.to_string_lossy();
     let mut args = vec![
@@ -106,24 +124,46 @@ fn backfill_dry_run_schedule_and_run_local() {
 }
 
 #[test]
+fn backfill_run_local_fans_out_like_compact() {
+    let dir = tempfile::tempdir().expect("dir");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let s = dir.path().to_string_lossy();
+    generate(&s, "4", "1500");
+    let scratch_arg = scratch.path().to_string_lossy();
+    let local = backfill(
+        dir.path(),
+        &[
+            "--run-local",
+            "--scratch",
+            &scratch_arg,
+            "--fan-out",
+            "2",
+            "--workers",
+            "2",
+            "--rg-bytes",
+            "32KiB",
+        ],
+    );
+    let report = &local["compactions"][0];
+    assert_eq!(report["status"], "compacted", "{local}");
+    assert_eq!(report["fan_out"]["ranges"], 2, "{local}");
+    assert_eq!(
+        report["outputs"].as_array().map(Vec::len),
+        Some(2),
+        "{local}"
+    );
+    let rows: u64 = (report["outputs"].as_array().into_iter().flatten())
+        .filter_map(|o| o["rows"].as_u64())
+        .sum();
+    assert_eq!(rows, 6000);
+}
+
+#[test]
 fn backfill_run_local_prices_each_compaction_for_the_function_memory() {
     let dir = tempfile::tempdir().expect("dir");
     let scratch = tempfile::tempdir().expect("scratch");
     let s = dir.path().to_string_lossy();
-    let out = run(&[
-        "generate",
-        "--store",
-        &s,
-        "--tenant",
-        "acme",
-        "--hour",
-        "2026-11-29T10",
-        "--files",
-        "3",
-        "--rows",
-        "200",
-    ]);
-    assert!(out.status.success());
+    generate(&s, "3", "200");
     let scratch_arg = scratch.path().to_string_lossy();
     let local = backfill(
         dir.path(),

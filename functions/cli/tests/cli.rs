@@ -132,6 +132,105 @@ fn compact_json_report_follows_the_contract() {
 }
 
 #[test]
+fn fan_out_writes_key_ranges_and_reports_their_shape() {
+    let dir = tempfile::tempdir().expect("dir");
+    let scratch = tempfile::tempdir().expect("scratch");
+    generate(
+        dir.path(),
+        "acme",
+        &["--files", "6", "--rows", "2000", "--services", "5"],
+    );
+    let store = dir.path().to_string_lossy().to_string();
+    for bad in [
+        ["--fan-out", "0"],
+        ["--fan-out", "many"],
+        ["--workers", "0"],
+    ] {
+        let mut args = vec![
+            "compact", "--store", &store, "--tenant", "acme", "--hour", HOUR,
+        ];
+        args.extend_from_slice(&bad);
+        let out = run(&args);
+        assert!(!out.status.success(), "{bad:?} must fail");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(bad[0]),
+            "the error names {}",
+            bad[0]
+        );
+    }
+    let scratch_arg = scratch.path().to_string_lossy().to_string();
+    let (out, report) = compact(
+        dir.path(),
+        "acme",
+        &[
+            "--fan-out",
+            "3",
+            "--workers",
+            "2",
+            "--memory-budget",
+            "256KiB",
+            "--rg-bytes",
+            "64KiB",
+            "--scratch",
+            &scratch_arg,
+        ],
+    );
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["status"], "compacted");
+    assert_eq!(
+        report["fan_out"],
+        serde_json::json!({"groups": 3, "ranges": 3})
+    );
+    let outputs = report["outputs"].as_array().expect("outputs");
+    assert!(outputs.len() >= 2, "{report}");
+    assert_eq!(
+        report["output"],
+        Value::Null,
+        "several outputs: no single output"
+    );
+    let rows: u64 = outputs.iter().filter_map(|o| o["rows"].as_u64()).sum();
+    assert_eq!(rows, 12_000);
+    let keys: Vec<&str> = outputs.iter().filter_map(|o| o["key"].as_str()).collect();
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    assert_eq!(keys, sorted, "outputs in key order");
+    for output in outputs {
+        let key = output["key"].as_str().expect("key");
+        let inspect = run_ok(&["inspect", &dir.path().join(key).to_string_lossy(), "--json"]);
+        let summary = json(&inspect);
+        assert_eq!(summary["rows"], output["rows"]);
+        let row_groups = summary["row_groups"].as_array().map(|a| a.len() as u64);
+        assert_eq!(row_groups, output["row_groups"].as_u64());
+        assert!(summary["sorting_columns"][0].is_string(), "{summary}");
+    }
+    let files = run_ok(&[
+        "files", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--json",
+    ]);
+    assert_eq!(json(&files)["live"], serde_json::json!(keys));
+    let query = run_ok(&[
+        "query",
+        "--store",
+        &store,
+        "--tenant",
+        "acme",
+        "--from",
+        "2026-11-29T10:00:00Z",
+        "--to",
+        "2026-11-29T11:00:00Z",
+        "--limit",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(json(&query)["stats"]["rows_matched"], 12_000);
+    assert_eq!(json(&query)["stats"]["files"], keys.len());
+
+    // The ranges are final: a rerun is a noop.
+    let (_, again) = compact(dir.path(), "acme", &["--fan-out", "3"]);
+    assert_eq!(again["status"], "noop", "{again}");
+    assert_eq!(again["fan_out"], Value::Null);
+}
+
+#[test]
 fn file_urls_and_bad_arguments() {
     let dir = tempfile::tempdir().expect("dir");
     generate(dir.path(), "acme", &["--files", "2", "--rows", "100"]);

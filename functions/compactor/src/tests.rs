@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use object_store::memory::InMemory;
 use ourios_compaction::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use ourios_compaction::manifest::list_versions;
+use ourios_compaction::options::FanOut;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
@@ -73,6 +74,8 @@ async fn setup(scratch: &Path) -> Compactor {
             deadline_margin: Duration::ZERO,
             function_memory_mb: ONE_VCPU_FUNCTION_MB,
             prices: Prices::default(),
+            fan_out: FanOut::Off,
+            workers: 1,
         },
         readiness: ourios_compaction::serverless::readiness::ReadinessConfig::default(),
     }
@@ -254,6 +257,8 @@ fn options_follow_the_settings_and_the_deadline() {
                 lambda_gb_second: 0.000_016_666_7,
                 ..Prices::default()
             },
+            fan_out: FanOut::Auto,
+            workers: 3,
         },
         readiness: ourios_compaction::serverless::readiness::ReadinessConfig::default(),
     };
@@ -269,6 +274,7 @@ fn options_follow_the_settings_and_the_deadline() {
     assert_eq!(compactor.options(None).deadline, None);
     assert_eq!(options.function_memory_mb, 3538);
     assert_eq!(options.prices.lambda_gb_second, 0.000_016_666_7);
+    assert_eq!((options.fan_out, options.workers), (FanOut::Auto, 3));
 }
 
 /// The job's cost in a compactor's answer, with the function memory the settings read from

@@ -59,6 +59,9 @@ pub struct CheckedInput {
     pub reader_bytes_estimate: u64,
     /// The sort order it declares in our metadata, if any.
     pub declared_sort_key: Option<String>,
+    /// The row groups to read (`None`: all). A range of a fanned-out merge reads only the row
+    /// groups of a run that can hold its keys, and `rows` counts the rows of the range.
+    pub row_groups: Option<Vec<usize>>,
 }
 
 fn open(
@@ -158,6 +161,7 @@ pub fn check_input(
             row_bytes_estimate: 1,
             reader_bytes_estimate: 0,
             declared_sort_key: None,
+            row_groups: None,
         });
     }
     if metadata.file_metadata().num_rows() != rows as i64 {
@@ -208,6 +212,7 @@ pub fn check_input(
         row_bytes_estimate,
         reader_bytes_estimate: reader_bytes(&metadata, &pages),
         declared_sort_key,
+        row_groups: None,
     })
 }
 
@@ -302,6 +307,7 @@ const MAX_RESIZES: u32 = 8;
 pub struct SizedBatches {
     local: PathBuf,
     key: String,
+    row_groups: Option<Vec<usize>>,
     /// Strings read as Arrow dictionaries (see `read_as_dictionaries`).
     dictionaries: DictionaryColumns,
     target_bytes: u64,
@@ -372,6 +378,7 @@ impl SizedBatches {
         let mut batches = Self {
             local: input.staged.local.clone(),
             key: input.staged.key.to_string(),
+            row_groups: input.row_groups.clone(),
             dictionaries: dictionaries.clone(),
             target_bytes,
             rows_read: 0,
@@ -412,7 +419,11 @@ impl SizedBatches {
             metadata = ArrowReaderMetadata::try_new(Arc::clone(metadata.metadata()), options)
                 .map_err(parquet)?;
         }
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata)
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata);
+        if let Some(row_groups) = &self.row_groups {
+            builder = builder.with_row_groups(row_groups.clone());
+        }
+        let reader = builder
             .with_batch_size(self.batch_rows)
             .with_offset(self.rows_read)
             .build()

@@ -72,8 +72,10 @@ async fn load_version(
 pub struct CommitRequest {
     /// Files the output replaces (ingest files and earlier compacted files).
     pub inputs: Vec<String>,
-    /// The new compacted file, if any rows were written (its `input_set` names the inputs).
-    pub output: Option<CompactedFile>,
+    /// The new compacted files, in key order: none when no rows were written, one, or the
+    /// disjoint key ranges of a fanned-out job (all with the same `input_set`, naming the
+    /// inputs).
+    pub outputs: Vec<CompactedFile>,
     /// Bad inputs to record.
     pub quarantined: Vec<QuarantinedFile>,
     /// Retired keys known to be deleted, whose entries may be dropped.
@@ -120,9 +122,10 @@ fn stale_input(base: &Manifest, request: &CommitRequest, compacted_prefix: &str)
 /// Whether `latest` already holds the change of `request` (its output live or since retired,
 /// its bad inputs recorded).
 fn reflects(latest: &Manifest, request: &CommitRequest) -> bool {
-    let output_applied = match &request.output {
-        Some(output) => latest.references(&output.key),
-        None => request.inputs.iter().all(|key| latest.excludes(key)),
+    let output_applied = if request.outputs.is_empty() {
+        request.inputs.iter().all(|key| latest.excludes(key))
+    } else {
+        request.outputs.iter().all(|o| latest.references(&o.key))
     };
     output_applied
         && request
@@ -143,11 +146,11 @@ fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
     // A compacted file found bad is quarantined like an ingest file: out of the live set.
     next.compacted
         .retain(|c| !inputs.contains(c.key.as_str()) && !bad.contains(c.key.as_str()));
-    if let Some(output) = &request.output {
+    for output in &request.outputs {
         next.compacted.push(output.clone());
-        next.compacted.sort_by(|a, b| a.key.cmp(&b.key));
         next.written_bytes = next.written_bytes.saturating_add(output.bytes);
     }
+    next.compacted.sort_by(|a, b| a.key.cmp(&b.key));
     next.ingested_bytes = next.ingested_bytes.saturating_add(request.ingested_bytes);
     let forget: std::collections::HashSet<&str> =
         request.forget.iter().map(String::as_str).collect();
@@ -179,7 +182,8 @@ fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
 
 /// What `base` already says about `request`, before any write.
 fn settled(base: &Manifest, request: &CommitRequest, read_version: u64) -> Option<CommitOutcome> {
-    if let Some(output) = &request.output {
+    // The outputs of one request are committed together, so the first stands for all.
+    if let Some(output) = request.outputs.first() {
         // Each attempt names its output uniquely: finding it means our own write landed
         // (its response was lost, or a retry met our own version).
         if base.has_compacted(&output.key) {
@@ -281,8 +285,8 @@ pub async fn commit(
                 let ours = (latest.version == next.version
                     && latest.attempt_id == request.attempt_id)
                     || request
-                        .output
-                        .as_ref()
+                        .outputs
+                        .first()
                         .is_some_and(|o| latest.has_compacted(&o.key));
                 if ours {
                     return Ok(CommitOutcome::Committed(latest));
@@ -312,12 +316,12 @@ mod tests {
         });
         let request = CommitRequest {
             inputs: vec!["compacted/p/old.parquet".into(), "data/p/a.parquet".into()],
-            output: Some(CompactedFile {
+            outputs: vec![CompactedFile {
                 key: "compacted/p/new.parquet".into(),
                 rows: 2,
                 bytes: 2,
                 input_set: "h".into(),
-            }),
+            }],
             quarantined: vec![QuarantinedFile {
                 key: "data/p/bad.parquet".into(),
                 reason: "r".into(),
@@ -352,7 +356,7 @@ mod tests {
         });
         let request = CommitRequest {
             inputs: vec!["data/p/a.parquet".into()],
-            output: None,
+            outputs: vec![],
             quarantined: vec![],
             forget: vec!["data/p/gone.parquet".into()],
             ingested_bytes: 0,
@@ -381,7 +385,7 @@ mod tests {
         });
         let request = CommitRequest {
             inputs: vec!["data/p/a.parquet".into()],
-            output: None,
+            outputs: vec![],
             quarantined: vec![QuarantinedFile {
                 key: "compacted/p/bad.parquet".into(),
                 reason: "unreadable".into(),

@@ -149,6 +149,20 @@ impl Manifest {
         self.compacted.iter().any(|c| c.key == key)
     }
 
+    /// True when the live compacted files came out of one commit: one file, or the disjoint key
+    /// ranges of one fanned-out job (they share an input set). Nothing is left to merge among
+    /// them; files of several commits are merged by the next compaction.
+    pub fn compacted_in_one_piece(&self) -> bool {
+        match self.compacted.split_first() {
+            None => true,
+            Some((first, rest)) => {
+                rest.is_empty()
+                    || (!first.input_set.is_empty()
+                        && rest.iter().all(|c| c.input_set == first.input_set))
+            }
+        }
+    }
+
     /// Bytes written by compaction per byte ingested, over the partition's history (0 before
     /// the first compaction).
     pub fn write_amplification(&self) -> f64 {

@@ -13,24 +13,7 @@ use parquet::file::statistics::Statistics;
 
 use crate::options::KeyColumns;
 use crate::read::prune::{leaf_column_index, service_bounds, time_bounds};
-
-/// A point of the partition's order: rows sort by service (a null service first, then
-/// byte-wise), then by time. The derived order is exactly that.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct KeyPoint {
-    /// The service's UTF-8 bytes; `None` is the null service, which sorts first.
-    pub service: Option<Vec<u8>>,
-    /// Unix nanoseconds.
-    pub time_nanos: i64,
-}
-
-impl KeyPoint {
-    /// The lowest point: no row sorts before it.
-    pub const MIN: KeyPoint = KeyPoint {
-        service: None,
-        time_nanos: i64::MIN,
-    };
-}
+use crate::sort::key::{KeyPoint, KeyRange};
 
 /// Where a row group of a sorted file starts (a point at or below its first row's key) and
 /// how many bytes it holds.
@@ -59,7 +42,7 @@ pub fn row_group_spans(metadata: &ParquetMetaData, keys: &KeyColumns) -> Vec<Row
         .map(|row_group| {
             // Sorted files start each row group at or after the one before it; statistics that
             // say otherwise are not trusted past that point.
-            if let Some(start) = row_group_start(row_group, time, service)
+            if let Some(start) = row_group_point(row_group, time, service, End::First)
                 && start > previous
             {
                 previous = start;
@@ -72,29 +55,47 @@ pub fn row_group_spans(metadata: &ParquetMetaData, keys: &KeyColumns) -> Vec<Row
         .collect()
 }
 
-/// The start of one row group, when its statistics tell it.
-fn row_group_start(
+/// Which end of a row group a point bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// At or below the key of its first row.
+    First,
+    /// At or above the key of its last row.
+    Last,
+}
+
+/// A bound of one row group's keys, when its statistics tell it: the smallest service (none
+/// when it holds a null service, which sorts first) with the smallest time for its first row;
+/// the largest service (none when every service is null) with the largest time for its last.
+fn row_group_point(
     row_group: &RowGroupMetaData,
     time: Option<usize>,
     service: Option<usize>,
+    end: End,
 ) -> Option<KeyPoint> {
-    let (time_min, _) = time_bounds(row_group.column(time?))?;
+    let (time_min, time_max) = time_bounds(row_group.column(time?))?;
     let service = match service {
         // A time-only key: every row's service is null.
         None => None,
         Some(i) => {
             let chunk = row_group.column(i);
             let nulls = chunk.statistics().and_then(Statistics::null_count_opt)?;
-            if nulls > 0 {
-                None
-            } else {
-                Some(service_bounds(chunk)?.0.to_vec())
+            let all_null = i64::try_from(nulls).ok()? >= row_group.num_rows();
+            match end {
+                End::First if nulls > 0 => None,
+                End::Last if all_null => None,
+                End::First => Some(service_bounds(chunk)?.0.to_vec()),
+                End::Last => Some(service_bounds(chunk)?.1.to_vec()),
             }
         }
     };
+    let time_nanos = match end {
+        End::First => time_min,
+        End::Last => time_max,
+    };
     Some(KeyPoint {
         service,
-        time_nanos: time_min,
+        time_nanos,
     })
 }
 
@@ -132,6 +133,35 @@ pub fn split_points(spans: &[RowGroupSpan], ranges: usize) -> Vec<KeyPoint> {
         before += u128::from(span.bytes);
     }
     points
+}
+
+/// The row groups of a file sorted by (service, time) that can hold a key of `range`, from
+/// its footer: every row group except those starting at or past the range's end and those whose
+/// statistics bound their last key below the range's start. A row group whose statistics cannot
+/// tell is kept; the reader filters its rows.
+pub fn row_groups_in_range(
+    metadata: &ParquetMetaData,
+    keys: &KeyColumns,
+    range: &KeyRange,
+) -> Vec<usize> {
+    let schema = metadata.file_metadata().schema_descr();
+    let time = leaf_column_index(schema, &keys.time);
+    let service = leaf_column_index(schema, &keys.service);
+    let spans = row_group_spans(metadata, keys);
+    (metadata.row_groups().iter().zip(&spans).enumerate())
+        .filter(|(_, (row_group, span))| {
+            let starts_before_end = range.end.as_ref().is_none_or(|end| &span.start < end);
+            let ends_after_start = match (
+                &range.start,
+                row_group_point(row_group, time, service, End::Last),
+            ) {
+                (Some(start), Some(last)) => &last >= start,
+                _ => true,
+            };
+            starts_before_end && ends_after_start
+        })
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The range (0-based) that `key` falls in, for boundaries from [`split_points`].
@@ -304,6 +334,36 @@ mod tests {
         for rows in rows_per_range {
             assert!(rows.abs_diff(3_000) <= 3 * 250, "{rows_per_range:?}");
         }
+    }
+
+    #[test]
+    fn a_range_reads_every_row_group_holding_its_keys_and_few_others() {
+        let rows = sorted_rows(5, 4_000);
+        let metadata = sorted_file(&rows, 100, EnabledStatistics::Chunk);
+        let keys = KeyColumns::default();
+        let points = split_points(&row_group_spans(&metadata, &keys), 4);
+        assert_eq!(points.len(), 3);
+        let mut selected = 0;
+        for index in 0..4 {
+            let range = KeyRange::of_split(&points, index);
+            let chosen = row_groups_in_range(&metadata, &keys, &range);
+            selected += chosen.len();
+            for (i, group) in rows.chunks(100).enumerate() {
+                let holds = group.iter().any(|(service, minute)| {
+                    range.contains(service.as_deref().map(str::as_bytes), minute * MINUTE)
+                });
+                assert!(
+                    !holds || chosen.contains(&i),
+                    "range {index} needs row group {i}"
+                );
+            }
+        }
+        // Each range reads its own row groups and at most one shared at each boundary.
+        assert!(selected <= 40 + 2 * 3, "{selected} row groups read for 40");
+        // Without statistics every row group is read.
+        let blind = sorted_file(&rows, 100, EnabledStatistics::None);
+        let range = KeyRange::of_split(&points, 1);
+        assert_eq!(row_groups_in_range(&blind, &keys, &range).len(), 40);
     }
 
     fn any_span() -> impl Strategy<Value = RowGroupSpan> {

@@ -49,6 +49,9 @@ pub struct PartitionFacts {
     pub uncompacted_bytes: u64,
     /// Live compacted files.
     pub num_compacted_files: usize,
+    /// Whether the live compacted files came out of one commit (see
+    /// [`Manifest::compacted_in_one_piece`]).
+    pub compacted_in_one_piece: bool,
     /// Latest manifest version (0: never compacted).
     pub manifest_version: u64,
 }
@@ -61,13 +64,14 @@ impl PartitionFacts {
             num_uncompacted_files: live.ingest.len(),
             uncompacted_bytes: live.ingest.iter().map(|m| m.size).sum(),
             num_compacted_files: live.compacted.len(),
+            compacted_in_one_piece: manifest.compacted_in_one_piece(),
             manifest_version: manifest.version,
         }
     }
 
     /// True when a compaction would change the live set.
     pub fn has_work(&self) -> bool {
-        self.num_uncompacted_files > 0 || self.num_compacted_files > 1
+        self.num_uncompacted_files > 0 || !self.compacted_in_one_piece
     }
 }
 
@@ -277,6 +281,7 @@ mod tests {
             num_uncompacted_files: files,
             uncompacted_bytes: bytes,
             num_compacted_files: usize::from(version > 0),
+            compacted_in_one_piece: true,
             manifest_version: version,
         }
     }

@@ -11,14 +11,16 @@ use std::fs::File;
 
 use hashbrown::HashMap;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::compute::cast;
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::compute::{cast, filter};
 use arrow::datatypes::DataType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::error::{Error, Result};
 use crate::input::CheckedInput;
+use crate::input::type_union::time_nanos;
+use crate::sort::key::KeyRange;
 use crate::sort::sink::ChunkSink;
 
 /// Most distinct services tracked; beyond this (a hostile or unusual partition) boundaries
@@ -99,8 +101,13 @@ impl ServiceCounts {
     }
 }
 
-/// Rows per service of one input, reading only its service column.
-pub fn count_services(input: &CheckedInput, service_column: &str) -> Result<ServiceCounts> {
+/// Rows per service of one input (of its selected row groups), reading only its key columns;
+/// with `range`, only the rows whose key is in it (`range.1` names the time column).
+pub fn count_services(
+    input: &CheckedInput,
+    service_column: &str,
+    range: Option<(&KeyRange, &str)>,
+) -> Result<ServiceCounts> {
     let mut counts = ServiceCounts::default();
     let file =
         File::open(&input.staged.local).map_err(|e| Error::scratch(&input.staged.local, e))?;
@@ -109,16 +116,44 @@ pub fn count_services(input: &CheckedInput, service_column: &str) -> Result<Serv
     let Some(index) = builder.schema().index_of(service_column).ok() else {
         return Ok(counts);
     };
-    let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
+    let mut wanted = vec![index];
+    if let Some((_, time_column)) = range {
+        let time = builder.schema().index_of(time_column).map_err(|_| {
+            Error::invariant(format!("{} has no column {time_column}", input.staged.key))
+        })?;
+        wanted.push(time);
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
+    let mut builder = builder.with_projection(mask).with_batch_size(64 * 1024);
+    if let Some(row_groups) = &input.row_groups {
+        builder = builder.with_row_groups(row_groups.clone());
+    }
     let reader = builder
-        .with_projection(mask)
-        .with_batch_size(64 * 1024)
         .build()
         .map_err(|e| Error::parquet(input.staged.key.to_string(), e))?;
     for batch in reader {
         let batch = batch.map_err(|e| Error::arrow(format!("reading {}", input.staged.key), e))?;
-        let services = cast(batch.column(0), &DataType::Utf8)
+        let column = batch
+            .column_by_name(service_column)
+            .ok_or_else(|| Error::invariant("the service column went missing"))?;
+        let mut services = cast(column, &DataType::Utf8)
             .map_err(|e| Error::arrow("reading the service column", e))?;
+        if let Some((range, time_column)) = range {
+            let time = batch
+                .column_by_name(time_column)
+                .ok_or_else(|| Error::invariant("the time column went missing"))?;
+            let times =
+                time_nanos(time.as_ref()).map_err(|e| Error::arrow("reading the time key", e))?;
+            let strings = services.as_string::<i32>();
+            let keep: BooleanArray = (0..batch.num_rows())
+                .map(|i| {
+                    let service = strings.is_valid(i).then(|| strings.value(i).as_bytes());
+                    Some(range.contains(service, times.value(i)))
+                })
+                .collect();
+            services = filter(&services, &keep)
+                .map_err(|e| Error::arrow("filtering the service column", e))?;
+        }
         counts.add(&services);
     }
     Ok(counts)

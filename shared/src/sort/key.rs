@@ -7,7 +7,7 @@
 
 use std::cmp::Ordering;
 
-use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
+use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
 
@@ -99,6 +99,61 @@ impl BatchKeys {
             .map(str::as_bytes)
             .cmp(&other.service(j).map(str::as_bytes))
             .then_with(|| self.time(i).cmp(&other.time(j)))
+    }
+}
+
+/// A point of the partition's order: rows sort by service (a null service first, then
+/// byte-wise), then by time. The derived order is exactly that.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyPoint {
+    /// The service's UTF-8 bytes; `None` is the null service, which sorts first.
+    pub service: Option<Vec<u8>>,
+    /// Unix nanoseconds.
+    pub time_nanos: i64,
+}
+
+impl KeyPoint {
+    /// The lowest point: no row sorts before it.
+    pub const MIN: KeyPoint = KeyPoint {
+        service: None,
+        time_nanos: i64::MIN,
+    };
+}
+
+/// A half-open range of the partition's order, `[start, end)`; `None` leaves a side open.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyRange {
+    /// The lowest point in the range (`None`: open below).
+    pub start: Option<KeyPoint>,
+    /// The first point past the range (`None`: open above).
+    pub end: Option<KeyPoint>,
+}
+
+impl KeyRange {
+    /// Range `index` of the ranges that `points` (strictly increasing) cut the order into.
+    pub fn of_split(points: &[KeyPoint], index: usize) -> Self {
+        Self {
+            start: index.checked_sub(1).and_then(|i| points.get(i)).cloned(),
+            end: points.get(index).cloned(),
+        }
+    }
+
+    /// Whether the key (service bytes, time) is in the range.
+    pub fn contains(&self, service: Option<&[u8]>, time_nanos: i64) -> bool {
+        let cmp = |point: &KeyPoint| {
+            service
+                .cmp(&point.service.as_deref())
+                .then(time_nanos.cmp(&point.time_nanos))
+        };
+        self.start.as_ref().is_none_or(|s| cmp(s) != Ordering::Less)
+            && self.end.as_ref().is_none_or(|e| cmp(e) == Ordering::Less)
+    }
+
+    /// The rows of `keys` in the range, as a filter mask.
+    pub fn mask(&self, keys: &BatchKeys) -> BooleanArray {
+        (0..keys.len())
+            .map(|i| Some(self.contains(keys.service(i).map(str::as_bytes), keys.time(i))))
+            .collect()
     }
 }
 

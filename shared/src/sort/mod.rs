@@ -19,6 +19,7 @@ use std::sync::mpsc::SyncSender;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
+use arrow::compute::filter_record_batch;
 
 use crate::error::{Error, Result};
 use crate::gauge::{Charge, MemoryGauge, batch_memory_bytes};
@@ -27,7 +28,7 @@ use crate::input::{CheckedInput, RowWidth, SizedBatches, catch_reader_panic};
 use crate::options::{output_chunk_rows, read_target_bytes};
 use crate::scratch::ScratchDir;
 use crate::sort::alignment::{AligningSink, ServiceCounts, count_services};
-use crate::sort::key::SortKey;
+use crate::sort::key::{KeyRange, SortKey};
 use crate::sort::merge::{MergeSettings, RunSource, merge_runs};
 use crate::sort::runs::RunFormation;
 use crate::sort::runs::{RUN_READ_BUFFER_BYTES, SpillCompression, StringCoder, StringDecoder};
@@ -69,6 +70,9 @@ pub struct SortJob<'a> {
     pub large_service_rows: Option<u64>,
     /// Called with (rows read so far) after each batch.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// Only the rows of presorted inputs whose key is in this range (one range of a fanned-out
+    /// merge; `None`: every row).
+    pub range: Option<&'a KeyRange>,
 }
 
 /// What the sort did.
@@ -153,12 +157,27 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let service_index = job.unified.service_index;
     for (position, input) in job.inputs.iter().enumerate() {
         if is_presorted(job, position) {
+            let time_column = schema.field(job.unified.time_index).name();
             if let Some(i) = service_index {
-                counts.merge(count_services(input, schema.field(i).name())?);
+                let range = job.range.map(|r| (r, time_column.as_str()));
+                counts.merge(count_services(input, schema.field(i).name(), range)?);
             }
             let reader = SizedBatches::open(input, share)?;
             let target = schema.clone();
-            let batches = reader.map(move |b| conform(&b?, &target));
+            let range = job.range.cloned();
+            let batches = reader
+                .map(move |b| {
+                    let batch = conform(&b?, &target)?;
+                    match &range {
+                        None => Ok(batch),
+                        Some(range) => {
+                            let mask = range.mask(&key.keys(&batch)?);
+                            filter_record_batch(&batch, &mask)
+                                .map_err(|e| Error::arrow("selecting a range's rows", e))
+                        }
+                    }
+                })
+                .filter(|b| b.as_ref().map_or(true, |b| b.num_rows() > 0));
             presorted_sources.push(RunSource::Presorted {
                 name: input.staged.key.to_string(),
                 batches: Box::new(batches),

@@ -175,6 +175,7 @@ pub async fn partition_facts(
             num_uncompacted_files: 0,
             uncompacted_bytes: 0,
             num_compacted_files: 0,
+            compacted_in_one_piece: true,
             manifest_version: 0,
         };
         return Ok((facts, live));

@@ -16,6 +16,8 @@
 //! Every request of these steps goes through a counting store, and the report prices them
 //! with the job's duration and CPU time (`cost`, `cpu_ms`).
 
+pub mod fan_out;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,8 +40,9 @@ use crate::options::{CompactOptions, sort_key_label};
 use crate::output::threshold::resolve_row_group_bytes;
 use crate::output::writer::{OutputWriter, partition_output_settings};
 use crate::partition::{KeyLayout, PartitionId, staged_input_name};
-use crate::report::{CompactionReport, InputTotals, OutputFile, Quarantined, Status};
+use crate::report::{CompactionReport, FanOutShape, InputTotals, OutputFile, Quarantined, Status};
 use crate::scratch::ScratchDir;
+use crate::sort::key::KeyRange;
 use crate::sort::resources::{peak_rss_bytes, process_cpu_time};
 use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
@@ -142,21 +145,134 @@ async fn run_job(
     let ingest_dir = layout.ingest_dir(partition);
     let listing = store.list_sorted(&ingest_dir).await?;
     let live = live_set(&ingest_dir, &listing, &manifest);
-    if live.ingest.is_empty() && live.compacted.len() <= 1 {
+    if live.ingest.is_empty() && manifest.compacted_in_one_piece() {
         report.status = Status::Noop;
         return Ok(());
     }
+    let wanted = wanted_inputs(&manifest, &live)?;
 
-    // Step 2: stage.
-    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
-    let (staged, unreadable) = stage_inputs(
+    // Steps 2 to 4, in one task or fanned out.
+    let attempt_id = report.attempt_id.clone();
+    let job = JobContext {
         store,
-        &manifest,
-        &live,
-        &scratch,
-        options.parallel_downloads,
-    )
-    .await?;
+        layout,
+        partition,
+        options,
+        gauge,
+        attempt_id: &attempt_id,
+    };
+    let produced = match fan_out::shape(&wanted, options) {
+        Some(shape) => fan_out::produce(&job, wanted, shape).await?,
+        None => produce_one(&job, wanted).await?,
+    };
+    commit_produced(&job, &manifest, &listing, produced, report).await
+}
+
+/// What one job works with, shared by its tasks.
+pub(crate) struct JobContext<'a> {
+    pub(crate) store: &'a Store,
+    pub(crate) layout: &'a KeyLayout,
+    pub(crate) partition: &'a PartitionId,
+    pub(crate) options: &'a CompactOptions,
+    pub(crate) gauge: &'a MemoryGauge,
+    pub(crate) attempt_id: &'a str,
+}
+
+/// An input the job wants to read: its key, size and whether it is an earlier output.
+#[derive(Debug, Clone)]
+pub(crate) struct WantedInput {
+    pub(crate) key: Path,
+    pub(crate) bytes: u64,
+    pub(crate) is_compacted: bool,
+}
+
+/// What steps 2 to 4 produced, ready to commit.
+pub(crate) struct Produced {
+    /// Inputs consumed (read and sorted, or valid and empty), in ordinal order.
+    pub(crate) consumed: Vec<WantedInput>,
+    /// Rows read from them.
+    pub(crate) rows: u64,
+    /// Bad inputs.
+    pub(crate) quarantined: Vec<Quarantined>,
+    /// The outputs written, in key order.
+    pub(crate) outputs: Vec<Written>,
+    /// The sort's work, summed over tasks.
+    pub(crate) stats: SortStats,
+    /// How the job fanned out.
+    pub(crate) fan_out: Option<FanOutShape>,
+}
+
+/// The live inputs in ordinal order: earlier compacted files first (they are runs already),
+/// then ingest files in sorted-key order.
+fn wanted_inputs(manifest: &Manifest, live: &crate::manifest::LiveSet) -> Result<Vec<WantedInput>> {
+    let mut wanted = Vec::new();
+    for key in &live.compacted {
+        let bytes = manifest
+            .compacted
+            .iter()
+            .find(|c| &c.key == key)
+            .map_or(0, |c| c.bytes);
+        wanted.push(WantedInput {
+            key: key_path(key)?,
+            bytes,
+            is_compacted: true,
+        });
+    }
+    for meta in &live.ingest {
+        wanted.push(WantedInput {
+            key: meta.location.clone(),
+            bytes: meta.size,
+            is_compacted: false,
+        });
+    }
+    Ok(wanted)
+}
+
+/// Steps 2 to 4 in one task: stage, check, sort and write one output.
+async fn produce_one(job: &JobContext<'_>, wanted: Vec<WantedInput>) -> Result<Produced> {
+    let options = job.options;
+    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let sorted = sort_group(job, wanted, &scratch, &OutputTarget::Output).await?;
+    drop(scratch);
+    Ok(Produced {
+        consumed: sorted.consumed,
+        rows: sorted.rows,
+        quarantined: sorted.quarantined,
+        stats: sorted.written.as_ref().map(|w| w.stats).unwrap_or_default(),
+        outputs: sorted.written.into_iter().collect(),
+        fan_out: None,
+    })
+}
+
+/// Where a sorted group goes.
+pub(crate) enum OutputTarget {
+    /// The job's output, named by its input set ([`output_key`]).
+    Output,
+    /// A run of a fanned-out job, at this key.
+    Run(Path),
+}
+
+/// What sorting one group of inputs gave.
+pub(crate) struct SortedGroup {
+    pub(crate) consumed: Vec<WantedInput>,
+    pub(crate) rows: u64,
+    pub(crate) quarantined: Vec<Quarantined>,
+    /// `None` when no input held a row.
+    pub(crate) written: Option<Written>,
+}
+
+/// Steps 2 to 4 for a group of inputs: stage them in `scratch`, check them, and sort the good
+/// ones into `target`, restarting without any input found bad midway.
+pub(crate) async fn sort_group(
+    job: &JobContext<'_>,
+    wanted: Vec<WantedInput>,
+    scratch: &ScratchDir,
+    target: &OutputTarget,
+) -> Result<SortedGroup> {
+    let (store, partition, options) = (job.store, job.partition, job.options);
+    // Step 2: stage.
+    let (staged, unreadable) =
+        stage_inputs(store, wanted, scratch, options.parallel_downloads).await?;
     let mut refused = Vec::new();
     for (key, outcome) in unreadable {
         match outcome {
@@ -215,20 +331,25 @@ async fn run_job(
         let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
             break None;
         };
-        let attempt_id = report.attempt_id.clone();
-        match sort_and_write(
-            store,
-            layout,
-            partition,
-            options,
-            gauge,
-            &scratch,
-            &checked,
-            &unified,
-            &attempt_id,
-        )
-        .await?
-        {
+        let input_bytes: u64 = checked.iter().map(|c| c.staged.size).sum();
+        let write = WriteJob {
+            inputs: &checked,
+            unified: &unified,
+            threshold_input_bytes: input_bytes,
+            range: None,
+        };
+        let name = |row_group_bytes: u64| match target {
+            OutputTarget::Output => output_key(
+                job.layout,
+                partition,
+                &checked,
+                row_group_bytes,
+                options,
+                job.attempt_id,
+            ),
+            OutputTarget::Run(key) => (key.clone(), String::new()),
+        };
+        match sort_and_write(job, scratch, &write, &name).await? {
             Ok(written) => break Some(written),
             Err((position, reason)) => {
                 let bad = checked.remove(position);
@@ -237,35 +358,67 @@ async fn run_job(
         }
     };
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
-    report.quarantined = quarantined.clone();
-    report.inputs = InputTotals {
-        files: (checked.len() + empty.len()) as u64,
-        bytes: checked.iter().chain(&empty).map(|c| c.staged.size).sum(),
+    let consumed = checked
+        .iter()
+        .chain(&empty)
+        .map(|c| WantedInput {
+            key: c.staged.key.clone(),
+            bytes: c.staged.size,
+            is_compacted: c.staged.is_compacted,
+        })
+        .collect();
+    Ok(SortedGroup {
+        consumed,
         rows: checked.iter().map(|c| c.rows).sum(),
-    };
-    if let Some(w) = &written {
-        report.row_group_bytes = w.row_group_bytes;
-        report.runs_spilled = w.stats.runs_spilled;
-        report.merge_passes = w.stats.merge_passes;
-        report.spill_bytes = w.stats.spill_bytes;
-    }
-    drop(scratch);
+        quarantined,
+        written,
+    })
+}
 
-    // Each attempt names its output uniquely, so a late job may delete its own output: no
-    // manifest can reference it.
+/// Step 5: commits what was produced, and reports it.
+async fn commit_produced(
+    job: &JobContext<'_>,
+    manifest: &Manifest,
+    listing: &[object_store::ObjectMeta],
+    produced: Produced,
+    report: &mut CompactionReport,
+) -> Result<()> {
+    let (store, layout, partition, options) = (job.store, job.layout, job.partition, job.options);
+    let Produced {
+        consumed,
+        rows,
+        quarantined,
+        outputs: written,
+        stats,
+        fan_out,
+    } = produced;
+    report.quarantined = quarantined.clone();
+    report.fan_out = fan_out;
+    report.inputs = InputTotals {
+        files: consumed.len() as u64,
+        bytes: consumed.iter().map(|c| c.bytes).sum(),
+        rows,
+    };
+    if let Some(w) = written.first() {
+        report.row_group_bytes = w.row_group_bytes;
+    }
+    report.runs_spilled = stats.runs_spilled;
+    report.merge_passes = stats.merge_passes;
+    report.spill_bytes = stats.spill_bytes;
+
+    // Each attempt names its outputs uniquely, so a late job may delete its own outputs: no
+    // manifest can reference them.
     if let Some(deadline) = options.deadline
         && Instant::now() >= deadline
     {
-        if let Some(w) = &written {
-            delete_quietly(store, &w.output.key).await;
-        }
+        delete_outputs(store, &written, None).await;
         return Err(Error::Deadline {
             partition: partition.to_string(),
         });
     }
 
-    // Step 5: commit. Retired entries whose files are gone are forgotten (ingest files and
-    // earlier outputs alike), so the manifest stays as small as the grace period allows.
+    // Retired entries whose files are gone are forgotten (ingest files and earlier outputs
+    // alike), so the manifest stays as small as the grace period allows.
     let compacted_listing = store.list_sorted(&layout.compacted_dir(partition)).await?;
     let listed: std::collections::HashSet<&str> = listing
         .iter()
@@ -279,17 +432,16 @@ async fn run_job(
         .map(|r| r.key.clone())
         .collect();
     let request = CommitRequest {
-        inputs: checked
+        inputs: consumed.iter().map(|c| c.key.to_string()).collect(),
+        outputs: written
             .iter()
-            .chain(&empty)
-            .map(|c| c.staged.key.to_string())
+            .map(|w| CompactedFile {
+                key: w.output.key.clone(),
+                rows: w.output.rows,
+                bytes: w.output.bytes,
+                input_set: w.input_set.clone(),
+            })
             .collect(),
-        output: written.as_ref().map(|w| CompactedFile {
-            key: w.output.key.clone(),
-            rows: w.output.rows,
-            bytes: w.output.bytes,
-            input_set: w.input_set.clone(),
-        }),
         quarantined: quarantined
             .iter()
             .map(|q| QuarantinedFile {
@@ -298,26 +450,24 @@ async fn run_job(
             })
             .collect(),
         forget,
-        ingested_bytes: checked
+        ingested_bytes: consumed
             .iter()
-            .filter(|c| !c.staged.is_compacted)
-            .map(|c| c.staged.size)
+            .filter(|c| !c.is_compacted)
+            .map(|c| c.bytes)
             .sum(),
         attempt_id: report.attempt_id.clone(),
         now_ms: options.clock.now_ms(),
         // INVARIANT: an output is committed within half the grace of its upload (on this
         // host's monotonic clock), so GC, which waits the whole grace on the store's clock,
         // never sweeps it as an orphan just before a commit references it.
-        commit_by: written
-            .as_ref()
+        commit_by: (written.iter())
             .filter(|_| options.gc_grace > Duration::ZERO)
-            .map(|w| w.uploaded.clone()),
+            .map(|w| w.uploaded.clone())
+            .reduce(Expiry::earlier),
     };
-    let outcome = match commit(store, layout, partition, &manifest, &request).await {
+    let outcome = match commit(store, layout, partition, manifest, &request).await {
         Err(e @ Error::Deadline { .. }) => {
-            if let Some(w) = &written {
-                delete_quietly(store, &w.output.key).await;
-            }
+            delete_outputs(store, &written, None).await;
             return Err(e);
         }
         other => other?,
@@ -326,8 +476,11 @@ async fn run_job(
         CommitOutcome::Committed(m) => {
             report.manifest_version = m.version;
             report.write_amplification = m.write_amplification();
-            report.outputs = written.iter().map(|w| w.output.clone()).collect();
-            report.output = written.map(|w| w.output);
+            report.outputs = written.into_iter().map(|w| w.output).collect();
+            report.output = match report.outputs.as_slice() {
+                [one] => Some(one.clone()),
+                _ => None,
+            };
             report.status = if quarantined.is_empty() {
                 Status::Compacted
             } else {
@@ -338,23 +491,15 @@ async fn run_job(
             report.manifest_version = m.version;
             report.write_amplification = m.write_amplification();
             report.status = Status::Noop;
-            // Another attempt committed the same input set under its own name.
-            if let Some(w) = &written
-                && !m.references(&w.output.key)
-            {
-                delete_quietly(store, &w.output.key).await;
-            }
+            // Another attempt committed the same input set under its own names.
+            delete_outputs(store, &written, Some(&m)).await;
         }
         CommitOutcome::Conflict { current, reason } => {
             report.manifest_version = current.version;
-            // The winner retired one of our inputs, so no later commit can make our output
-            // live; if a lost response hid our own commit and a later one retired the output
-            // since, it waits for the grace period like any input.
-            if let Some(w) = &written
-                && !current.references(&w.output.key)
-            {
-                delete_quietly(store, &w.output.key).await;
-            }
+            // The winner retired one of our inputs, so no later commit can make our outputs
+            // live; if a lost response hid our own commit and a later one retired them
+            // since, they wait for the grace period like any input.
+            delete_outputs(store, &written, Some(&current)).await;
             return Err(Error::Conflict {
                 partition: partition.to_string(),
                 message: reason,
@@ -362,6 +507,15 @@ async fn run_job(
         }
     }
     Ok(())
+}
+
+/// Deletes outputs no commit made live: all of them, or those `manifest` does not reference.
+async fn delete_outputs(store: &Store, written: &[Written], manifest: Option<&Manifest>) {
+    for w in written {
+        if manifest.is_none_or(|m| !m.references(&w.output.key)) {
+            delete_quietly(store, &w.output.key).await;
+        }
+    }
 }
 
 fn quarantine(staged: &StagedInput, reason: &str) -> Quarantined {
@@ -395,29 +549,20 @@ async fn delete_quietly(store: &Store, key: &str) {
     }
 }
 
-/// Inputs in ordinal order: earlier compacted files first (they are runs already), then
-/// ingest files in sorted-basename order; and the ones the store would not give.
+/// Stages the wanted inputs in order; and names the ones the store would not give.
 async fn stage_inputs(
     store: &Store,
-    manifest: &Manifest,
-    live: &crate::manifest::LiveSet,
+    wanted: Vec<WantedInput>,
     scratch: &ScratchDir,
     parallel_downloads: usize,
 ) -> Result<(Vec<StagedInput>, Vec<(Path, Unreadable)>)> {
-    let mut wanted: Vec<(Path, u64, bool)> = Vec::new();
-    for key in &live.compacted {
-        let bytes = manifest
-            .compacted
-            .iter()
-            .find(|c| &c.key == key)
-            .map_or(0, |c| c.bytes);
-        wanted.push((key_path(key)?, bytes, true));
-    }
-    for meta in &live.ingest {
-        wanted.push((meta.location.clone(), meta.size, false));
-    }
     let outcomes = futures::stream::iter(wanted.into_iter().enumerate())
-        .map(|(i, (key, size, is_compacted))| async move {
+        .map(|(i, wanted)| async move {
+            let WantedInput {
+                key,
+                bytes: size,
+                is_compacted,
+            } = wanted;
             let name = key.filename().unwrap_or_default().to_string();
             let local = match store.read_in_place(&key) {
                 Some(path) if path.exists() || is_compacted => path,
@@ -521,6 +666,20 @@ fn output_key(
     options: &CompactOptions,
     attempt_id: &str,
 ) -> (Path, String) {
+    let inputs = inputs.iter().map(|c| (&c.staged.key, c.staged.size));
+    let hash = input_set_hash(inputs, row_group_bytes, options, None);
+    (layout.output_key(partition, &hash, attempt_id), hash)
+}
+
+/// The hash naming an input set and the settings that shape the output's bytes: the format,
+/// the row-group threshold, any layout away from the plain one, the ranges of a fanned-out
+/// job, and each input's key and size in order.
+pub(crate) fn input_set_hash<'a>(
+    inputs: impl Iterator<Item = (&'a Path, u64)>,
+    row_group_bytes: u64,
+    options: &CompactOptions,
+    ranges: Option<usize>,
+) -> String {
     let mut hash = Sha256::new();
     hash.update(OUTPUT_FORMAT_VERSION.as_bytes());
     hash.update(row_group_bytes.to_le_bytes());
@@ -533,47 +692,66 @@ fn output_key(
         hash.update(b"max-rows");
         hash.update(rows.to_le_bytes());
     }
-    for input in inputs {
-        hash.update(input.staged.key.as_ref().as_bytes());
+    if let Some(ranges) = ranges {
+        hash.update(b"ranges");
+        hash.update((ranges as u64).to_le_bytes());
+    }
+    for (key, size) in inputs {
+        hash.update(key.as_ref().as_bytes());
         hash.update([0]);
-        hash.update(input.staged.size.to_le_bytes());
+        hash.update(size.to_le_bytes());
     }
     let digest = hash.finalize();
-    let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-    let key = layout.output_key(partition, &hex, attempt_id);
-    (key, hex)
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-struct Written {
-    output: OutputFile,
-    input_set: String,
-    row_group_bytes: u64,
-    stats: SortStats,
+/// A written output (or run), not yet committed.
+pub(crate) struct Written {
+    pub(crate) output: OutputFile,
+    pub(crate) input_set: String,
+    pub(crate) row_group_bytes: u64,
+    pub(crate) stats: SortStats,
     /// Half the grace after the upload completed: the output must be committed before.
-    uploaded: Expiry,
+    pub(crate) uploaded: Expiry,
 }
 
-/// Sorts the checked inputs into a new output object. The inner `Err` names an input that
-/// turned out unreadable (position and reason); nothing was written then.
-#[allow(clippy::too_many_arguments)]
-async fn sort_and_write(
-    store: &Store,
-    layout: &KeyLayout,
-    partition: &PartitionId,
-    options: &CompactOptions,
-    gauge: &MemoryGauge,
+/// What one sort-and-write reads.
+pub(crate) struct WriteJob<'a> {
+    /// The checked inputs, in ordinal order (presorted ones first).
+    pub(crate) inputs: &'a [CheckedInput],
+    /// Their union.
+    pub(crate) unified: &'a UnifiedSchema,
+    /// The input bytes the row-group threshold is resolved for: the inputs', or for a range
+    /// of a fanned-out job the whole job's, so every range has the same threshold.
+    pub(crate) threshold_input_bytes: u64,
+    /// Only the rows in this range (every input then presorted, and `rows` of each counts
+    /// the range's rows).
+    pub(crate) range: Option<&'a KeyRange>,
+}
+
+/// Sorts the checked inputs into a new object, named by `name` from the row-group threshold
+/// (key and input-set hash). The inner `Err` names an input that turned out unreadable
+/// (position and reason); nothing was written then.
+pub(crate) async fn sort_and_write(
+    job: &JobContext<'_>,
     scratch: &ScratchDir,
-    checked: &[CheckedInput],
-    unified: &UnifiedSchema,
-    attempt_id: &str,
+    write: &WriteJob<'_>,
+    name: &(dyn Fn(u64) -> (Path, String) + Sync),
 ) -> Result<std::result::Result<Written, (usize, String)>> {
-    let input_bytes: u64 = checked.iter().map(|c| c.staged.size).sum();
-    let row_group_bytes = resolve_row_group_bytes(options.row_group_bytes, input_bytes);
+    let (store, options, gauge) = (job.store, job.options, job.gauge);
+    let (checked, unified) = (write.inputs, write.unified);
+    let row_group_bytes =
+        resolve_row_group_bytes(options.row_group_bytes, write.threshold_input_bytes);
     let label = sort_key_label(&options.keys, unified.service_index.is_some());
     let presorted: Vec<bool> = checked
         .iter()
         .map(|c| c.staged.is_compacted && c.declared_sort_key.as_deref() == Some(label.as_str()))
         .collect();
+    if write.range.is_some() && presorted.iter().any(|p| !p) {
+        return Err(Error::invariant(
+            "a range of a fanned-out job reads only sorted runs",
+        ));
+    }
     let staged_block_bytes = if options.row_groups_per_block > 1 {
         row_group_bytes.saturating_mul(options.row_groups_per_block as u64)
     } else {
@@ -582,14 +760,7 @@ async fn sort_and_write(
     let spill_compression =
         check_scratch_space(scratch, checked, options.budget_bytes, staged_block_bytes)?;
 
-    let (key, input_set) = output_key(
-        layout,
-        partition,
-        checked,
-        row_group_bytes,
-        options,
-        attempt_id,
-    );
+    let (key, input_set) = name(row_group_bytes);
     let (properties, blocks) =
         partition_output_settings(unified, options, row_group_bytes, scratch)?;
     let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
@@ -619,6 +790,7 @@ async fn sort_and_write(
                 options.max_rows_per_row_group,
             )),
             progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
+            range: write.range,
         };
         let sorted = with_sink_thread(&mut writer, |sink| sort_inputs(&job, sink));
         let stats = match sorted {

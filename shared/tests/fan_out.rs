@@ -1,0 +1,409 @@
+//! Fan-out: a partition forced to fan out compacts into disjoint, ordered key ranges, each a
+//! sorted file with `sorting_columns`, holding every row exactly once; the bytes do not depend
+//! on how many tasks run at once; queries see what the unfanned layout gives; a rerun is a
+//! `noop`; and a crash at any store operation of any task converges on rerun, GC sweeping the runs it
+//! left.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::Int64Type;
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use ourios_compaction::compact::compact_partition;
+use ourios_compaction::manifest::partition_files;
+use ourios_compaction::options::{CompactOptions, FanOut, KeyColumns};
+use ourios_compaction::partition::{KeyLayout, PartitionId};
+use ourios_compaction::read::query::{WindowQuery, query_window};
+use ourios_compaction::report::{CompactionReport, FanOutShape, Status};
+use ourios_compaction::store::Store;
+use ourios_compaction::testing::{
+    Fault, FaultyStore, TestRow, get_bytes, multi_thread_runtime, parquet_bytes, put_bytes,
+    random_stream, read_parquet, rows_batch,
+};
+
+const SERVICES: [&str; 6] = ["checkout", "auth", "search", "ads", "cart", "email"];
+
+fn partition() -> PartitionId {
+    PartitionId::parse("acme", "2026-11-29T10").expect("partition")
+}
+
+/// Eight files of 3,000 rows: six services and null ones, many equal keys (so ties decide
+/// the order of most rows), each row tagged.
+fn inputs(partition: &PartitionId) -> Vec<Vec<TestRow>> {
+    let (start, _) = partition.time_range_nanos();
+    let mut next = random_stream(0x5eed_fa11_u64);
+    (0..8)
+        .map(|f| {
+            (0..3000)
+                .map(|r| {
+                    let s = next() as usize % (SERVICES.len() + 1);
+                    let service = SERVICES.get(s).map(|s| s.to_string());
+                    let t = start + (next() % 200) as i64 * 1_000_000_000;
+                    (service, t, f * 10_000 + r)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+async fn ingest(store: &Store, layout: &KeyLayout, files: &[Vec<TestRow>], first: usize) {
+    let dir = layout.ingest_dir(&partition());
+    for (i, rows) in files.iter().enumerate() {
+        let key = format!("{dir}/ingest-{:04}.parquet", first + i);
+        put_bytes(store, &key, parquet_bytes(&[rows_batch(rows)], 700)).await;
+    }
+}
+
+fn options(scratch: &std::path::Path, fan_out: FanOut, workers: usize) -> CompactOptions {
+    let mut options = CompactOptions::new(scratch);
+    options.budget_bytes = 256 << 10;
+    options.row_group_bytes = Some(32 << 10);
+    options.fan_out = fan_out;
+    options.workers = workers;
+    options.attempt_id = Some("job".into());
+    options
+}
+
+/// (service, time, tag) of every row of a batch.
+fn rows_of(batch: &RecordBatch) -> Vec<TestRow> {
+    let services = batch.column_by_name("service.name").expect("service");
+    let services = services.as_string::<i32>();
+    let times = batch.column_by_name("time_unix_nano").expect("time");
+    let tags = batch.column_by_name("tag").expect("tag");
+    (0..batch.num_rows())
+        .map(|i| {
+            (
+                services.is_valid(i).then(|| services.value(i).to_string()),
+                times.as_primitive::<Int64Type>().value(i),
+                tags.as_primitive::<Int64Type>().value(i),
+            )
+        })
+        .collect()
+}
+
+fn key_of(row: &TestRow) -> (Option<&[u8]>, i64) {
+    (row.0.as_deref().map(str::as_bytes), row.1)
+}
+
+/// Compacts the eight files in a fresh in-memory store; returns the report, each output's
+/// bytes and the store.
+fn compact_fresh(fan_out: FanOut, workers: usize) -> (CompactionReport, Vec<Vec<u8>>, Store) {
+    multi_thread_runtime(2).block_on(async {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        let layout = KeyLayout::default();
+        ingest(&store, &layout, &inputs(&partition()), 0).await;
+        let scratch = tempfile::tempdir().expect("scratch");
+        let options = options(scratch.path(), fan_out, workers);
+        let report = compact_partition(&store, &layout, &partition(), &options)
+            .await
+            .expect("the compaction runs");
+        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        let mut bytes = Vec::new();
+        for output in &report.outputs {
+            bytes.push(get_bytes(&store, &output.key).await.to_vec());
+        }
+        (report, bytes, store)
+    })
+}
+
+#[test]
+fn fanned_out_ranges_are_disjoint_sorted_and_identical_for_any_workers() {
+    let (report, bytes, store) = compact_fresh(FanOut::Ranges(4), 1);
+    assert_eq!(
+        report.fan_out,
+        Some(FanOutShape {
+            groups: 4,
+            ranges: 4
+        })
+    );
+    assert!(
+        (2..=4).contains(&report.outputs.len()),
+        "four ranges of about equal bytes give several outputs: {:?}",
+        report.outputs
+    );
+    assert_eq!(report.output, None, "several outputs: no single `output`");
+    let keys: Vec<&String> = report.outputs.iter().map(|o| &o.key).collect();
+    let mut sorted_keys = keys.clone();
+    sorted_keys.sort();
+    assert_eq!(keys, sorted_keys, "outputs are reported in key order");
+
+    let (plain, _, plain_store) = compact_fresh(FanOut::Off, 1);
+    assert_eq!(plain.fan_out, None);
+    multi_thread_runtime(2).block_on(async {
+        // Every row exactly once; each output sorted; the ranges disjoint and in order.
+        let mut all: Vec<TestRow> = Vec::new();
+        let mut previous_last: Option<TestRow> = None;
+        for output in &report.outputs {
+            let rows: Vec<TestRow> = read_parquet(&store, &output.key)
+                .await
+                .iter()
+                .flat_map(rows_of)
+                .collect();
+            assert_eq!(rows.len() as u64, output.rows, "{}", output.key);
+            assert!(!rows.is_empty(), "no empty output: {}", output.key);
+            assert!(
+                rows.windows(2).all(|w| key_of(&w[0]) <= key_of(&w[1])),
+                "{} is sorted by (service, time)",
+                output.key
+            );
+            if let Some(last) = &previous_last {
+                assert!(
+                    key_of(last) < key_of(&rows[0]),
+                    "ranges are disjoint and ordered: {last:?} then {:?}",
+                    rows[0]
+                );
+            }
+            previous_last = rows.last().cloned();
+            all.extend(rows);
+            let metadata = parquet::file::serialized_reader::SerializedFileReader::new(
+                get_bytes(&store, &output.key).await,
+            )
+            .map(|r| parquet::file::reader::FileReader::metadata(&r).clone())
+            .expect("output footer");
+            for rg in metadata.row_groups() {
+                assert!(
+                    rg.sorting_columns().is_some_and(|c| c.len() == 2),
+                    "{} declares its sort order",
+                    output.key
+                );
+            }
+        }
+        let mut tags: Vec<i64> = all.iter().map(|r| r.2).collect();
+        tags.sort_unstable();
+        let mut expected: Vec<i64> = inputs(&partition()).iter().flatten().map(|r| r.2).collect();
+        expected.sort_unstable();
+        assert_eq!(tags, expected, "every row exactly once");
+
+        // The runs are gone once merged, and the live set is the outputs.
+        let runs_dir = format!("compacted/{}/runs", partition().relative_dir());
+        let left = store
+            .list_sorted(&runs_dir.as_str().into())
+            .await
+            .expect("listing");
+        assert!(left.is_empty(), "runs deleted after the merge: {left:?}");
+        let files = partition_files(&store, &KeyLayout::default(), &partition())
+            .await
+            .expect("files");
+        assert_eq!(
+            files.live,
+            keys.iter().map(|k| k.to_string()).collect::<Vec<_>>()
+        );
+
+        // The same partition unfanned gives the same rows in the same order, and the same
+        // query answers.
+        let plain_rows: Vec<TestRow> = read_parquet(&plain_store, &plain.outputs[0].key)
+            .await
+            .iter()
+            .flat_map(rows_of)
+            .collect();
+        assert_eq!(
+            all, plain_rows,
+            "the ranges in order are the unfanned output"
+        );
+        let (start, _) = partition().time_range_nanos();
+        for service in [Some("cart"), Some("ads"), None] {
+            let query = WindowQuery {
+                tenant: "acme".into(),
+                service: service.map(str::to_string),
+                from_nanos: start + 40_000_000_000,
+                to_nanos: start + 120_000_000_000,
+                limit: usize::MAX,
+            };
+            let keys = KeyColumns::default();
+            let fanned = query_window(&store, &KeyLayout::default(), &keys, &query)
+                .await
+                .expect("query");
+            let unfanned = query_window(&plain_store, &KeyLayout::default(), &keys, &query)
+                .await
+                .expect("query");
+            assert_eq!(fanned.stats.rows_matched, unfanned.stats.rows_matched);
+            let tags = |result: &ourios_compaction::read::query::QueryResult| {
+                let mut tags: Vec<i64> =
+                    result.rows.iter().flat_map(rows_of).map(|r| r.2).collect();
+                tags.sort_unstable();
+                tags
+            };
+            assert_eq!(tags(&fanned), tags(&unfanned), "query for {service:?}");
+            assert!(fanned.stats.rows_matched > 0);
+        }
+    });
+
+    // Four workers write the same bytes.
+    let (four, four_bytes, _) = compact_fresh(FanOut::Ranges(4), 4);
+    assert_eq!(four.outputs, report.outputs, "same names, sizes and rows");
+    assert!(
+        four_bytes == bytes,
+        "four workers write byte-identical outputs"
+    );
+}
+
+#[test]
+fn fanned_out_outputs_are_final_and_later_files_merge_with_them() {
+    multi_thread_runtime(2).block_on(async {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        let layout = KeyLayout::default();
+        let files = inputs(&partition());
+        ingest(&store, &layout, &files[..6], 0).await;
+        let scratch = tempfile::tempdir().expect("scratch");
+        let fanned = options(scratch.path(), FanOut::Ranges(3), 2);
+        let first = compact_partition(&store, &layout, &partition(), &fanned)
+            .await
+            .expect("runs");
+        assert_eq!(first.status, Status::Compacted, "{:?}", first.error);
+        assert!(first.outputs.len() > 1, "{:?}", first.outputs);
+
+        // The ranges of one job are final: a rerun changes nothing.
+        let mut rerun_options = fanned.clone();
+        rerun_options.attempt_id = Some("rerun".into());
+        let rerun = compact_partition(&store, &layout, &partition(), &rerun_options)
+            .await
+            .expect("runs");
+        assert_eq!(rerun.status, Status::Noop, "{:?}", rerun.error);
+
+        // Later files merge with the ranges (read as presorted runs) into one output.
+        ingest(&store, &layout, &files[6..], 6).await;
+        let mut plain = options(scratch.path(), FanOut::Off, 1);
+        plain.attempt_id = Some("later".into());
+        let second = compact_partition(&store, &layout, &partition(), &plain)
+            .await
+            .expect("runs");
+        assert_eq!(second.status, Status::Compacted, "{:?}", second.error);
+        assert_eq!(second.outputs.len(), 1);
+        assert_eq!(second.inputs.files, first.outputs.len() as u64 + 2);
+        let live = partition_files(&store, &layout, &partition())
+            .await
+            .expect("files")
+            .live;
+        assert_eq!(live, [second.outputs[0].key.clone()]);
+        let rows: Vec<TestRow> = read_parquet(&store, &live[0])
+            .await
+            .iter()
+            .flat_map(rows_of)
+            .collect();
+        assert_eq!(rows.len(), 8 * 3000, "every row exactly once");
+        assert!(rows.windows(2).all(|w| key_of(&w[0]) <= key_of(&w[1])));
+    });
+}
+
+#[test]
+fn auto_fans_out_a_job_larger_than_the_scratch_limit() {
+    multi_thread_runtime(2).block_on(async {
+        let root = tempfile::tempdir().expect("store");
+        let store = Store::open(root.path().to_str().expect("utf-8 path")).expect("store");
+        let layout = KeyLayout::default();
+        ingest(&store, &layout, &inputs(&partition()), 0).await;
+        let listed = store
+            .list_sorted(&layout.ingest_dir(&partition()))
+            .await
+            .expect("listing");
+        let input_bytes: u64 = listed.iter().map(|m| m.size).sum();
+        let scratch = tempfile::tempdir().expect("scratch");
+
+        let mut roomy = options(scratch.path(), FanOut::Auto, 1);
+        roomy.scratch_limit_bytes = Some(input_bytes * 4);
+        let mut tight = roomy.clone();
+        tight.scratch_limit_bytes = Some(input_bytes);
+        // Within the limit: one task, one output.
+        let plain_store = tempfile::tempdir().expect("store");
+        let plain = Store::open(plain_store.path().to_str().expect("utf-8")).expect("store");
+        ingest(&plain, &layout, &inputs(&partition()), 0).await;
+        let one = compact_partition(&plain, &layout, &partition(), &roomy)
+            .await
+            .expect("runs");
+        assert_eq!(
+            (one.status, one.fan_out, one.outputs.len()),
+            (Status::Compacted, None, 1)
+        );
+
+        // Three times the inputs' bytes do not fit a limit of their size: three ranges, read
+        // in place from the local store.
+        let report = compact_partition(&store, &layout, &partition(), &tight)
+            .await
+            .expect("runs");
+        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        assert_eq!(
+            report.fan_out,
+            Some(FanOutShape {
+                groups: 3,
+                ranges: 3
+            })
+        );
+        let rows: u64 = report.outputs.iter().map(|o| o.rows).sum();
+        assert_eq!(rows, 8 * 3000);
+        assert_eq!(report.inputs.rows, 8 * 3000);
+    });
+}
+
+/// A crash at any store operation of the fanned-out job (a run, the split, a merge, the
+/// commit, the cleanup) leaves a state a rerun converges from: every row exactly once.
+#[test]
+fn a_crash_in_any_task_converges_on_rerun() {
+    let runtime = multi_thread_runtime(2);
+    let files = inputs(&partition());
+    let expected: BTreeMap<i64, usize> = files.iter().flatten().map(|r| (r.2, 1)).collect();
+    let run = |fault: Option<Fault>| {
+        runtime.block_on(async {
+            let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+            let clean = Store::from_object_store(Arc::clone(&memory), "memory://");
+            let layout = KeyLayout::default();
+            ingest(&clean, &layout, &files[..4], 0).await;
+            let faulty = Arc::new(FaultyStore::new(Arc::clone(&memory), fault));
+            let store = Store::from_object_store(faulty.clone(), "faulty");
+            let scratch = tempfile::tempdir().expect("scratch");
+            let mut crashing = options(scratch.path(), FanOut::Ranges(3), 1);
+            crashing.parallel_downloads = 1;
+            crashing.attempt_id = Some("crashing".into());
+            let _ = compact_partition(&store, &layout, &partition(), &crashing).await;
+            let ops = faulty.num_ops();
+            let mut rerun = options(scratch.path(), FanOut::Ranges(3), 1);
+            rerun.attempt_id = Some("rerun".into());
+            // No grace: the rerun's GC sweeps what the crash left (runs, outputs) at once.
+            rerun.gc_grace = std::time::Duration::ZERO;
+            let report = compact_partition(&clean, &layout, &partition(), &rerun)
+                .await
+                .expect("the rerun runs");
+            assert!(
+                matches!(report.status, Status::Compacted | Status::Noop),
+                "{fault:?}: {report:?}"
+            );
+            let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
+            for key in partition_files(&clean, &layout, &partition())
+                .await
+                .expect("files")
+                .live
+            {
+                for batch in read_parquet(&clean, &key).await {
+                    for row in rows_of(&batch) {
+                        *seen.entry(row.2).or_default() += 1;
+                    }
+                }
+            }
+            let runs = format!("compacted/{}/runs", partition().relative_dir());
+            let left = clean
+                .list_sorted(&runs.as_str().into())
+                .await
+                .expect("listing");
+            assert!(left.is_empty(), "{fault:?}: runs left behind: {left:?}");
+            (ops, seen)
+        })
+    };
+    let (ops, seen) = run(None);
+    let first_four: BTreeMap<i64, usize> = expected
+        .iter()
+        .filter(|(tag, _)| **tag < 40_000)
+        .map(|(t, n)| (*t, *n))
+        .collect();
+    assert_eq!(seen, first_four);
+    assert!(
+        ops > 20,
+        "a fanned-out job makes many store operations: {ops}"
+    );
+    // Crash points spread over the whole job.
+    let step = (ops / 16).max(1);
+    for at in (1..=ops).step_by(step as usize) {
+        let (_, seen) = run(Some(Fault::Crash(at)));
+        assert_eq!(seen, first_four, "crash at operation {at} of {ops}");
+    }
+}
