@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// How a caller should react to an [`Error`]. Serialized as [`ErrorKind::name`] spells it, so
 /// reports, metrics and Lambda's `errorType` show one word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ErrorKind {
     /// A network or store hiccup: retrying the same call may succeed.
     Transient,

@@ -115,7 +115,9 @@
 //! | | [`read::planned_reader`] | the Parquet reader of one object, serving reads from a read plan |
 //! | | [`read::inspect`] | footer summaries |
 //! | compact | [`compact`] | the driver: one partition, in named steps |
-//! | | [`compact::fan_out`] | one partition fanned out into key ranges: runs, split, merges, one commit |
+//! | | [`compact::fan_out`] | one partition fanned out into key ranges: the shape, the groups, the tasks run here, the task entry point of the state machine |
+//! | | [`compact::fan_out::tasks`] | the tasks (plan, run, split, merge, gather), each a function of the job's records in the store |
+//! | | `compact::fan_out::range_read` | one range of a run: its row groups by range requests, its rows counted |
 //! | serverless | [`serverless`] | the functions' library side |
 //! | | [`serverless::events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
 //! | | [`serverless::readiness`] | readiness and dispatch decisions (pure) |

@@ -246,9 +246,15 @@ impl KeyLayout {
     /// left behind as an orphan once the grace has passed.
     pub fn run_key(&self, partition: &PartitionId, job: &str, group: usize) -> Path {
         Path::from(format!(
-            "{}/runs/{job}/run-{group:05}.parquet",
-            self.compacted_dir(partition)
+            "{}/run-{group:05}.parquet",
+            self.fan_out_dir(partition, job)
         ))
+    }
+
+    /// Directory of a fanned-out job's runs and task records (`runs/<job>/` under the
+    /// partition's compacted directory).
+    pub fn fan_out_dir(&self, partition: &PartitionId, job: &str) -> Path {
+        Path::from(format!("{}/runs/{job}", self.compacted_dir(partition)))
     }
 
     /// Prefix every output key of a partition starts with.

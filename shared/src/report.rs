@@ -53,7 +53,7 @@ pub struct InputTotals {
 }
 
 /// The written output file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct OutputFile {
     /// Key relative to the store root.
     pub key: String,
@@ -75,7 +75,7 @@ pub struct FanOutShape {
 }
 
 /// A bad input left in place.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Quarantined {
     /// Its key relative to the store root.
     pub file: String,

@@ -66,6 +66,7 @@ async fn run(
     let failure_kind = answer.failure_kind();
     let jobs = match answer {
         CompactorAnswer::Ignored(ignored) => return Ok(json!({ "ignored": ignored })),
+        CompactorAnswer::FanOut(answer) => return Ok(answer),
         CompactorAnswer::Jobs(jobs) => jobs,
     };
     let now_ms = chrono::Utc::now().timestamp_millis();

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use object_store::memory::InMemory;
 use ourios_compaction::cost::{ONE_VCPU_FUNCTION_MB, Prices};
+use ourios_compaction::error::ErrorKind;
 use ourios_compaction::manifest::list_versions;
 use ourios_compaction::options::FanOut;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
@@ -434,4 +435,111 @@ async fn http_requests_get_http_answers() {
         .await
         .expect("versions");
     assert!(versions.is_empty(), "nothing compacted");
+}
+
+/// Sends `{"fan_out": task}` through the handler.
+async fn fan_out_task(compactor: &Compactor, task: serde_json::Value) -> serde_json::Value {
+    handle(
+        compactor,
+        serde_json::json!({ "fan_out": task }),
+        None,
+        "fan-out",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{task}: {e:?}"))
+}
+
+/// The tasks of a fanned-out job, each through the real handler as the state machine sends
+/// them: plan, every run, split, every merge, commit; then a retried commit and a new plan find
+/// nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_tasks_run_through_the_handler() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let compactor = setup(scratch.path()).await;
+    let partition = serde_json::json!({ "tenant": "acme", "hour": "2026-11-29T10" });
+    let with = |fields: serde_json::Value| {
+        let mut task = partition.clone();
+        if let (Some(task), Some(fields)) = (task.as_object_mut(), fields.as_object()) {
+            task.extend(fields.clone());
+        }
+        task
+    };
+
+    let plan = fan_out_task(
+        &compactor,
+        with(serde_json::json!({"step": "plan", "ranges": 2})),
+    )
+    .await;
+    let job = plan["job"].as_str().expect("a job id").to_string();
+    assert_eq!(plan["groups"], serde_json::json!([0, 1]), "{plan}");
+    let mut rows = 0;
+    for group in 0..2 {
+        let run = fan_out_task(
+            &compactor,
+            with(serde_json::json!({"step": "run", "job": job, "index": group})),
+        )
+        .await;
+        rows += run["rows"].as_u64().expect("rows");
+    }
+    assert_eq!(rows, 600);
+    let split = fan_out_task(
+        &compactor,
+        with(serde_json::json!({"step": "split", "job": job})),
+    )
+    .await;
+    let ranges = split["ranges"].as_array().expect("ranges").clone();
+    assert_eq!(ranges.len(), 2, "{split}");
+    for range in &ranges {
+        let merged = fan_out_task(
+            &compactor,
+            with(serde_json::json!({"step": "merge", "job": job, "index": range})),
+        )
+        .await;
+        assert!(
+            merged["output"]["rows"].as_u64().is_some_and(|r| r > 0),
+            "{merged}"
+        );
+    }
+    let report = fan_out_task(
+        &compactor,
+        with(serde_json::json!({"step": "commit", "job": job})),
+    )
+    .await;
+    assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(
+        report["fan_out"],
+        serde_json::json!({"groups": 2, "ranges": 2})
+    );
+    assert_eq!(report["inputs"]["rows"], 600);
+    let outputs = report["outputs"].as_array().expect("outputs");
+    assert_eq!(outputs.len(), 2);
+    let written: u64 = outputs.iter().filter_map(|o| o["rows"].as_u64()).sum();
+    assert_eq!(written, 600);
+
+    // A retried commit (its answer lost) and a new plan find the work done.
+    let again = fan_out_task(
+        &compactor,
+        with(serde_json::json!({"step": "commit", "job": job})),
+    )
+    .await;
+    assert_eq!(again["status"], "noop", "{again}");
+    let done = fan_out_task(&compactor, with(serde_json::json!({"step": "plan"}))).await;
+    assert_eq!(done["job"], serde_json::Value::Null, "{done}");
+
+    // A task without its job or index is refused, naming what is missing.
+    for task in [
+        serde_json::json!({"step": "run", "index": 0}),
+        serde_json::json!({"step": "merge", "job": job}),
+        serde_json::json!({"step": "sort", "job": job}),
+    ] {
+        let refused = handle(
+            &compactor,
+            serde_json::json!({ "fan_out": with(task.clone()) }),
+            None,
+            "bad",
+        )
+        .await
+        .expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::InvalidInput, "{task}: {refused:?}");
+    }
 }

@@ -64,6 +64,42 @@ pub async fn compact_partition(
     partition: &PartitionId,
     options: &CompactOptions,
 ) -> Result<CompactionReport> {
+    report_job(store, layout, partition, options, JobBody::Compact).await
+}
+
+/// Commits a fanned-out job whose runs and merges are done ([`fan_out::tasks`]; its id is
+/// `options.attempt_id`), collects the partition's garbage and reports, as
+/// [`compact_partition`] does.
+pub async fn commit_fanned_out(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> Result<CompactionReport> {
+    if options.attempt_id.is_none() {
+        return Err(Error::Config {
+            message: "committing a fanned-out job needs its job id".into(),
+        });
+    }
+    report_job(store, layout, partition, options, JobBody::CommitFanOut).await
+}
+
+/// What a reported job does.
+#[derive(Debug, Clone, Copy)]
+enum JobBody {
+    /// Steps 1 to 5: the whole compaction, in one task or fanned out here.
+    Compact,
+    /// Step 5 of a job fanned out elsewhere.
+    CommitFanOut,
+}
+
+async fn report_job(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+    body: JobBody,
+) -> Result<CompactionReport> {
     options.validate()?;
     let started = Instant::now();
     let cpu_started = process_cpu_time();
@@ -77,7 +113,12 @@ pub async fn compact_partition(
     report.budget_bytes = options.budget_bytes;
     let gauge = MemoryGauge::new();
 
-    let result = run_job(store, layout, partition, options, &gauge, &mut report).await;
+    let result = match body {
+        JobBody::Compact => run_job(store, layout, partition, options, &gauge, &mut report).await,
+        JobBody::CommitFanOut => {
+            commit_fan_out(store, layout, partition, options, &gauge, &mut report).await
+        }
+    };
     if let Err(e) = result {
         report.error_kind = Some(e.kind());
         report.status = match e {
@@ -140,16 +181,13 @@ async fn run_job(
     report: &mut CompactionReport,
 ) -> Result<()> {
     // Step 1: read the state.
-    let manifest = load_latest(store, layout, partition).await?;
-    report.manifest_version = manifest.version;
-    let ingest_dir = layout.ingest_dir(partition);
-    let listing = store.list_sorted(&ingest_dir).await?;
-    let live = live_set(&ingest_dir, &listing, &manifest);
-    if live.ingest.is_empty() && manifest.compacted_in_one_piece() {
+    let state = read_partition(store, layout, partition).await?;
+    report.manifest_version = state.manifest.version;
+    let (manifest, listing) = (state.manifest, state.listing);
+    let Some(wanted) = state.wanted else {
         report.status = Status::Noop;
         return Ok(());
-    }
-    let wanted = wanted_inputs(&manifest, &live)?;
+    };
 
     // Steps 2 to 4, in one task or fanned out.
     let attempt_id = report.attempt_id.clone();
@@ -162,10 +200,93 @@ async fn run_job(
         attempt_id: &attempt_id,
     };
     let produced = match fan_out::shape(&wanted, options) {
-        Some(shape) => fan_out::produce(&job, wanted, shape).await?,
+        Some(shape) => fan_out::produce(&job, manifest.version, wanted, shape).await?,
         None => produce_one(&job, wanted).await?,
     };
     commit_produced(&job, &manifest, &listing, produced, report).await
+}
+
+/// What step 1 read: the latest manifest, the listing of the ingest directory, and the live
+/// inputs in ordinal order (`None` when there is nothing to merge).
+pub(crate) struct PartitionState {
+    pub(crate) manifest: Manifest,
+    pub(crate) listing: Vec<object_store::ObjectMeta>,
+    pub(crate) wanted: Option<Vec<WantedInput>>,
+}
+
+/// Step 1: the latest manifest and a listing give the live set (the reader rule); nothing
+/// uncompacted and the compacted files of one commit leave nothing to merge.
+pub(crate) async fn read_partition(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+) -> Result<PartitionState> {
+    let manifest = load_latest(store, layout, partition).await?;
+    let ingest_dir = layout.ingest_dir(partition);
+    let listing = store.list_sorted(&ingest_dir).await?;
+    let live = live_set(&ingest_dir, &listing, &manifest);
+    let wanted = if live.ingest.is_empty() && manifest.compacted_in_one_piece() {
+        None
+    } else {
+        Some(wanted_inputs(&manifest, &live)?)
+    };
+    Ok(PartitionState {
+        manifest,
+        listing,
+        wanted,
+    })
+}
+
+/// Step 5 of a job fanned out elsewhere: its tasks' records gathered and committed on the
+/// latest manifest, unless a version since the plan's forgot retired files (invariant 11).
+async fn commit_fan_out(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+    gauge: &MemoryGauge,
+    report: &mut CompactionReport,
+) -> Result<()> {
+    let attempt_id = report.attempt_id.clone();
+    let job = JobContext {
+        store,
+        layout,
+        partition,
+        options,
+        gauge,
+        attempt_id: &attempt_id,
+    };
+    let manifest = load_latest(store, layout, partition).await?;
+    report.manifest_version = manifest.version;
+    let plan = match fan_out::tasks::read_plan(&job).await {
+        Ok(plan) => plan,
+        // A retry of a commit that landed (its records are deleted after it).
+        Err(_)
+            if manifest
+                .compacted
+                .iter()
+                .any(|c| fan_out::is_range_of(&c.key, &attempt_id)) =>
+        {
+            report.status = Status::Noop;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    if manifest.forgotten_in > plan.manifest_version {
+        return Err(Error::Conflict {
+            partition: partition.to_string(),
+            message: format!(
+                "version {} forgot retired files after the plan read version {}",
+                manifest.forgotten_in, plan.manifest_version
+            ),
+        });
+    }
+    let produced = fan_out::tasks::gather(&job).await?;
+    let listing = store.list_sorted(&layout.ingest_dir(partition)).await?;
+    let split = fan_out::tasks::read_split(&job).await.ok();
+    let committed = commit_produced(&job, &manifest, &listing, produced, report).await;
+    fan_out::tasks::delete_state(&job, &plan, split.as_ref(), false).await;
+    committed
 }
 
 /// What one job works with, shared by its tasks.
@@ -200,6 +321,8 @@ pub(crate) struct Produced {
     pub(crate) stats: SortStats,
     /// How the job fanned out.
     pub(crate) fan_out: Option<FanOutShape>,
+    /// When the outputs become too old to commit (`None`: no grace, no limit).
+    pub(crate) commit_by: Option<Expiry>,
 }
 
 /// The live inputs in ordinal order: earlier compacted files first (they are runs already),
@@ -234,7 +357,14 @@ async fn produce_one(job: &JobContext<'_>, wanted: Vec<WantedInput>) -> Result<P
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
     let sorted = sort_group(job, wanted, &scratch, &OutputTarget::Output).await?;
     drop(scratch);
+    // INVARIANT: an output is committed within half the grace of its upload (on this host's
+    // monotonic clock), so GC, which waits the whole grace on the store's clock, never sweeps
+    // it as an orphan just before a commit references it.
+    let commit_by = (sorted.written.as_ref())
+        .filter(|_| options.gc_grace > Duration::ZERO)
+        .map(|_| Expiry::after(&options.clock, options.gc_grace / 2));
     Ok(Produced {
+        commit_by,
         consumed: sorted.consumed,
         rows: sorted.rows,
         quarantined: sorted.quarantined,
@@ -391,6 +521,7 @@ async fn commit_produced(
         outputs: written,
         stats,
         fan_out,
+        commit_by,
     } = produced;
     report.quarantined = quarantined.clone();
     report.fan_out = fan_out;
@@ -457,13 +588,7 @@ async fn commit_produced(
             .sum(),
         attempt_id: report.attempt_id.clone(),
         now_ms: options.clock.now_ms(),
-        // INVARIANT: an output is committed within half the grace of its upload (on this
-        // host's monotonic clock), so GC, which waits the whole grace on the store's clock,
-        // never sweeps it as an orphan just before a commit references it.
-        commit_by: (written.iter())
-            .filter(|_| options.gc_grace > Duration::ZERO)
-            .map(|w| w.uploaded.clone())
-            .reduce(Expiry::earlier),
+        commit_by,
     };
     let outcome = match commit(store, layout, partition, manifest, &request).await {
         Err(e @ Error::Deadline { .. }) => {
@@ -711,8 +836,6 @@ pub(crate) struct Written {
     pub(crate) input_set: String,
     pub(crate) row_group_bytes: u64,
     pub(crate) stats: SortStats,
-    /// Half the grace after the upload completed: the output must be committed before.
-    pub(crate) uploaded: Expiry,
 }
 
 /// What one sort-and-write reads.
@@ -828,7 +951,6 @@ pub(crate) async fn sort_and_write(
                 input_set,
                 row_group_bytes,
                 stats,
-                uploaded: Expiry::after(&options.clock, options.gc_grace / 2),
             }))
         }
         Ok(Err(bad)) => {

@@ -13,6 +13,7 @@
 //! INVARIANT: a key is decoded exactly once (S3, SNS, SQS, EventBridge and MinIO alike) and then
 //! accepted, ignored as a writer side file, or rejected as it is, never normalised.
 
+use crate::compact::fan_out::FanOutTask;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -119,6 +120,8 @@ pub enum Invocation {
         /// Hour as given.
         hour: String,
     },
+    /// A task of a fanned-out job (`{"fan_out": {...}}`), sent by the state machine.
+    FanOut(FanOutTask),
     /// A function-URL or API Gateway HTTP API request (MinIO's webhook target): its body,
     /// unwrapped, or why it is not a notification. The answer is an HTTP response.
     Http(Box<HttpRequest>),
@@ -195,6 +198,11 @@ pub fn parse_invocation(payload: &Value) -> Result<Invocation, NotAnEvent> {
     }
     if object.contains_key("sweep") {
         return Ok(Invocation::Sweep);
+    }
+    if let Some(task) = object.get("fan_out") {
+        let task: FanOutTask = serde_json::from_value(task.clone())
+            .map_err(|e| NotAnEvent(format!("fan-out task: {e}")))?;
+        return Ok(Invocation::FanOut(task));
     }
     if object.contains_key("tenant") || object.contains_key("hour") {
         let job: DirectJob = serde_json::from_value(payload.clone())

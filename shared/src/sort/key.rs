@@ -104,7 +104,9 @@ impl BatchKeys {
 
 /// A point of the partition's order: rows sort by service (a null service first, then
 /// byte-wise), then by time. The derived order is exactly that.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct KeyPoint {
     /// The service's UTF-8 bytes; `None` is the null service, which sorts first.
     pub service: Option<Vec<u8>>,

@@ -76,7 +76,7 @@ pub struct SortJob<'a> {
 }
 
 /// What the sort did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SortStats {
     /// Runs spilled in phase 1.
     pub runs_spilled: u32,

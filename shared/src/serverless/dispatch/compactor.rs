@@ -7,6 +7,7 @@ use serde::Serialize;
 use tracing::Instrument;
 
 use super::worker::{JobOutcome, run_compaction_job};
+use crate::compact::fan_out::run_fan_out_task;
 use crate::error::{ErrorKind, InvocationError};
 use crate::options::CompactOptions;
 use crate::partition::{KeyLayout, PartitionId};
@@ -47,6 +48,8 @@ pub enum CompactorAnswer {
     Ignored(Vec<IgnoredRecord>),
     /// One finished job per partition, in the order the invocation named them.
     Jobs(Vec<JobOutcome>),
+    /// What a task of a fanned-out job answers the state machine.
+    FanOut(serde_json::Value),
 }
 
 impl CompactorAnswer {
@@ -89,6 +92,24 @@ impl Compactor {
         invocation: Invocation,
         deadline: Option<Instant>,
     ) -> Result<CompactorAnswer, InvocationError> {
+        if let Invocation::FanOut(task) = &invocation {
+            let options = self.options(deadline);
+            let answer = run_fan_out_task(&self.store, &self.layout, &options, task).await?;
+            // A commit that failed or ran out of time fails the task, so the state machine
+            // retries it; `noop` and `conflict` end the execution with the report.
+            let status = answer.get("status").and_then(serde_json::Value::as_str);
+            if let Some(status @ ("failed" | "timeout")) = status {
+                let kind = answer
+                    .get("error_kind")
+                    .and_then(|k| serde_json::from_value(k.clone()).ok())
+                    .unwrap_or(ErrorKind::Bug);
+                return Err(InvocationError::new(
+                    kind,
+                    format!("fan-out commit {status}: {answer}"),
+                ));
+            }
+            return Ok(CompactorAnswer::FanOut(answer));
+        }
         let (partitions, ignored) = self.jobs_of(invocation)?;
         if partitions.is_empty() {
             return Ok(CompactorAnswer::Ignored(ignored));
@@ -133,6 +154,9 @@ impl Compactor {
             Invocation::Notifications { records, .. } => records,
             Invocation::SqsBatch(messages) => {
                 messages.into_iter().flat_map(|m| m.records).collect()
+            }
+            Invocation::FanOut(_) => {
+                return Err(invalid("a fan-out task is not a compaction job".into()));
             }
             Invocation::Backfill(_) | Invocation::Sweep => {
                 return Err(invalid(

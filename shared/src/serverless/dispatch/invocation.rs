@@ -265,6 +265,12 @@ impl Planner {
             Invocation::Http(_) => Err(Error::invariant(
                 "an HTTP request reaches the planner unwrapped; its handler answers it",
             )),
+            Invocation::FanOut(task) => Err(Error::Config {
+                message: format!(
+                    "the planner runs no fan-out task ({:?}); the state machine invokes the compactor",
+                    task.step
+                ),
+            }),
         }
     }
 

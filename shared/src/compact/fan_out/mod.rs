@@ -1,0 +1,399 @@
+//! Fan-out: a partition compacted into several outputs by tasks that can run anywhere and give
+//! the same bytes.
+//!
+//! 1. **Runs**: the inputs, in ordinal order, are cut into contiguous groups of about equal
+//!    bytes; each group is staged, checked and sorted by the engine into a run object
+//!    ([`KeyLayout::run_key`]), a sorted Parquet file like any output.
+//! 2. **Split**: boundaries from the runs' row-group statistics cut the key space into ranges
+//!    of about equal bytes ([`split_points`]), a pure function of the runs.
+//! 3. **Merge**: each range is merged from the row groups of every run that can hold its
+//!    keys, fetched with range reads and read as presorted runs, into one output; rows are
+//!    kept by key, so every row lands in exactly one range.
+//! 4. **Commit**: the caller's one manifest version makes the outputs live and retires every
+//!    input; the runs are deleted once merged (a crash leaves them to GC as orphans).
+//!
+//! Each step depends only on what the one before wrote, so the outputs are byte-identical
+//! however many tasks run at once ([`CompactOptions::workers`]). Equal keys keep the order of
+//! the unfanned job: a range holds every row of a key, and the merge breaks ties by run, which
+//! is by input.
+
+mod range_read;
+pub mod tasks;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::{JobContext, Produced, WantedInput, commit_fanned_out, read_partition};
+use crate::error::{Error, Result};
+use crate::gauge::MemoryGauge;
+use crate::options::{CompactOptions, FanOut};
+use crate::partition::{KeyLayout, PartitionId};
+use crate::report::FanOutShape;
+use crate::store::Store;
+
+/// The steps of a fanned-out job, as the state machine names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FanOutStep {
+    /// Reads the live set and records the plan (a new job).
+    Plan,
+    /// Sorts group `index` into its run.
+    Run,
+    /// Splits the runs into ranges.
+    Split,
+    /// Merges range `index` into its output.
+    Merge,
+    /// Commits the outputs.
+    Commit,
+}
+
+/// One task of a fanned-out job, as the state machine sends it to the compactor:
+/// `{"fan_out": {"step": "merge", "tenant": "acme", "hour": "2026-11-29T10", "job": "…",
+/// "index": 3}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FanOutTask {
+    /// Which step.
+    pub step: FanOutStep,
+    /// The partition's tenant.
+    pub tenant: String,
+    /// The partition's hour, `YYYY-MM-DDTHH`.
+    pub hour: String,
+    /// The job (every step but `plan`, which names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The group of `run`, the range of `merge`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    /// `plan`: the ranges to split into (default: what `auto` needs under the function's
+    /// limits, at least one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<usize>,
+}
+
+/// Runs one task and answers what the next state needs: `plan` the job and its group indexes
+/// (`"job": null` when the partition has nothing to compact), `run` the group's run, `split`
+/// the range indexes, `merge` the range's output, `commit` the compaction report.
+pub async fn run_fan_out_task(
+    store: &Store,
+    layout: &KeyLayout,
+    options: &CompactOptions,
+    task: &FanOutTask,
+) -> Result<serde_json::Value> {
+    let partition = PartitionId::parse(&task.tenant, &task.hour)?;
+    let needed = |what: &str, value: Option<&str>| {
+        value.map(str::to_string).ok_or_else(|| Error::Config {
+            message: format!("a fan-out {:?} task needs its {what}", task.step),
+        })
+    };
+    let job_id = match task.step {
+        FanOutStep::Plan => (options.attempt_id.clone())
+            .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>())),
+        _ => needed("job", task.job.as_deref())?,
+    };
+    let index = || {
+        task.index.ok_or_else(|| Error::Config {
+            message: format!("a fan-out {:?} task needs its index", task.step),
+        })
+    };
+    let gauge = MemoryGauge::new();
+    let job = JobContext {
+        store,
+        layout,
+        partition: &partition,
+        options,
+        gauge: &gauge,
+        attempt_id: &job_id,
+    };
+    let answer = match task.step {
+        FanOutStep::Plan => {
+            let state = read_partition(store, layout, &partition).await?;
+            let Some(wanted) = state.wanted else {
+                let hour = &task.hour;
+                return Ok(
+                    json!({ "tenant": task.tenant, "hour": hour, "job": null, "groups": [] }),
+                );
+            };
+            let ranges = task.ranges.unwrap_or_else(|| {
+                let auto = CompactOptions {
+                    fan_out: FanOut::Auto,
+                    ..options.clone()
+                };
+                shape(&wanted, &auto).map_or(1, |s| s.ranges)
+            });
+            let groups = group_inputs(wanted, ranges.max(1));
+            let plan = tasks::plan(&job, state.manifest.version, &groups, ranges.max(1)).await?;
+            let indexes: Vec<usize> = (0..plan.groups.len()).collect();
+            json!({ "tenant": task.tenant, "hour": task.hour, "job": job_id, "groups": indexes })
+        }
+        FanOutStep::Run => {
+            let run = tasks::run_group(&job, index()?).await?;
+            json!({ "group": index()?, "rows": run.rows, "run": run.run })
+        }
+        FanOutStep::Split => {
+            let split = tasks::split(&job).await?;
+            let indexes: Vec<usize> = (0..split.ranges()).collect();
+            json!({ "ranges": indexes })
+        }
+        FanOutStep::Merge => {
+            let merged = tasks::merge(&job, index()?).await?;
+            json!({ "range": index()?, "output": merged.output })
+        }
+        FanOutStep::Commit => {
+            let options = CompactOptions {
+                attempt_id: Some(job_id.clone()),
+                ..options.clone()
+            };
+            let report = commit_fanned_out(store, layout, &partition, &options).await?;
+            serde_json::to_value(&report)
+                .map_err(|e| Error::invariant(format!("encoding the report: {e}")))?
+        }
+    };
+    Ok(answer)
+}
+
+/// Whether `key` is a range output of fanned-out job `job` (`part-<hash>-<job>-r<k>.parquet`).
+pub fn is_range_of(key: &str, job: &str) -> bool {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    name.strip_prefix("part-")
+        .and_then(|rest| rest.split_once('-'))
+        .and_then(|(_, rest)| rest.strip_prefix(job))
+        .is_some_and(|rest| rest.starts_with("-r"))
+}
+
+/// Scratch bytes one task needs per byte of encoded input: the staged copy, and spilled runs
+/// of about the pages' uncompressed size (LZ4), which is about twice the encoded size of
+/// zstd-compressed logs.
+const SCRATCH_PER_INPUT_BYTE: u64 = 3;
+
+/// Encoded input bytes one task sorts per second, a conservative reading of the benchmark
+/// (the 610 MB hour in about 24 s at a 64 MiB budget): `auto` fans out a job that would not
+/// finish before the deadline at this pace.
+const INPUT_BYTES_PER_SECOND: u64 = 16 << 20;
+
+/// How the job fans out: `None` for one task and one output.
+pub(crate) fn shape(wanted: &[WantedInput], options: &CompactOptions) -> Option<FanOutShape> {
+    let total: u64 = wanted.iter().map(|w| w.bytes).sum();
+    let ranges = match options.fan_out {
+        FanOut::Off => return None,
+        FanOut::Ranges(n) => n,
+        FanOut::Auto => auto_ranges(total, options.scratch_limit_bytes, options.deadline),
+    };
+    (ranges > 1 && !wanted.is_empty()).then(|| FanOutShape {
+        groups: ranges.min(wanted.len()),
+        ranges,
+    })
+}
+
+/// The tasks `auto` needs so that each fits the scratch limit and the time before the deadline.
+fn auto_ranges(total_bytes: u64, scratch_limit: Option<u64>, deadline: Option<Instant>) -> usize {
+    let by_scratch = scratch_limit.map_or(1, |limit| {
+        total_bytes
+            .saturating_mul(SCRATCH_PER_INPUT_BYTE)
+            .div_ceil(limit.max(1))
+    });
+    let by_time = deadline.map_or(1, |deadline| {
+        let seconds = deadline.saturating_duration_since(Instant::now()).as_secs();
+        let per_task = seconds.saturating_mul(INPUT_BYTES_PER_SECOND).max(1);
+        total_bytes.div_ceil(per_task)
+    });
+    usize::try_from(by_scratch.max(by_time).max(1)).unwrap_or(usize::MAX)
+}
+
+/// Contiguous groups of the inputs in ordinal order, of about equal bytes: input `i` goes to
+/// group `⌊bytes before it × groups / total⌋` (by count when no input has bytes); groups left
+/// empty by a large input are dropped.
+pub(crate) fn group_inputs(wanted: Vec<WantedInput>, groups: usize) -> Vec<Vec<WantedInput>> {
+    let total: u128 = wanted.iter().map(|w| u128::from(w.bytes)).sum();
+    let mut out: Vec<Vec<WantedInput>> = (0..groups.max(1)).map(|_| Vec::new()).collect();
+    let mut before: u128 = 0;
+    let count = out.len();
+    let inputs = wanted.len();
+    for (i, input) in wanted.into_iter().enumerate() {
+        let group = (before * count as u128)
+            .checked_div(total)
+            .map_or(i * count / inputs.max(1), |g| {
+                usize::try_from(g).unwrap_or(count - 1)
+            });
+        before += u128::from(input.bytes);
+        out[group.min(count - 1)].push(input);
+    }
+    out.retain(|g| !g.is_empty());
+    out
+}
+
+/// What a task needs, owned, so tasks can run on threads of their own.
+#[derive(Clone)]
+struct OwnedJob {
+    store: Store,
+    layout: KeyLayout,
+    partition: PartitionId,
+    options: CompactOptions,
+    gauge: MemoryGauge,
+    attempt_id: String,
+}
+
+impl OwnedJob {
+    fn new(job: &JobContext<'_>) -> Self {
+        OwnedJob {
+            store: job.store.clone(),
+            layout: job.layout.clone(),
+            partition: job.partition.clone(),
+            options: job.options.clone(),
+            gauge: job.gauge.clone(),
+            attempt_id: job.attempt_id.to_string(),
+        }
+    }
+
+    fn context(&self) -> JobContext<'_> {
+        JobContext {
+            store: &self.store,
+            layout: &self.layout,
+            partition: &self.partition,
+            options: &self.options,
+            gauge: &self.gauge,
+            attempt_id: &self.attempt_id,
+        }
+    }
+}
+
+/// Steps 2 to 4 fanned out, here: the plan, the runs, the split and the merges, each task on a
+/// thread of its own, at most [`CompactOptions::workers`] at once; the job's records are
+/// deleted afterwards, its runs too when a step failed.
+pub(crate) async fn produce(
+    job: &JobContext<'_>,
+    manifest_version: u64,
+    wanted: Vec<WantedInput>,
+    shape: FanOutShape,
+) -> Result<Produced> {
+    let owned = OwnedJob::new(job);
+    let groups = group_inputs(wanted, shape.groups);
+    let plan = tasks::plan(job, manifest_version, &groups, shape.ranges).await?;
+    let mut split = None;
+    let produced = run_steps(job, &owned, groups.len(), &mut split).await;
+    tasks::delete_state(job, &plan, split.as_ref(), produced.is_err()).await;
+    produced
+}
+
+async fn run_steps(
+    job: &JobContext<'_>,
+    owned: &OwnedJob,
+    groups: usize,
+    split: &mut Option<tasks::Split>,
+) -> Result<Produced> {
+    let workers = job.options.workers;
+    run_tasks(workers, 0..groups, |group| {
+        let owned = owned.clone();
+        async move { tasks::run_group(&owned.context(), group).await }
+    })
+    .await?;
+    let split = split.insert(tasks::split(job).await?);
+    run_tasks(workers, 0..split.ranges(), |range| {
+        let owned = owned.clone();
+        async move { tasks::merge(&owned.context(), range).await }
+    })
+    .await?;
+    tasks::gather(job).await
+}
+
+/// Runs `task` on each input, at most `workers` at once, each on a Tokio task of its own;
+/// results in input order. The first failure aborts the tasks not yet finished.
+async fn run_tasks<T, R, F, Fut>(
+    workers: usize,
+    inputs: impl IntoIterator<Item = T>,
+    task: F,
+) -> Result<Vec<R>>
+where
+    R: Send + 'static,
+    F: Fn(T) -> Fut,
+    Fut: Future<Output = Result<R>> + Send + 'static,
+{
+    let permits = Arc::new(tokio::sync::Semaphore::new(workers.max(1)));
+    let mut set = tokio::task::JoinSet::new();
+    let mut count = 0;
+    for (i, input) in inputs.into_iter().enumerate() {
+        let permits = Arc::clone(&permits);
+        let work = task(input);
+        set.spawn(async move {
+            let _permit = permits
+                .acquire_owned()
+                .await
+                .map_err(|e| Error::invariant(format!("task permits: {e}")))?;
+            work.await.map(|r| (i, r))
+        });
+        count += 1;
+    }
+    let mut results: Vec<Option<R>> = (0..count).map(|_| None).collect();
+    while let Some(joined) = set.join_next().await {
+        let (i, result) =
+            joined.map_err(|e| Error::invariant(format!("a fan-out task failed: {e}")))??;
+        results[i] = Some(result);
+    }
+    Ok(results.into_iter().flatten().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(sizes: &[u64]) -> Vec<WantedInput> {
+        (sizes.iter().enumerate())
+            .map(|(i, &bytes)| WantedInput {
+                key: object_store::path::Path::from(format!("data/f{i}.parquet")),
+                bytes,
+                is_compacted: false,
+            })
+            .collect()
+    }
+
+    fn group_sizes(sizes: &[u64], groups: usize) -> Vec<Vec<u64>> {
+        group_inputs(wanted(sizes), groups)
+            .iter()
+            .map(|g| g.iter().map(|w| w.bytes).collect())
+            .collect()
+    }
+
+    #[test]
+    fn groups_are_contiguous_and_about_equal_in_bytes() {
+        assert_eq!(
+            group_sizes(&[10, 10, 10, 10, 10, 10], 3),
+            [[10, 10], [10, 10], [10, 10]]
+        );
+        // A large input takes a group of its own; the groups it leaves empty are dropped.
+        assert_eq!(group_sizes(&[100, 1, 1], 3), [vec![100], vec![1, 1]]);
+        // No bytes: by count.
+        assert_eq!(group_sizes(&[0, 0, 0, 0], 2), [[0, 0], [0, 0]]);
+        assert_eq!(group_sizes(&[5], 4), [[5]]);
+    }
+
+    #[test]
+    fn auto_fans_out_only_past_the_limits() {
+        let gib = 1u64 << 30;
+        assert_eq!(auto_ranges(10 * gib, None, None), 1);
+        // Three bytes of scratch per input byte.
+        assert_eq!(auto_ranges(gib, Some(3 * gib), None), 1);
+        assert_eq!(auto_ranges(gib, Some(gib), None), 3);
+        assert_eq!(auto_ranges(10 * gib, Some(10 * gib), None), 3);
+        // Time: 16 MiB a second.
+        let deadline = Instant::now() + std::time::Duration::from_secs(100);
+        assert_eq!(auto_ranges(800 << 20, None, Some(deadline)), 1);
+        assert_eq!(auto_ranges(5600 << 20, None, Some(deadline)), 4);
+        // A forced number of ranges, and off.
+        let mut options = CompactOptions::new("/tmp");
+        let inputs = wanted(&[10, 10]);
+        assert_eq!(shape(&inputs, &options), None);
+        options.fan_out = FanOut::Ranges(4);
+        assert_eq!(
+            shape(&inputs, &options),
+            Some(FanOutShape {
+                groups: 2,
+                ranges: 4
+            })
+        );
+        options.fan_out = FanOut::Ranges(1);
+        assert_eq!(shape(&inputs, &options), None);
+    }
+}

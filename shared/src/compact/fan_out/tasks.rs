@@ -1,0 +1,492 @@
+//! The tasks of a fanned-out job, each a function of what the store holds, so any host can run
+//! any of them: here on threads, on Lambda one invocation each.
+//!
+//! A job's state lives beside its runs, in `compacted/<partition>/runs/<job id>/`: `plan.json`
+//! (the base manifest version, the groups and the number of ranges), `run-<g>.json` (what a
+//! group's task consumed, quarantined and wrote), `split.json` (the runs and the boundaries) and
+//! `range-<k>.json` (a range's output). A task reads what the steps before it wrote and writes
+//! its own record last, so a record present means its task completed; a task that runs again
+//! writes the same bytes under the same keys.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::datatypes::Schema;
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::range_read::{range_input, stage_row_groups};
+use crate::clock::Expiry;
+use crate::compact::{
+    JobContext, OutputTarget, Produced, WantedInput, WriteJob, Written, input_set_hash,
+    sort_and_write, sort_group,
+};
+use crate::error::{Error, Result};
+use crate::input::StagedInput;
+use crate::input::schema::unify;
+use crate::output::threshold::resolve_row_group_bytes;
+use crate::read::planned_reader::PlannedReader;
+use crate::read::split::{row_group_spans, row_groups_in_range, split_points};
+use crate::report::{FanOutShape, OutputFile, Quarantined};
+use crate::scratch::ScratchDir;
+use crate::sort::SortStats;
+use crate::sort::key::{KeyPoint, KeyRange};
+use crate::store::key_path;
+
+/// An input of the job, as its plan records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedInput {
+    /// Object key.
+    pub key: String,
+    /// Its size when listed.
+    pub bytes: u64,
+    /// An earlier output of the partition (a presorted run).
+    pub is_compacted: bool,
+}
+
+/// Step 1's decision (`plan.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FanOutPlan {
+    /// The manifest version the live set was read at: the commit's base.
+    pub manifest_version: u64,
+    /// Key ranges to split into.
+    pub ranges: usize,
+    /// The inputs of each group, in ordinal order.
+    pub groups: Vec<Vec<PlannedInput>>,
+}
+
+/// What a group's task did (`run-<g>.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRun {
+    /// The run written (`None` when no input of the group held a row).
+    pub run: Option<OutputFile>,
+    /// Inputs read and sorted, or valid and empty: retired by the commit.
+    pub consumed: Vec<PlannedInput>,
+    /// Rows they hold.
+    pub rows: u64,
+    /// Bad inputs.
+    pub quarantined: Vec<Quarantined>,
+    /// The sort's work.
+    pub stats: SortStats,
+}
+
+/// The split (`split.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Split {
+    /// Every run, in group order.
+    pub runs: Vec<OutputFile>,
+    /// The boundaries: range `k` is `[points[k-1], points[k])`.
+    pub points: Vec<KeyPoint>,
+    /// Encoded bytes of every consumed input (each range's row-group threshold).
+    pub input_bytes: u64,
+    /// The job's input set (hash), in every output's name.
+    pub input_set: String,
+}
+
+impl Split {
+    /// Ranges to merge.
+    pub fn ranges(&self) -> usize {
+        if self.runs.is_empty() {
+            0
+        } else {
+            self.points.len() + 1
+        }
+    }
+}
+
+/// What a range's task wrote (`range-<k>.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeOutput {
+    /// The output (`None` when the range holds no row).
+    pub output: Option<OutputFile>,
+    /// The row-group threshold it was written with.
+    pub row_group_bytes: u64,
+    /// The merge's work.
+    pub stats: SortStats,
+}
+
+fn state_key(job: &JobContext<'_>, name: &str) -> Path {
+    let dir = job.layout.fan_out_dir(job.partition, job.attempt_id);
+    Path::from(format!("{dir}/{name}"))
+}
+
+async fn write_state<T: Serialize>(job: &JobContext<'_>, name: &str, value: &T) -> Result<()> {
+    let key = state_key(job, name);
+    let bytes =
+        serde_json::to_vec(value).map_err(|e| Error::invariant(format!("encoding {key}: {e}")))?;
+    job.store
+        .object_store()
+        .put(&key, PutPayload::from(bytes))
+        .await
+        .map_err(|e| Error::store("put", &key, e))?;
+    Ok(())
+}
+
+async fn read_state<T: DeserializeOwned>(job: &JobContext<'_>, name: &str) -> Result<T> {
+    let key = state_key(job, name);
+    let bytes = job
+        .store
+        .object_store()
+        .get(&key)
+        .await
+        .map_err(|e| Error::store("get", &key, e))?
+        .bytes()
+        .await
+        .map_err(|e| Error::store("get", &key, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::Manifest {
+        key: key.to_string(),
+        message: format!("not a fan-out record of this version: {e}"),
+    })
+}
+
+fn run_name(group: usize) -> String {
+    format!("run-{group:05}.json")
+}
+
+fn range_name(range: usize) -> String {
+    format!("range-{range:05}.json")
+}
+
+impl From<&WantedInput> for PlannedInput {
+    fn from(w: &WantedInput) -> Self {
+        PlannedInput {
+            key: w.key.to_string(),
+            bytes: w.bytes,
+            is_compacted: w.is_compacted,
+        }
+    }
+}
+
+impl PlannedInput {
+    fn wanted(&self) -> Result<WantedInput> {
+        Ok(WantedInput {
+            key: key_path(&self.key)?,
+            bytes: self.bytes,
+            is_compacted: self.is_compacted,
+        })
+    }
+}
+
+/// Step 1: records the plan of `groups` of the live inputs and `ranges` ranges.
+pub(crate) async fn plan(
+    job: &JobContext<'_>,
+    manifest_version: u64,
+    groups: &[Vec<WantedInput>],
+    ranges: usize,
+) -> Result<FanOutPlan> {
+    let plan = FanOutPlan {
+        manifest_version,
+        ranges,
+        groups: (groups.iter())
+            .map(|g| g.iter().map(PlannedInput::from).collect())
+            .collect(),
+    };
+    write_state(job, "plan.json", &plan).await?;
+    Ok(plan)
+}
+
+/// The job's plan, as step 1 recorded it.
+pub(crate) async fn read_plan(job: &JobContext<'_>) -> Result<FanOutPlan> {
+    read_state(job, "plan.json").await
+}
+
+/// The runs step for group `group`: stages, checks and sorts its inputs into its run object.
+pub(crate) async fn run_group(job: &JobContext<'_>, group: usize) -> Result<GroupRun> {
+    let plan = read_plan(job).await?;
+    let inputs = plan.groups.get(group).ok_or_else(|| Error::Config {
+        message: format!(
+            "the plan has {} groups, not {}",
+            plan.groups.len(),
+            group + 1
+        ),
+    })?;
+    let wanted = inputs
+        .iter()
+        .map(PlannedInput::wanted)
+        .collect::<Result<_>>()?;
+    let options = job.options;
+    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let key = job.layout.run_key(job.partition, job.attempt_id, group);
+    let sorted = sort_group(job, wanted, &scratch, &OutputTarget::Run(key)).await?;
+    let run = GroupRun {
+        stats: sorted.written.as_ref().map(|w| w.stats).unwrap_or_default(),
+        run: sorted.written.map(|w| w.output),
+        consumed: (sorted.consumed.iter()).map(PlannedInput::from).collect(),
+        rows: sorted.rows,
+        quarantined: sorted.quarantined,
+    };
+    write_state(job, &run_name(group), &run).await?;
+    Ok(run)
+}
+
+/// The job's split, as the split step recorded it.
+pub(crate) async fn read_split(job: &JobContext<'_>) -> Result<Split> {
+    read_state(job, "split.json").await
+}
+
+/// The split step: the boundaries of the runs' row groups into the plan's ranges, and the
+/// job's input set.
+pub(crate) async fn split(job: &JobContext<'_>) -> Result<Split> {
+    let plan = read_plan(job).await?;
+    let mut runs = Vec::new();
+    let mut consumed = Vec::new();
+    for group in 0..plan.groups.len() {
+        let run: GroupRun = read_state(job, &run_name(group)).await?;
+        runs.extend(run.run);
+        consumed.extend(run.consumed);
+    }
+    let mut spans = Vec::new();
+    for run in &runs {
+        let metadata =
+            PlannedReader::new(Arc::clone(job.store.object_store()), key_path(&run.key)?)
+                .load_metadata()
+                .await?;
+        spans.extend(row_group_spans(&metadata, &job.options.keys));
+    }
+    let input_bytes: u64 = consumed.iter().map(|c| c.bytes).sum();
+    let row_group_bytes = resolve_row_group_bytes(job.options.row_group_bytes, input_bytes);
+    let keys: Vec<Path> = consumed
+        .iter()
+        .map(|c| key_path(&c.key))
+        .collect::<Result<_>>()?;
+    let inputs = keys.iter().zip(&consumed).map(|(k, c)| (k, c.bytes));
+    let split = Split {
+        points: split_points(&spans, plan.ranges),
+        runs,
+        input_bytes,
+        input_set: input_set_hash(inputs, row_group_bytes, job.options, Some(plan.ranges)),
+    };
+    write_state(job, "split.json", &split).await?;
+    Ok(split)
+}
+
+/// The merge step for range `range`: its rows from every run into one output,
+/// `part-<input set>-<job id>-r<range>`.
+pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOutput> {
+    let split = read_split(job).await?;
+    if range >= split.ranges() {
+        return Err(Error::Config {
+            message: format!("the split has {} ranges, not {}", split.ranges(), range + 1),
+        });
+    }
+    let key_range = KeyRange::of_split(&split.points, range);
+    let keys = &job.options.keys;
+    let scratch =
+        ScratchDir::create_with_limit(&job.options.scratch_dir, job.options.scratch_limit_bytes)?;
+    let mut inputs = Vec::new();
+    let mut schemas = Vec::new();
+    for (ordinal, run) in split.runs.iter().enumerate() {
+        let key = key_path(&run.key)?;
+        let metadata = PlannedReader::new(Arc::clone(job.store.object_store()), key.clone())
+            .load_metadata()
+            .await?;
+        let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
+            .map_err(|e| Error::parquet(run.key.clone(), e))?;
+        schemas.push((run.key.clone(), Arc::clone(arrow.schema())));
+        let row_groups = row_groups_in_range(&metadata, keys, &key_range);
+        if row_groups.is_empty() {
+            continue;
+        }
+        let local = stage_row_groups(
+            job.store,
+            &key,
+            run.bytes,
+            &metadata,
+            &row_groups,
+            &scratch,
+            ordinal,
+        )
+        .await?;
+        let staged = StagedInput {
+            name: key.filename().unwrap_or_default().to_string(),
+            key,
+            size: run.bytes,
+            local,
+            is_compacted: true,
+        };
+        let input = range_input(staged, &metadata, &arrow, row_groups, keys, &key_range)?;
+        if input.rows > 0 {
+            inputs.push(input);
+        }
+    }
+    let row_group_bytes = resolve_row_group_bytes(job.options.row_group_bytes, split.input_bytes);
+    let written = if inputs.is_empty() {
+        None
+    } else {
+        // Every range unifies every run, so all the outputs have one schema.
+        let named: Vec<(&str, &Schema)> = schemas
+            .iter()
+            .map(|(k, s)| (k.as_str(), s.as_ref()))
+            .collect();
+        let (unified, rejected) = unify(&named, keys);
+        let unified = match (unified, rejected.first()) {
+            (Some(unified), None) => unified,
+            (_, Some(rejection)) => {
+                return Err(Error::invariant(format!(
+                    "the runs of one job do not unify: {}",
+                    rejection.reason
+                )));
+            }
+            (None, None) => return Err(Error::invariant("the runs of one job have no schema")),
+        };
+        let write = WriteJob {
+            inputs: &inputs,
+            unified: &unified,
+            threshold_input_bytes: split.input_bytes,
+            range: Some(&key_range),
+        };
+        let name = |_: u64| {
+            let attempt = format!("{}-r{range:05}", job.attempt_id);
+            let key = job
+                .layout
+                .output_key(job.partition, &split.input_set, &attempt);
+            (key, split.input_set.clone())
+        };
+        match sort_and_write(job, &scratch, &write, &name).await? {
+            Ok(written) => Some(written),
+            Err((position, reason)) => {
+                return Err(Error::invariant(format!(
+                    "run {} of this job is unreadable: {reason}",
+                    inputs[position].staged.key
+                )));
+            }
+        }
+    };
+    let output = RangeOutput {
+        stats: written.as_ref().map(|w| w.stats).unwrap_or_default(),
+        output: written.map(|w| w.output),
+        row_group_bytes,
+    };
+    write_state(job, &range_name(range), &output).await?;
+    Ok(output)
+}
+
+/// Everything the job's tasks wrote, ready to commit: checked (every row of the inputs in
+/// exactly one output), its commit deadline taken on the store's clock, and the runs deleted.
+pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
+    let plan = read_plan(job).await?;
+    let split = read_split(job).await?;
+    let mut consumed = Vec::new();
+    let mut quarantined: Vec<Quarantined> = Vec::new();
+    let mut stats = SortStats::default();
+    let mut rows = 0;
+    for group in 0..plan.groups.len() {
+        let run: GroupRun = read_state(job, &run_name(group)).await?;
+        consumed.extend(run.consumed.iter().map(PlannedInput::wanted));
+        quarantined.extend(run.quarantined);
+        rows += run.rows;
+        add_stats(&mut stats, &run.stats);
+    }
+    let consumed: Vec<WantedInput> = consumed.into_iter().collect::<Result<_>>()?;
+    quarantined.sort_by(|a, b| a.file.cmp(&b.file));
+    let mut outputs = Vec::new();
+    for range in 0..split.ranges() {
+        let output: RangeOutput = read_state(job, &range_name(range)).await?;
+        add_stats(&mut stats, &output.stats);
+        if let Some(file) = output.output {
+            outputs.push((file, output.row_group_bytes));
+        }
+    }
+    let written_rows: u64 = outputs.iter().map(|(o, _)| o.rows).sum();
+    if written_rows != rows {
+        return Err(Error::invariant(format!(
+            "the ranges hold {written_rows} rows but the inputs hold {rows}"
+        )));
+    }
+    let commit_by = commit_deadline(job, &outputs).await?;
+    for run in &split.runs {
+        super::super::delete_quietly(job.store, &run.key).await;
+    }
+    let written = outputs
+        .into_iter()
+        .map(|(output, row_group_bytes)| Written {
+            output,
+            input_set: split.input_set.clone(),
+            row_group_bytes,
+            stats: SortStats::default(),
+        })
+        .collect();
+    Ok(Produced {
+        consumed,
+        rows,
+        quarantined,
+        outputs: written,
+        stats,
+        fan_out: Some(FanOutShape {
+            groups: plan.groups.len(),
+            ranges: plan.ranges,
+        }),
+        commit_by,
+    })
+}
+
+/// When the outputs must be committed by: half the grace after the oldest was uploaded, on
+/// the store's clock (the tasks ran on other hosts, so no host clock saw every upload). GC,
+/// which waits the whole grace on the same clock, never sweeps an output about to be
+/// committed. `None` without a grace.
+async fn commit_deadline(
+    job: &JobContext<'_>,
+    outputs: &[(OutputFile, u64)],
+) -> Result<Option<Expiry>> {
+    let grace = job.options.gc_grace;
+    if grace == Duration::ZERO || outputs.is_empty() {
+        return Ok(None);
+    }
+    // Time spent reading the store's "now" counts against the deadline, so it errs early.
+    let before = job.options.clock.monotonic_ms();
+    let now = job
+        .store
+        .store_now(&job.layout.clock_key(job.partition))
+        .await?;
+    let mut oldest = now;
+    for (output, _) in outputs {
+        let key = key_path(&output.key)?;
+        let meta = job
+            .store
+            .object_store()
+            .head(&key)
+            .await
+            .map_err(|e| Error::store("head", &key, e))?;
+        oldest = oldest.min(meta.last_modified);
+    }
+    let age_ms = u64::try_from((now - oldest).num_milliseconds()).unwrap_or(0);
+    let half_ms = u64::try_from((grace / 2).as_millis()).unwrap_or(u64::MAX);
+    let elapsed_ms = job.options.clock.monotonic_ms().saturating_sub(before);
+    let left_ms = half_ms.saturating_sub(age_ms).saturating_sub(elapsed_ms);
+    Ok(Some(Expiry::after(
+        &job.options.clock,
+        Duration::from_millis(left_ms),
+    )))
+}
+
+/// Deletes the job's records, and its runs when `runs` (a failed job; [`gather`] deletes them
+/// otherwise). Best effort: GC sweeps what is left.
+pub(crate) async fn delete_state(
+    job: &JobContext<'_>,
+    plan: &FanOutPlan,
+    split: Option<&Split>,
+    runs: bool,
+) {
+    let mut keys = vec![state_key(job, "plan.json"), state_key(job, "split.json")];
+    for group in 0..plan.groups.len() {
+        keys.push(state_key(job, &run_name(group)));
+        if runs {
+            keys.push(job.layout.run_key(job.partition, job.attempt_id, group));
+        }
+    }
+    for range in 0..split.map_or(0, Split::ranges) {
+        keys.push(state_key(job, &range_name(range)));
+    }
+    for key in keys {
+        super::super::delete_quietly(job.store, key.as_ref()).await;
+    }
+}
+
+pub(crate) fn add_stats(total: &mut SortStats, more: &SortStats) {
+    total.runs_spilled += more.runs_spilled;
+    total.merge_passes += more.merge_passes;
+    total.spill_bytes += more.spill_bytes;
+}
