@@ -34,6 +34,20 @@ MANIFEST_KEY = f"_compaction/manifests/{PARTITION}/v00000000000000000001.json"
 JOB_KEY = f"_compaction/jobs/{PARTITION}.json"
 ALL_KEYS = [INGEST_KEY, COMPACTED_KEY, MANIFEST_KEY, JOB_KEY]
 
+# What a state machine needs to deliver its logs (none of these actions takes a resource ARN).
+LOG_DELIVERY_ACTIONS = {
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
+}
+# The fan-out state machine's definition.
+FAN_OUT_DEFINITION = INFRA / "fan-out.asl.json"
+
 # Lambda's quota on a function's deployment package, unzipped (250 MB).
 LAMBDA_UNZIPPED_LIMIT_BYTES = 262_144_000
 # ELF e_machine of each Lambda architecture.
@@ -338,6 +352,10 @@ class TemplateTest(unittest.TestCase):
             self.assertNotIn("NotAction", statement, sid)
             for action in as_list(statement["Action"]):
                 self.assertFalse(action == "*" or action.endswith(":*"), f"{sid}: action {action}")
+            if set(as_list(statement["Action"])) <= LOG_DELIVERY_ACTIONS:
+                # Step Functions' log delivery: these actions take no resource ARN.
+                self.assertEqual(statement["Resource"], "*", sid)
+                continue
             for root in ("", "lake/raw"):
                 for resource in as_list(self.evaluator(RootPrefix=root).value(statement["Resource"])):
                     self.assertNotEqual(resource, "*", sid)
@@ -506,9 +524,80 @@ class TemplateTest(unittest.TestCase):
             group = props["LoggingConfig"]["LogGroup"]["Ref"]
             self.assertIn(group, groups, name)
             used.add(group)
+        machine = self.resources["FanOutStateMachine"]["Properties"]
+        (destination,) = machine["Logging"]["Destinations"]
+        group = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+        self.assertNotIn(group, used, "the state machine logs to a group of its own")
+        used.add(group)
         self.assertEqual(used, groups)
         for group in groups:
             self.assertEqual(self.resources[group]["Properties"]["RetentionInDays"], {"Ref": "LogRetentionDays"})
+
+    def test_the_fan_out_state_machine_invokes_only_the_compactor(self):
+        machine = self.resources["FanOutStateMachine"]["Properties"]
+        self.assertEqual(INFRA / machine["DefinitionUri"], FAN_OUT_DEFINITION)
+        self.assertEqual(machine["DefinitionSubstitutions"],
+                         {"CompactorFunctionArn": {"Fn::GetAtt": ["CompactorFunction", "Arn"]}})
+        definition = json.loads(FAN_OUT_DEFINITION.read_text())
+        tasks = []
+
+        def walk(states):
+            for name, state in states.items():
+                if state["Type"] == "Task":
+                    tasks.append((name, state))
+                if state["Type"] == "Map":
+                    walk(state["ItemProcessor"]["States"])
+
+        walk(definition["States"])
+        self.assertEqual([n for n, _ in tasks], ["Plan", "Run", "Split", "Merge", "Commit"])
+        for name, state in tasks:
+            self.assertEqual(state["Resource"], "arn:aws:states:::lambda:invoke", name)
+            self.assertEqual(state["Parameters"]["FunctionName"], "${CompactorFunctionArn}", name)
+            self.assertTrue(state["Retry"], f"{name}: a task's failure retries that task")
+        # Its own role: it may invoke the compactor and deliver its logs, nothing else.
+        self.assertEqual(machine["Role"], {"Fn::GetAtt": ["FanOutRole", "Arn"]})
+        role = self.resources["FanOutRole"]["Properties"]
+        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+        self.assertEqual(trust["Principal"], {"Service": "states.amazonaws.com"})
+        granted = [s for r, s in statements(self.template) if r == "FanOutRole"]
+        actions = {a for s in granted for a in as_list(s["Action"])}
+        self.assertEqual(actions - LOG_DELIVERY_ACTIONS, {"lambda:InvokeFunction"})
+        invoke = [s for s in granted if "lambda:InvokeFunction" in as_list(s["Action"])]
+        self.assertEqual([s["Resource"] for s in invoke], [{"Fn::GetAtt": ["CompactorFunction", "Arn"]}])
+        for other in ("PlannerRole", "CompactorRole"):
+            self.assertFalse(any(r == other and "lambda:InvokeFunction" in as_list(s["Action"])
+                                 for r, s in statements(self.template)), other)
+
+    def test_failed_fan_out_executions_reach_the_dead_letter_queue_and_an_alarm(self):
+        rule = self.resources["FanOutFailedRule"]["Properties"]
+        (target,) = rule["Targets"]
+        self.assertEqual(target["Arn"], {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]})
+        pattern = self.evaluator().value(rule["EventPattern"])
+        machine = "<FanOutStateMachine>"
+
+        def status_change(status, arn=machine):
+            return {
+                "source": "aws.states",
+                "detail-type": "Step Functions Execution Status Change",
+                "detail": {"status": status, "stateMachineArn": arn},
+            }
+
+        for status in ("FAILED", "TIMED_OUT", "ABORTED"):
+            self.assertTrue(event_matches(pattern, status_change(status)), status)
+        for status in ("SUCCEEDED", "RUNNING"):
+            self.assertFalse(event_matches(pattern, status_change(status)), status)
+        self.assertFalse(event_matches(pattern, status_change("FAILED", "arn:other")))
+        policy = self.resources["DeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]
+        sources = [
+            s["Condition"]["ArnEquals"]["aws:SourceArn"]
+            for s in policy["Statement"]
+            if s.get("Principal") == {"Service": "events.amazonaws.com"}
+        ]
+        self.assertIn({"Fn::GetAtt": ["FanOutFailedRule", "Arn"]}, sources[0])
+        alarms = [r["Properties"] for r in self.resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+        failed = [a for a in alarms if a["Namespace"] == "AWS/States" and a["MetricName"] == "ExecutionsFailed"]
+        self.assertEqual(len(failed), 1)
+        self.assertEqual(failed[0]["Dimensions"], [{"Name": "StateMachineArn", "Value": {"Ref": "FanOutStateMachine"}}])
 
     def test_every_checkov_suppression_says_why(self):
         for name, resource in self.resources.items():

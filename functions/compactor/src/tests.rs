@@ -543,3 +543,210 @@ async fn fan_out_tasks_run_through_the_handler() {
         assert_eq!(refused.kind, ErrorKind::InvalidInput, "{task}: {refused:?}");
     }
 }
+
+/// A run of the fan-out state machine (`infra/fan-out.asl.json`) with every task sent to the
+/// real handler: the subset of the States Language the definition uses (Task, Choice, Map,
+/// Succeed; `Parameters` and `ItemSelector` with `.$` paths, `ResultSelector`, `ResultPath`,
+/// `OutputPath`), executed in the order the definition gives.
+struct StateMachineRun<'a> {
+    compactor: &'a Compactor,
+    /// The `step` of each task invoked, in order.
+    steps: Vec<String>,
+}
+
+/// The value at a JSONPath of the simple form `$`, `$.a.b` (or `$$.a.b` in `context`).
+fn json_path(
+    input: &serde_json::Value,
+    context: &serde_json::Value,
+    path: &str,
+) -> serde_json::Value {
+    let (root, rest) = match path.strip_prefix("$$") {
+        Some(rest) => (context, rest),
+        None => (input, path.strip_prefix('$').expect("a path starts with $")),
+    };
+    rest.split('.')
+        .filter(|part| !part.is_empty())
+        .fold(root.clone(), |value, part| {
+            value.get(part).cloned().unwrap_or(serde_json::Value::Null)
+        })
+}
+
+/// A `Parameters`-style template filled in: `"key.$": path` becomes `"key": value`.
+fn fill(
+    template: &serde_json::Value,
+    input: &serde_json::Value,
+    context: &serde_json::Value,
+) -> serde_json::Value {
+    match template {
+        serde_json::Value::Object(fields) => {
+            let mut out = serde_json::Map::new();
+            for (key, value) in fields {
+                match (key.strip_suffix(".$"), value.as_str()) {
+                    (Some(name), Some(path)) => {
+                        out.insert(name.to_string(), json_path(input, context, path));
+                    }
+                    _ => {
+                        out.insert(key.clone(), fill(value, input, context));
+                    }
+                }
+            }
+            serde_json::Value::Object(out)
+        }
+        other => other.clone(),
+    }
+}
+
+impl StateMachineRun<'_> {
+    fn run<'s>(
+        &'s mut self,
+        states: &'s serde_json::Value,
+        start: &'s str,
+        input: serde_json::Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = serde_json::Value> + 's>> {
+        Box::pin(async move {
+            let mut name = start.to_string();
+            let mut input = input;
+            loop {
+                let state = &states[&name];
+                let none = serde_json::Value::Null;
+                let output = match state["Type"].as_str().expect("a state type") {
+                    "Succeed" => return input,
+                    "Choice" => {
+                        let next = (state["Choices"].as_array().expect("choices").iter())
+                            .find(|c| {
+                                let value = json_path(
+                                    &input,
+                                    &none,
+                                    c["Variable"].as_str().expect("variable"),
+                                );
+                                c["IsNull"].as_bool() == Some(value.is_null())
+                            })
+                            .map_or(&state["Default"], |c| &c["Next"]);
+                        name = next.as_str().expect("next state").to_string();
+                        continue;
+                    }
+                    "Task" => {
+                        let parameters = fill(&state["Parameters"], &input, &none);
+                        assert_eq!(
+                            parameters["FunctionName"], "${CompactorFunctionArn}",
+                            "{name}"
+                        );
+                        let payload = parameters["Payload"].clone();
+                        self.steps.push(
+                            payload["fan_out"]["step"]
+                                .as_str()
+                                .unwrap_or("?")
+                                .to_string(),
+                        );
+                        let answer = handle(self.compactor, payload, None, "state-machine")
+                            .await
+                            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+                        let result = serde_json::json!({ "Payload": answer });
+                        let result = match state.get("ResultSelector") {
+                            Some(selector) => fill(selector, &result, &none),
+                            None => result,
+                        };
+                        self.place(state, input, result)
+                    }
+                    "Map" => {
+                        let items = json_path(
+                            &input,
+                            &none,
+                            state["ItemsPath"].as_str().expect("items path"),
+                        );
+                        let processor = &state["ItemProcessor"];
+                        let start = processor["StartAt"].as_str().expect("start");
+                        let mut results = Vec::new();
+                        for (index, item) in items.as_array().expect("items").iter().enumerate() {
+                            let context = serde_json::json!({"Map": {"Item": {"Index": index, "Value": item}}});
+                            let item_input = fill(&state["ItemSelector"], &input, &context);
+                            results.push(self.run(&processor["States"], start, item_input).await);
+                        }
+                        self.place(state, input, serde_json::Value::Array(results))
+                    }
+                    other => panic!("state type {other} is not modelled by this test"),
+                };
+                input = match state.get("OutputPath").and_then(serde_json::Value::as_str) {
+                    Some(path) => json_path(&output, &none, path),
+                    None => output,
+                };
+                if state["End"].as_bool() == Some(true) {
+                    return input;
+                }
+                name = state["Next"].as_str().expect("next state").to_string();
+            }
+        })
+    }
+
+    /// `ResultPath`: null keeps the input, a path sets the result there, none replaces it.
+    fn place(
+        &self,
+        state: &serde_json::Value,
+        mut input: serde_json::Value,
+        result: serde_json::Value,
+    ) -> serde_json::Value {
+        match state.get("ResultPath") {
+            Some(serde_json::Value::Null) => input,
+            Some(serde_json::Value::String(path)) => {
+                let field = path.strip_prefix("$.").expect("a top-level result path");
+                input[field] = result;
+                input
+            }
+            _ => result,
+        }
+    }
+}
+
+/// The fan-out state machine's definition, run against the real handler in the order it gives:
+/// it compacts the partition into key ranges, and a second execution stops after its plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fan_out_state_machine_drives_the_handler_to_a_commit() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let mut compactor = setup(scratch.path()).await;
+    // Every store operation of the tasks is checked against the compactor's role.
+    let (recording, log) = RecordingStore::new(Arc::clone(compactor.store.object_store()));
+    compactor.store = Store::from_object_store(Arc::new(recording), "memory://");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/fan-out.asl.json");
+    let definition: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the definition")).expect("JSON");
+    let start = definition["StartAt"].as_str().expect("start");
+    let input = serde_json::json!({
+        "fan_out": {"step": "plan", "tenant": "acme", "hour": "2026-11-29T10", "ranges": 3}
+    });
+    let mut run = StateMachineRun {
+        compactor: &compactor,
+        steps: Vec::new(),
+    };
+    let report = run.run(&definition["States"], start, input.clone()).await;
+    assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(report["fan_out"]["ranges"], 3, "{report}");
+    assert_eq!(report["inputs"]["rows"], 600);
+    let rows: u64 = (report["outputs"].as_array().into_iter().flatten())
+        .filter_map(|o| o["rows"].as_u64())
+        .sum();
+    assert_eq!(rows, 600);
+    let groups = report["fan_out"]["groups"].as_u64().expect("groups") as usize;
+    let ranges = report["outputs"].as_array().map_or(0, Vec::len);
+    let mut expected = vec!["plan".to_string()];
+    expected.extend(std::iter::repeat_n("run".to_string(), groups));
+    expected.push("split".into());
+    expected.extend(std::iter::repeat_n("merge".to_string(), ranges));
+    expected.push("commit".into());
+    assert_eq!(run.steps, expected);
+
+    let mut again = StateMachineRun {
+        compactor: &compactor,
+        steps: Vec::new(),
+    };
+    let output = again.run(&definition["States"], start, input).await;
+    assert_eq!(again.steps, ["plan"], "nothing left to compact");
+    assert_eq!(output["plan"]["job"], serde_json::Value::Null, "{output}");
+
+    let operations: std::collections::BTreeSet<Operation> =
+        log.lock().expect("log").iter().cloned().collect();
+    assert!(
+        operations.iter().any(|o| o.key.contains("/runs/")),
+        "the runs and records were written and read: {operations:?}"
+    );
+    assert_role_permits("CompactorRole", &operations);
+}
