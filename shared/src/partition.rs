@@ -315,6 +315,14 @@ impl KeyLayout {
     }
 }
 
+/// The directory of the fanned-out job a compacted-directory key belongs to
+/// (`compacted/<partition>/runs/<job>`), if any.
+pub fn fan_out_job_dir(key: &str) -> Option<&str> {
+    let start = key.find("/runs/")? + "/runs/".len();
+    let end = start + key[start..].find('/')?;
+    Some(&key[..end])
+}
+
 /// Version number of a manifest key's file name `v<digits>.json`.
 pub fn parse_version(key: &Path) -> Option<u64> {
     let name = key.filename()?;

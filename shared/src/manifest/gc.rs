@@ -39,8 +39,8 @@ use crate::clock::{Clock, Expiry, SystemClock};
 use crate::error::{Error, Result};
 use crate::manifest::{Manifest, load_latest};
 use crate::partition::{
-    COMPACTED_PREFIX, KeyLayout, MANIFESTS_PREFIX, PartitionId, field_dir, field_value,
-    parse_version, partition_dir, validate_tenant,
+    COMPACTED_PREFIX, KeyLayout, MANIFESTS_PREFIX, PartitionId, fan_out_job_dir, field_dir,
+    field_value, parse_version, partition_dir, validate_tenant,
 };
 use crate::store::{Store, key_path};
 
@@ -119,6 +119,16 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
         .filter(|r| !m.quarantined.iter().any(|q| q.key == r.key))
         .map(|r| r.key.clone())
         .collect();
+    // A fanned-out job's directory (`runs/<job>/`) goes as a whole once it has been idle for
+    // a grace beyond the grace: its tasks add records as they finish, and no task runs longer
+    // than the grace (the Lambda timeout is at most 15 minutes, the default grace).
+    let mut job_activity: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    for o in inputs.compacted_listing {
+        if let Some(dir) = fan_out_job_dir(o.location.as_ref()) {
+            let newest = job_activity.entry(dir).or_insert(i64::MIN);
+            *newest = (*newest).max(o.last_modified.timestamp_millis());
+        }
+    }
     let orphans = inputs
         .compacted_listing
         .iter()
@@ -127,6 +137,11 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
             !m.has_compacted(key) && !m.retired.iter().any(|r| r.key == key)
         })
         .filter(|o| past_grace(o.last_modified.timestamp_millis()))
+        .filter(|o| {
+            fan_out_job_dir(o.location.as_ref())
+                .and_then(|dir| job_activity.get(dir))
+                .is_none_or(|&newest| past_grace(newest.saturating_add(grace_ms)))
+        })
         .map(|o| o.location.to_string())
         .collect();
     let prunable = versions.len().saturating_sub(KEEP_MANIFEST_VERSIONS);
@@ -461,6 +476,33 @@ mod tests {
         assert_eq!(plan.retired, ["data/p/old.parquet"]);
         assert_eq!(plan.orphans, ["compacted/p/orphan-old.parquet"]);
         assert_eq!(plan.manifests, ["m/v1", "m/v2"]);
+
+        // A fanned-out job's runs and records go only once the whole job has been idle for
+        // twice the grace: an old run beside a recent record stays.
+        let mut jobs = listing.clone();
+        jobs.extend([
+            meta("compacted/p/runs/busy/run-00000.parquet", 0),
+            meta("compacted/p/runs/busy/run-00001.json", 1_500_000),
+            meta("compacted/p/runs/idle/run-00000.parquet", 0),
+            meta("compacted/p/runs/idle/plan.json", 0),
+        ]);
+        let plan = plan_gc(&GcInputs {
+            manifest: &m,
+            compacted_listing: &jobs,
+            ingest_listing: &ingest,
+            manifest_versions: &versions,
+            store_now_ms: 2_000_000,
+            grace: Duration::from_secs(900),
+        });
+        assert_eq!(
+            plan.orphans,
+            [
+                "compacted/p/orphan-old.parquet",
+                "compacted/p/orphan-new.parquet",
+                "compacted/p/runs/idle/run-00000.parquet",
+                "compacted/p/runs/idle/plan.json",
+            ]
+        );
 
         // A retired file already deleted is not planned again.
         let plan = plan_gc(&GcInputs {

@@ -108,6 +108,9 @@ pub struct RangeOutput {
     pub stats: SortStats,
 }
 
+/// How finely S3 records Last-Modified.
+const LAST_MODIFIED_RESOLUTION_MS: u64 = 1_000;
+
 fn state_key(job: &JobContext<'_>, name: &str) -> Path {
     let dir = job.layout.fan_out_dir(job.partition, job.attempt_id);
     Path::from(format!("{dir}/{name}"))
@@ -437,10 +440,8 @@ async fn commit_deadline(
     }
     // Time spent reading the store's "now" counts against the deadline, so it errs early.
     let before = job.options.clock.monotonic_ms();
-    let now = job
-        .store
-        .store_now(&job.layout.clock_key(job.partition))
-        .await?;
+    // The job's own clock object: GC's may be written and removed meanwhile.
+    let now = job.store.store_now(&state_key(job, "clock.json")).await?;
     let mut oldest = now;
     for (output, _) in outputs {
         let key = key_path(&output.key)?;
@@ -455,7 +456,11 @@ async fn commit_deadline(
     let age_ms = u64::try_from((now - oldest).num_milliseconds()).unwrap_or(0);
     let half_ms = u64::try_from((grace / 2).as_millis()).unwrap_or(u64::MAX);
     let elapsed_ms = job.options.clock.monotonic_ms().saturating_sub(before);
-    let left_ms = half_ms.saturating_sub(age_ms).saturating_sub(elapsed_ms);
+    // S3 keeps Last-Modified to the second: a second's margin covers the rounding.
+    let left_ms = half_ms
+        .saturating_sub(age_ms)
+        .saturating_sub(elapsed_ms)
+        .saturating_sub(LAST_MODIFIED_RESOLUTION_MS);
     Ok(Some(Expiry::after(
         &job.options.clock,
         Duration::from_millis(left_ms),
