@@ -407,3 +407,48 @@ fn a_crash_in_any_task_converges_on_rerun() {
         assert_eq!(seen, first_four, "crash at operation {at} of {ops}");
     }
 }
+
+/// A group whose inputs have no service column sorts into a run by time alone; its rows (a null
+/// service) still merge into the ranges of the (service, time) order.
+#[test]
+fn a_group_without_services_merges_into_the_ranges() {
+    use arrow::array::{ArrayRef, Int64Array};
+    use ourios_compaction::testing::named_batch;
+    multi_thread_runtime(2).block_on(async {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        let layout = KeyLayout::default();
+        let files = inputs(&partition());
+        ingest(&store, &layout, &files[..2], 0).await;
+        let dir = layout.ingest_dir(&partition());
+        for (i, rows) in files[2..4].iter().enumerate() {
+            let times: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1)));
+            let tags: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2)));
+            let batch = named_batch(vec![("time_unix_nano", times), ("tag", tags)]);
+            let key = format!("{dir}/no-service-{i}.parquet");
+            put_bytes(&store, &key, parquet_bytes(&[batch], 700)).await;
+        }
+        let scratch = tempfile::tempdir().expect("scratch");
+        let report = compact_partition(
+            &store,
+            &layout,
+            &partition(),
+            &options(scratch.path(), FanOut::Ranges(2), 2),
+        )
+        .await
+        .expect("runs");
+        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        assert_eq!(report.fan_out.map(|f| f.groups), Some(2));
+        let mut rows: Vec<TestRow> = Vec::new();
+        for output in &report.outputs {
+            rows.extend(
+                read_parquet(&store, &output.key)
+                    .await
+                    .iter()
+                    .flat_map(rows_of),
+            );
+        }
+        assert_eq!(rows.len(), 4 * 3000, "every row exactly once");
+        assert!(rows.windows(2).all(|w| key_of(&w[0]) <= key_of(&w[1])));
+        assert!(rows.iter().filter(|r| r.0.is_none()).count() >= 2 * 3000);
+    });
+}

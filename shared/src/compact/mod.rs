@@ -866,9 +866,17 @@ pub(crate) async fn sort_and_write(
     let row_group_bytes =
         resolve_row_group_bytes(options.row_group_bytes, write.threshold_input_bytes);
     let label = sort_key_label(&options.keys, unified.service_index.is_some());
+    // A run of a group without a service column is sorted by time, with every service null:
+    // in the (service, time) order too.
+    let time_only = sort_key_label(&options.keys, false);
     let presorted: Vec<bool> = checked
         .iter()
-        .map(|c| c.staged.is_compacted && c.declared_sort_key.as_deref() == Some(label.as_str()))
+        .map(|c| {
+            let declared = c.declared_sort_key.as_deref();
+            c.staged.is_compacted
+                && (declared == Some(label.as_str())
+                    || (write.range.is_some() && declared == Some(time_only.as_str())))
+        })
         .collect();
     if write.range.is_some() && presorted.iter().any(|p| !p) {
         return Err(Error::invariant(
