@@ -285,18 +285,38 @@ async fn run_steps(
     split: &mut Option<tasks::Split>,
 ) -> Result<Produced> {
     let workers = job.options.workers;
-    run_tasks(workers, 0..groups, |group| {
+    let started = Instant::now();
+    let runs = run_tasks(workers, 0..groups, |group| {
         let owned = owned.clone();
         async move { tasks::run_group(&owned.context(), group).await }
     })
     .await?;
+    let rows: u64 = runs.iter().map(|r| r.rows).sum();
+    tracing::info!(
+        groups,
+        rows,
+        elapsed_ms = elapsed_ms(started),
+        "fan-out: runs sorted"
+    );
+    let started = Instant::now();
     let split = split.insert(tasks::split(job).await?);
+    tracing::info!(
+        ranges = split.ranges(),
+        elapsed_ms = elapsed_ms(started),
+        "fan-out: split"
+    );
+    let started = Instant::now();
     run_tasks(workers, 0..split.ranges(), |range| {
         let owned = owned.clone();
         async move { tasks::merge(&owned.context(), range).await }
     })
     .await?;
+    tracing::info!(elapsed_ms = elapsed_ms(started), "fan-out: ranges merged");
     tasks::gather(job).await
+}
+
+fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs `task` on each input, at most `workers` at once, each on a Tokio task of its own;
