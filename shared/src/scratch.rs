@@ -35,15 +35,20 @@ impl ScratchDir {
     pub fn create_with_limit(base: &Path, limit_bytes: Option<u64>) -> Result<Self> {
         let root = base.join(ROOT_NAME);
         std::fs::create_dir_all(&root).map_err(|e| Error::scratch(&root, e))?;
-        sweep_stale(&root);
+        // INVARIANT: the sweep, the creation and the registration happen under one lock, so a
+        // job starting beside another (the tasks of a fanned-out job) never sweeps a directory
+        // created but not yet registered.
+        let mut active = ACTIVE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let active = active.get_or_insert_with(HashSet::new);
+        sweep_stale(&root, active);
         let pid = std::process::id();
         let job = NEXT_JOB.fetch_add(1, Ordering::Relaxed);
         let nonce: u32 = rand::random();
         let dir = root.join(scratch_job_dir_name(pid, job, nonce));
         std::fs::create_dir(&dir).map_err(|e| Error::scratch(&dir, e))?;
-        if let Ok(mut active) = ACTIVE.lock() {
-            active.get_or_insert_with(HashSet::new).insert(dir.clone());
-        }
+        active.insert(dir.clone());
         Ok(Self {
             dir,
             next_file: AtomicU64::new(0),
@@ -100,25 +105,21 @@ impl Drop for ScratchDir {
         {
             tracing::warn!(dir = %self.dir.display(), error = %e, "could not remove scratch directory");
         }
-        if let Ok(mut active) = ACTIVE.lock()
-            && let Some(set) = active.as_mut()
-        {
+        let mut active = ACTIVE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(set) = active.as_mut() {
             set.remove(&self.dir);
         }
     }
 }
 
-/// Removes job directories whose process is gone, or which are ours but not active.
-fn sweep_stale(root: &Path) {
+/// Removes job directories whose process is gone, or which are ours but not `active`.
+fn sweep_stale(root: &Path, active: &HashSet<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
     let me = std::process::id();
-    let active = ACTIVE
-        .lock()
-        .ok()
-        .and_then(|a| a.as_ref().cloned())
-        .unwrap_or_default();
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name();
@@ -167,5 +168,21 @@ mod tests {
         let dir = scratch.path().to_path_buf();
         drop(scratch);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn jobs_starting_at_once_keep_their_directories() {
+        let base = tempfile::tempdir().unwrap();
+        for _ in 0..20 {
+            let dirs: Vec<ScratchDir> = std::thread::scope(|scope| {
+                let started: Vec<_> = (0..8)
+                    .map(|_| scope.spawn(|| ScratchDir::create(base.path()).unwrap()))
+                    .collect();
+                started.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            for dir in &dirs {
+                assert!(dir.path().is_dir(), "{} was swept", dir.path().display());
+            }
+        }
     }
 }
