@@ -312,6 +312,7 @@ class TemplateTest(unittest.TestCase):
             REPO / "shared/src/serverless/function_settings.rs",
             REPO / "shared/src/settings.rs",
             REPO / "shared/src/logging.rs",
+            REPO / "shared/src/serverless/state_machine.rs",
         ]
         sources += sorted(REPO.glob("functions/*/src/main.rs"))
         known = {v for s in sources for v in re.findall(r'"(OURIOS_[A-Z_]+)"', s.read_text())}
@@ -567,6 +568,23 @@ class TemplateTest(unittest.TestCase):
         for other in ("PlannerRole", "CompactorRole"):
             self.assertFalse(any(r == other and "lambda:InvokeFunction" in as_list(s["Action"])
                                  for r, s in statements(self.template)), other)
+
+    def test_the_compactor_may_start_executions_of_the_fan_out_state_machine_only(self):
+        evaluate = self.evaluator().value
+        name = evaluate(self.resources["FanOutStateMachine"]["Properties"]["Name"])
+        # The ARN AWS gives a state machine of that name in the stack's region and account.
+        arn = f"arn:aws:states:eu-west-1:123456789012:stateMachine:{name}"
+        _, _, compactor = self.function("ourios-compactor")
+        variables = compactor["Environment"]["Variables"]
+        self.assertEqual(variables["OURIOS_FAN_OUT"], "auto")
+        self.assertEqual(evaluate(variables["OURIOS_FAN_OUT_STATE_MACHINE"]), arn)
+        granted = [s for r, s in statements(self.template) if r == "CompactorRole"]
+        start = [s for s in granted if "states:StartExecution" in as_list(s["Action"])]
+        self.assertEqual([evaluate(s["Resource"]) for s in start], [arn])
+        for role, statement in statements(self.template):
+            for action in as_list(statement["Action"]):
+                if action.lower().startswith("states:"):
+                    self.assertEqual((role, action), ("CompactorRole", "states:StartExecution"))
 
     def test_failed_fan_out_executions_reach_the_dead_letter_queue_and_an_alarm(self):
         rule = self.resources["FanOutFailedRule"]["Properties"]

@@ -194,6 +194,19 @@ pub enum Error {
         partition: String,
     },
 
+    /// A call to another service (Step Functions, to start a fan-out) failed.
+    #[error("{service} {operation} failed for {target}: {message}")]
+    Service {
+        /// The service.
+        service: &'static str,
+        /// The operation (`StartExecution`).
+        operation: &'static str,
+        /// What it was called on (a state machine's ARN).
+        target: String,
+        /// The service's own error.
+        message: String,
+    },
+
     /// An internal invariant does not hold.
     #[error("internal error (please report): {message}")]
     Invariant {
@@ -232,6 +245,7 @@ impl Error {
             Error::Parquet { .. } => ErrorKind::InvalidInput,
             Error::Arrow { .. } | Error::Invariant { .. } | Error::Encode { .. } => ErrorKind::Bug,
             Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::Service { .. } => ErrorKind::Transient,
         }
     }
 

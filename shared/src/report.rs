@@ -20,6 +20,9 @@ pub enum Status {
     Timeout,
     /// The job failed; nothing was committed.
     Failed,
+    /// Too large for one invocation: handed to the fan-out state machine, whose commit step
+    /// reports the compaction (the compactor's answer only; nothing committed yet).
+    FannedOut,
 }
 
 impl Status {
@@ -32,6 +35,7 @@ impl Status {
             Status::Conflict => "conflict",
             Status::Timeout => "timeout",
             Status::Failed => "failed",
+            Status::FannedOut => "fanned_out",
         }
     }
 
@@ -136,6 +140,10 @@ pub struct CompactionReport {
     /// Write amplification of the partition so far: bytes written by its compactions per
     /// byte ingested (from the manifest after the job; 0 before the first compaction).
     pub write_amplification: f64,
+    /// For `fanned_out`: the name of the state machine's execution that compacts the
+    /// partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution: Option<String>,
     /// Why the job failed, conflicted or timed out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -170,6 +178,7 @@ impl CompactionReport {
             manifest_version: 0,
             gc_deleted: 0,
             write_amplification: 0.0,
+            execution: None,
             error: None,
             error_kind: None,
         }

@@ -67,6 +67,16 @@ async fn run(
     let jobs = match answer {
         CompactorAnswer::Ignored(ignored) => return Ok(json!({ "ignored": ignored })),
         CompactorAnswer::FanOut(answer) => return Ok(answer),
+        CompactorAnswer::FanOutCommitted { report, record } => {
+            let now_ms = chrono::Utc::now().timestamp_millis();
+            println!(
+                "{}",
+                compaction_metrics(&report, &report.attempt_id, now_ms)
+            );
+            let mut answer = serde_json::to_value(&report)?;
+            answer["record"] = serde_json::to_value(record)?;
+            return Ok(answer);
+        }
         CompactorAnswer::Jobs(jobs) => jobs,
     };
     let now_ms = chrono::Utc::now().timestamp_millis();

@@ -10,6 +10,7 @@ use std::time::Instant;
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::logging::{LogStyle, init_tracing};
 use ourios_compaction::serverless::function_settings::FunctionSettings;
+use ourios_compaction::serverless::state_machine::FanOutStateMachine;
 use ourios_compaction::settings::CompactSettings;
 use ourios_compaction::store::Store;
 use serde_json::Value;
@@ -28,6 +29,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         scope: settings.scope,
         settings: CompactSettings::from_lookup(&lookup)?,
         readiness: settings.readiness,
+        state_machine: FanOutStateMachine::from_lookup(&lookup)?,
     };
     let compactor = &compactor;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

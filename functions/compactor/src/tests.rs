@@ -79,6 +79,7 @@ async fn setup(scratch: &Path) -> Compactor {
             workers: 1,
         },
         readiness: ourios_compaction::serverless::readiness::ReadinessConfig::default(),
+        state_machine: None,
     }
 }
 
@@ -262,6 +263,7 @@ fn options_follow_the_settings_and_the_deadline() {
             workers: 3,
         },
         readiness: ourios_compaction::serverless::readiness::ReadinessConfig::default(),
+        state_machine: None,
     };
     let deadline = Instant::now() + Duration::from_secs(900);
     let options = compactor.options(Some(deadline));

@@ -79,7 +79,8 @@ pub fn compaction_metrics(
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
-    let output = report.output.as_ref();
+    let rows_out: u64 = report.outputs.iter().map(|o| o.rows).sum();
+    let bytes_out: u64 = report.outputs.iter().map(|o| o.bytes).sum();
     let count = |n: u64| Value::from(n);
     let requests = &report.cost.requests;
     emf_line(
@@ -87,13 +88,9 @@ pub fn compaction_metrics(
         timestamp_ms,
         &[
             ("RowsIn", Unit::Count, count(report.inputs.rows)),
-            ("RowsOut", Unit::Count, count(output.map_or(0, |o| o.rows))),
+            ("RowsOut", Unit::Count, count(rows_out)),
             ("BytesIn", Unit::Bytes, count(report.inputs.bytes)),
-            (
-                "BytesOut",
-                Unit::Bytes,
-                count(output.map_or(0, |o| o.bytes)),
-            ),
+            ("BytesOut", Unit::Bytes, count(bytes_out)),
             ("FilesIn", Unit::Count, count(report.inputs.files)),
             ("DurationMs", Unit::Milliseconds, count(report.duration_ms)),
             ("CpuMs", Unit::Milliseconds, count(report.cpu_ms)),

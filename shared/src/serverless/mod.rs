@@ -6,3 +6,4 @@ pub mod events;
 pub mod function_settings;
 pub mod metrics;
 pub mod readiness;
+pub mod state_machine;

@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
 use crate::options::{CompactOptions, FanOut};
 use crate::partition::{KeyLayout, PartitionId};
-use crate::report::FanOutShape;
+use crate::report::{CompactionReport, FanOutShape};
 use crate::store::Store;
 
 /// The steps of a fanned-out job, as the state machine names them.
@@ -62,7 +62,8 @@ pub struct FanOutTask {
     pub tenant: String,
     /// The partition's hour, `YYYY-MM-DDTHH`.
     pub hour: String,
-    /// The job (every step but `plan`, which names it).
+    /// The job (every step but `plan`, which names it unless given one: the compactor that
+    /// starts an execution passes its dispatch job id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
     /// The group of `run`, the range of `merge`.
@@ -82,18 +83,19 @@ pub async fn run_fan_out_task(
     layout: &KeyLayout,
     options: &CompactOptions,
     task: &FanOutTask,
-) -> Result<serde_json::Value> {
+) -> Result<TaskAnswer> {
     let partition = PartitionId::parse(&task.tenant, &task.hour)?;
     let needed = |what: &str, value: Option<&str>| {
         value.map(str::to_string).ok_or_else(|| Error::Config {
             message: format!("a fan-out {:?} task needs its {what}", task.step),
         })
     };
-    let job_id = match task.step {
-        FanOutStep::Plan => (options.attempt_id.clone())
+    let job_id = match (task.step, &task.job) {
+        (FanOutStep::Plan, None) => (options.attempt_id.clone())
             .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>())),
         _ => needed("job", task.job.as_deref())?,
     };
+    validate_job_id(&job_id)?;
     let index = || {
         task.index.ok_or_else(|| Error::Config {
             message: format!("a fan-out {:?} task needs its index", task.step),
@@ -113,9 +115,9 @@ pub async fn run_fan_out_task(
             let state = read_partition(store, layout, &partition).await?;
             let Some(wanted) = state.wanted else {
                 let hour = &task.hour;
-                return Ok(
+                return Ok(TaskAnswer::Next(
                     json!({ "tenant": task.tenant, "hour": hour, "job": null, "groups": [] }),
-                );
+                ));
             };
             let ranges = task.ranges.unwrap_or_else(|| {
                 let auto = CompactOptions {
@@ -148,11 +150,48 @@ pub async fn run_fan_out_task(
                 ..options.clone()
             };
             let report = commit_fanned_out(store, layout, &partition, &options).await?;
-            serde_json::to_value(&report)
-                .map_err(|e| Error::invariant(format!("encoding the report: {e}")))?
+            return Ok(TaskAnswer::Committed(Box::new(report)));
         }
     };
-    Ok(answer)
+    Ok(TaskAnswer::Next(answer))
+}
+
+/// What a task answers.
+#[derive(Debug)]
+pub enum TaskAnswer {
+    /// The next state's input (`plan`, `run`, `split`, `merge`).
+    Next(serde_json::Value),
+    /// `commit`: the compaction report.
+    Committed(Box<CompactionReport>),
+}
+
+/// How a job would fan out under `options` (`None`: one task does it), from the live inputs'
+/// sizes: the decision [`crate::compact::compact_partition`] takes, without doing the work.
+pub async fn estimate(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> Result<Option<FanOutShape>> {
+    let state = read_partition(store, layout, partition).await?;
+    Ok(state.wanted.and_then(|wanted| shape(&wanted, options)))
+}
+
+/// A job id names a directory of the store: 1 to 64 ASCII letters, digits, `-` or `_`.
+fn validate_job_id(job: &str) -> Result<()> {
+    let valid = (1..=64).contains(&job.len())
+        && job
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::Config {
+            message: format!(
+                "fan-out job id {job:?} must be 1 to 64 ASCII letters, digits, '-' or '_'"
+            ),
+        })
+    }
 }
 
 /// Whether `key` is a range output of fanned-out job `job` (`part-<hash>-<job>-r<k>.parquet`).
@@ -169,10 +208,11 @@ pub fn is_range_of(key: &str, job: &str) -> bool {
 /// zstd-compressed logs.
 const SCRATCH_PER_INPUT_BYTE: u64 = 3;
 
-/// Encoded input bytes one task sorts per second, a conservative reading of the benchmark
-/// (the 610 MB hour in about 24 s at a 64 MiB budget): `auto` fans out a job that would not
-/// finish before the deadline at this pace.
-const INPUT_BYTES_PER_SECOND: u64 = 16 << 20;
+/// Encoded input bytes one task compacts per second, below the slowest pace measured on the
+/// fan-out benchmark (`tests/bench_fan_out.sh`: about 5 MB/s for a 565 MB hour of narrow rows,
+/// one output, on a shared core): `auto` fans out a job that would not finish before the
+/// deadline at this pace.
+const INPUT_BYTES_PER_SECOND: u64 = 4 << 20;
 
 /// How the job fans out: `None` for one task and one output.
 pub(crate) fn shape(wanted: &[WantedInput], options: &CompactOptions) -> Option<FanOutShape> {
@@ -180,12 +220,22 @@ pub(crate) fn shape(wanted: &[WantedInput], options: &CompactOptions) -> Option<
     let ranges = match options.fan_out {
         FanOut::Off => return None,
         FanOut::Ranges(n) => n,
-        FanOut::Auto => auto_ranges(total, options.scratch_limit_bytes, options.deadline),
+        FanOut::Auto => {
+            let scratch =
+                (options.scratch_limit_bytes).or_else(|| free_bytes(&options.scratch_dir));
+            auto_ranges(total, scratch, options.deadline)
+        }
     };
     (ranges > 1 && !wanted.is_empty()).then(|| FanOutShape {
         groups: ranges.min(wanted.len()),
         ranges,
     })
+}
+
+/// Free bytes of the file system holding `dir` (`None` when it cannot be read).
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let stat = nix::sys::statvfs::statvfs(dir).ok()?;
+    Some((stat.blocks_available() as u64).saturating_mul(stat.fragment_size() as u64))
 }
 
 /// The tasks `auto` needs so that each fits the scratch limit and the time before the deadline.
@@ -397,10 +447,10 @@ mod tests {
         assert_eq!(auto_ranges(gib, Some(3 * gib), None), 1);
         assert_eq!(auto_ranges(gib, Some(gib), None), 3);
         assert_eq!(auto_ranges(10 * gib, Some(10 * gib), None), 3);
-        // Time: 16 MiB a second.
+        // Time: 4 MiB a second (the clock moves on between these lines: stay clear of the edge).
         let deadline = Instant::now() + std::time::Duration::from_secs(100);
-        assert_eq!(auto_ranges(800 << 20, None, Some(deadline)), 1);
-        assert_eq!(auto_ranges(5600 << 20, None, Some(deadline)), 4);
+        assert_eq!(auto_ranges(300 << 20, None, Some(deadline)), 1);
+        assert_eq!(auto_ranges(1500 << 20, None, Some(deadline)), 4);
         // A forced number of ranges, and off.
         let mut options = CompactOptions::new("/tmp");
         let inputs = wanted(&[10, 10]);

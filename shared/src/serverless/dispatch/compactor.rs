@@ -6,14 +6,17 @@ use std::time::Instant;
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::worker::{JobOutcome, run_compaction_job};
-use crate::compact::fan_out::run_fan_out_task;
+use super::worker::{
+    JobOutcome, RecordAction, end_fanned_out_job, hand_off_if_large, run_compaction_job,
+};
+use crate::compact::fan_out::{FanOutTask, TaskAnswer, run_fan_out_task};
 use crate::error::{ErrorKind, InvocationError};
-use crate::options::CompactOptions;
+use crate::options::{CompactOptions, FanOut};
 use crate::partition::{KeyLayout, PartitionId};
-use crate::report::Status;
+use crate::report::{CompactionReport, Status};
 use crate::serverless::events::{Classified, Invocation, KeyScope, Record, Watch, classify};
 use crate::serverless::readiness::ReadinessConfig;
+use crate::serverless::state_machine::FanOutStateMachine;
 use crate::settings::CompactSettings;
 use crate::store::Store;
 
@@ -30,6 +33,9 @@ pub struct Compactor {
     pub settings: CompactSettings,
     /// The planner's readiness rule, to decide whether a finished job re-arms its record.
     pub readiness: ReadinessConfig,
+    /// The fan-out state machine, when deployed: a job too large for one invocation is
+    /// handed to it rather than run here.
+    pub state_machine: Option<FanOutStateMachine>,
 }
 
 /// A record the compactor acknowledged without work.
@@ -50,6 +56,14 @@ pub enum CompactorAnswer {
     Jobs(Vec<JobOutcome>),
     /// What a task of a fanned-out job answers the state machine.
     FanOut(serde_json::Value),
+    /// A fanned-out job's commit: its report, and what became of its job record (`None`:
+    /// gone, or another job's).
+    FanOutCommitted {
+        /// The compaction report.
+        report: Box<CompactionReport>,
+        /// The job record's end.
+        record: Option<RecordAction>,
+    },
 }
 
 impl CompactorAnswer {
@@ -70,10 +84,11 @@ impl CompactorAnswer {
 }
 
 impl JobOutcome {
-    /// True when the job needs no retry: it compacted, found nothing to do, or lost its
-    /// commit to an identical job.
+    /// True when the job needs no retry: it compacted, found nothing to do, lost its commit to
+    /// an identical job, or was handed to the fan-out state machine.
     pub fn is_finished(&self) -> bool {
-        self.report.status.is_success() || self.report.status == Status::Conflict
+        self.report.status.is_success()
+            || matches!(self.report.status, Status::Conflict | Status::FannedOut)
     }
 }
 
@@ -94,21 +109,10 @@ impl Compactor {
     ) -> Result<CompactorAnswer, InvocationError> {
         if let Invocation::FanOut(task) = &invocation {
             let options = self.options(deadline);
-            let answer = run_fan_out_task(&self.store, &self.layout, &options, task).await?;
-            // A commit that failed or ran out of time fails the task, so the state machine
-            // retries it; `noop` and `conflict` end the execution with the report.
-            let status = answer.get("status").and_then(serde_json::Value::as_str);
-            if let Some(status @ ("failed" | "timeout")) = status {
-                let kind = answer
-                    .get("error_kind")
-                    .and_then(|k| serde_json::from_value(k.clone()).ok())
-                    .unwrap_or(ErrorKind::Bug);
-                return Err(InvocationError::new(
-                    kind,
-                    format!("fan-out commit {status}: {answer}"),
-                ));
-            }
-            return Ok(CompactorAnswer::FanOut(answer));
+            return match run_fan_out_task(&self.store, &self.layout, &options, task).await? {
+                TaskAnswer::Next(answer) => Ok(CompactorAnswer::FanOut(answer)),
+                TaskAnswer::Committed(report) => self.end_fanned_out(task, &options, *report).await,
+            };
         }
         let (partitions, ignored) = self.jobs_of(invocation)?;
         if partitions.is_empty() {
@@ -122,15 +126,10 @@ impl Compactor {
                 partition = %partition,
                 job_id = tracing::field::Empty
             );
-            let outcome = run_compaction_job(
-                &self.store,
-                &self.layout,
-                partition,
-                &options,
-                &self.readiness,
-            )
-            .instrument(span.clone())
-            .await?;
+            let outcome = self
+                .run_job(partition, &options)
+                .instrument(span.clone())
+                .await?;
             span.in_scope(|| {
                 let report = serde_json::to_string(&outcome.report).unwrap_or_default();
                 tracing::info!(report = %report, record = ?outcome.record, "compaction report");
@@ -138,6 +137,67 @@ impl Compactor {
             jobs.push(outcome);
         }
         Ok(CompactorAnswer::Jobs(jobs))
+    }
+
+    /// One job: handed to the state machine when it is too large for this invocation,
+    /// otherwise compacted here in one piece.
+    async fn run_job(
+        &self,
+        partition: &PartitionId,
+        options: &CompactOptions,
+    ) -> crate::error::Result<JobOutcome> {
+        let (store, layout) = (&self.store, &self.layout);
+        let Some(machine) = &self.state_machine else {
+            return run_compaction_job(store, layout, partition, options, &self.readiness).await;
+        };
+        if options.fan_out != FanOut::Off
+            && let Some(outcome) =
+                hand_off_if_large(store, layout, partition, options, machine).await?
+        {
+            return Ok(outcome);
+        }
+        // It fits: one piece, whatever a later look at the clock would say.
+        let options = CompactOptions {
+            fan_out: FanOut::Off,
+            ..options.clone()
+        };
+        run_compaction_job(store, layout, partition, &options, &self.readiness).await
+    }
+
+    /// The answer of a fanned-out job's commit. One that failed or ran out of time fails the
+    /// task, so the state machine retries it; otherwise the job record that dispatched the job
+    /// is ended (`None` when it is gone or another job's).
+    async fn end_fanned_out(
+        &self,
+        task: &FanOutTask,
+        options: &CompactOptions,
+        report: CompactionReport,
+    ) -> Result<CompactorAnswer, InvocationError> {
+        if matches!(report.status, Status::Failed | Status::Timeout) {
+            let kind = report.error_kind.unwrap_or(ErrorKind::Bug);
+            let body = serde_json::to_string(&report)?;
+            let status = report.status.as_str();
+            return Err(InvocationError::new(
+                kind,
+                format!("fan-out commit {status}: {body}"),
+            ));
+        }
+        let partition = PartitionId::parse(&task.tenant, &task.hour)?;
+        let job = report.attempt_id.clone();
+        let record = end_fanned_out_job(
+            &self.store,
+            &self.layout,
+            &partition,
+            &job,
+            options,
+            &self.readiness,
+        )
+        .await?;
+        tracing::info!(partition = %partition, job_id = %job, record = ?record, "fanned-out job ended");
+        Ok(CompactorAnswer::FanOutCommitted {
+            report: Box::new(report),
+            record,
+        })
     }
 
     /// The partitions an invocation asks to compact (once each, in order), and the records it

@@ -6,14 +6,16 @@
 use chrono::{TimeZone, Utc};
 use serde::Serialize;
 
-use super::job::{self, JobRecord, WriteOutcome};
+use super::job::{self, JobRecord, StoredJob, WriteOutcome};
 use super::partition_facts;
 use crate::compact::compact_partition;
+use crate::compact::fan_out::estimate;
 use crate::error::Result;
 use crate::options::CompactOptions;
 use crate::partition::{KeyLayout, PartitionId, is_attempt_output};
 use crate::report::{CompactionReport, Status};
 use crate::serverless::readiness::{ReadinessConfig, readiness};
+use crate::serverless::state_machine::FanOutStateMachine;
 use crate::store::Store;
 
 /// What became of the job record.
@@ -25,8 +27,9 @@ pub enum RecordAction {
     Deleted,
     /// Overwritten: the partition is ready again; the new record dispatches the next job.
     ReArmed,
-    /// Left in place: the job failed or timed out; Lambda retries it, and once stale the
-    /// planner or the sweep replaces it.
+    /// Left in place: the job failed or timed out (Lambda retries it, and once stale the
+    /// planner or the sweep replaces it), or was handed to the fan-out state machine, whose
+    /// commit step ends it.
     Left,
     /// Another job's record replaced ours meanwhile; it is that job's to end.
     Superseded,
@@ -77,28 +80,18 @@ pub async fn run_compaction_job(
     let options = &options;
     let mut report = compact_partition(store, layout, partition, options).await?;
     let finished = report.status.is_success() || report.status == Status::Conflict;
-    let record = if !finished {
-        RecordAction::Left
+    let record = if finished {
+        end_job_record(
+            store,
+            layout,
+            partition,
+            stored.as_ref(),
+            options,
+            readiness_config,
+        )
+        .await?
     } else {
-        let (facts, _) = partition_facts(store, layout, partition).await?;
-        let now = Utc
-            .timestamp_millis_opt(options.clock.now_ms())
-            .single()
-            .unwrap_or_else(Utc::now);
-        if let Ok(ready) = readiness(&facts, now, readiness_config) {
-            let next = JobRecord::new(partition, &format!("after the previous job: {ready}"), now);
-            let written = match &stored {
-                Some(s) => job::replace_job(store, &next, partition, &s.version).await?,
-                None => job::create_job(store, &next, partition).await?,
-            };
-            match written {
-                WriteOutcome::Written => RecordAction::ReArmed,
-                WriteOutcome::Lost => RecordAction::Superseded,
-            }
-        } else {
-            job::delete_job(store, partition).await?;
-            RecordAction::Deleted
-        }
+        RecordAction::Left
     };
     let requests = store.request_counts().since(&requests_before);
     report.price(&options.prices, options.function_memory_mb, requests);
@@ -115,6 +108,113 @@ pub async fn run_compaction_job(
         record,
         aborted_uploads,
     })
+}
+
+/// Ends a finished job's record: re-armed when `readiness` says the partition is ready
+/// again, deleted otherwise.
+async fn end_job_record(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    stored: Option<&StoredJob>,
+    options: &CompactOptions,
+    readiness_config: &ReadinessConfig,
+) -> Result<RecordAction> {
+    let (facts, _) = partition_facts(store, layout, partition).await?;
+    let now = Utc
+        .timestamp_millis_opt(options.clock.now_ms())
+        .single()
+        .unwrap_or_else(Utc::now);
+    let Ok(ready) = readiness(&facts, now, readiness_config) else {
+        job::delete_job(store, partition).await?;
+        return Ok(RecordAction::Deleted);
+    };
+    let next = JobRecord::new(partition, &format!("after the previous job: {ready}"), now);
+    let written = match stored {
+        Some(s) => job::replace_job(store, &next, partition, &s.version).await?,
+        None => job::create_job(store, &next, partition).await?,
+    };
+    Ok(match written {
+        WriteOutcome::Written => RecordAction::ReArmed,
+        WriteOutcome::Lost => RecordAction::Superseded,
+    })
+}
+
+/// Hands job `partition` to the fan-out state machine when it would not fit this invocation
+/// (`options.fan_out`'s decision, from the live inputs' sizes): starts an execution named after
+/// the dispatch job and answers `fanned_out`, leaving the job record in place for the
+/// execution's commit step to end ([`end_fanned_out_job`]). `None`: the job fits; run it here.
+pub async fn hand_off_if_large(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+    machine: &FanOutStateMachine,
+) -> Result<Option<JobOutcome>> {
+    let Some(shape) = estimate(store, layout, partition, options).await? else {
+        return Ok(None);
+    };
+    let stored = job::read_job(store, partition).await?;
+    let dispatch_job_id = stored
+        .as_ref()
+        .and_then(|s| s.record.as_ref())
+        .map(|r| r.job_id.clone());
+    let job = dispatch_job_id
+        .clone()
+        .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
+    tracing::Span::current().record("job_id", job.as_str());
+    let execution = machine.start(partition, &job, shape).await?;
+    tracing::info!(
+        partition = %partition,
+        job_id = %job,
+        execution = %execution.name,
+        started = execution.arn.is_some(),
+        groups = shape.groups,
+        ranges = shape.ranges,
+        "handed the job to the fan-out state machine"
+    );
+    let mut report = CompactionReport::new(&partition.relative_dir(), &job);
+    report.status = Status::FannedOut;
+    report.fan_out = Some(shape);
+    report.execution = Some(execution.name);
+    report.budget_bytes = options.budget_bytes;
+    Ok(Some(JobOutcome {
+        report,
+        dispatch_job_id,
+        record: RecordAction::Left,
+        aborted_uploads: 0,
+    }))
+}
+
+/// Ends the job record of fanned-out job `job` once its commit step finished (compacted, noop
+/// or conflict), as [`run_compaction_job`] ends its own; `None` when the record is gone or
+/// belongs to another job (a job record replaced as stale while the execution ran).
+pub async fn end_fanned_out_job(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    job: &str,
+    options: &CompactOptions,
+    readiness_config: &ReadinessConfig,
+) -> Result<Option<RecordAction>> {
+    let stored = job::read_job(store, partition).await?;
+    let ours = stored
+        .as_ref()
+        .and_then(|s| s.record.as_ref())
+        .is_some_and(|r| r.job_id == job);
+    if !ours {
+        return Ok(None);
+    }
+    let action = end_job_record(
+        store,
+        layout,
+        partition,
+        stored.as_ref(),
+        options,
+        readiness_config,
+    )
+    .await?;
+    Ok(Some(action))
 }
 
 /// The id of one attempt of a dispatched job: the job id and a random suffix. Each attempt

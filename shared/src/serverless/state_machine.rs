@@ -1,0 +1,240 @@
+//! The fan-out state machine (`infra/fan-out.asl.json`) as the compactor sees it: it starts an
+//! execution for a job too large for one invocation, named after the job so that a retried
+//! invocation does not start a second one.
+
+use aws_sdk_sfn::Client;
+use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sfn::error::{DisplayErrorContext, SdkError};
+use aws_sdk_sfn::operation::start_execution::StartExecutionError;
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::partition::PartitionId;
+use crate::report::FanOutShape;
+
+/// The setting naming the state machine's ARN; unset, the compactor never hands a job off.
+pub const STATE_MACHINE_SETTING: &str = "OURIOS_FAN_OUT_STATE_MACHINE";
+
+/// A client of the fan-out state machine.
+#[derive(Debug, Clone)]
+pub struct FanOutStateMachine {
+    client: Client,
+    arn: String,
+}
+
+/// An execution the compactor asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Execution {
+    /// Its name (a function of the partition and the job).
+    pub name: String,
+    /// Its ARN; `None` when an execution of that name already existed (a retried hand-off).
+    pub arn: Option<String>,
+}
+
+impl FanOutStateMachine {
+    /// The state machine named by [`STATE_MACHINE_SETTING`], called with the credentials and
+    /// region of the function's environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`, `AWS_REGION`; `AWS_ENDPOINT_URL_SFN` or `AWS_ENDPOINT_URL` for
+    /// another endpoint). `None` when the setting is unset or empty.
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Option<Self>> {
+        let var = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let Some(arn) = var(STATE_MACHINE_SETTING) else {
+            return Ok(None);
+        };
+        let arn = arn.trim().to_string();
+        if !arn.starts_with("arn:") || !arn.contains(":states:") {
+            return Err(Error::Config {
+                message: format!(
+                    "{STATE_MACHINE_SETTING}={arn:?} is not a state machine's ARN \
+                     (arn:aws:states:<region>:<account>:stateMachine:<name>)"
+                ),
+            });
+        }
+        let missing = |name: &str| Error::Config {
+            message: format!("{STATE_MACHINE_SETTING} is set but {name} is not"),
+        };
+        let key_id = var("AWS_ACCESS_KEY_ID").ok_or_else(|| missing("AWS_ACCESS_KEY_ID"))?;
+        let secret =
+            var("AWS_SECRET_ACCESS_KEY").ok_or_else(|| missing("AWS_SECRET_ACCESS_KEY"))?;
+        let credentials = Credentials::new(key_id, secret, var("AWS_SESSION_TOKEN"), None, "env");
+        let region = var("AWS_REGION")
+            .or_else(|| var("AWS_DEFAULT_REGION"))
+            .unwrap_or_else(|| "us-east-1".to_string());
+        let mut config = aws_sdk_sfn::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(region))
+            .credentials_provider(credentials);
+        if let Some(endpoint) = var("AWS_ENDPOINT_URL_SFN").or_else(|| var("AWS_ENDPOINT_URL")) {
+            config = config.endpoint_url(endpoint);
+        }
+        Ok(Some(Self {
+            client: Client::from_conf(config.build()),
+            arn,
+        }))
+    }
+
+    /// The state machine's ARN.
+    pub fn arn(&self) -> &str {
+        &self.arn
+    }
+
+    /// Starts the execution of job `job` of `partition` in `shape`. An execution of the same
+    /// name that already exists is this job's, started by an earlier attempt: not an error.
+    pub async fn start(
+        &self,
+        partition: &PartitionId,
+        job: &str,
+        shape: FanOutShape,
+    ) -> Result<Execution> {
+        let name = execution_name(partition, job);
+        let input = execution_input(partition, job, shape).to_string();
+        let started = self
+            .client
+            .start_execution()
+            .state_machine_arn(&self.arn)
+            .name(&name)
+            .input(input)
+            .send()
+            .await;
+        match started {
+            Ok(output) => Ok(Execution {
+                name,
+                arn: Some(output.execution_arn().to_string()),
+            }),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), StartExecutionError::ExecutionAlreadyExists(_)) =>
+            {
+                Ok(Execution { name, arn: None })
+            }
+            Err(e) => Err(Error::Service {
+                service: "Step Functions",
+                operation: "StartExecution",
+                target: self.arn.clone(),
+                message: DisplayErrorContext(e).to_string(),
+            }),
+        }
+    }
+}
+
+/// The execution's input: the state machine's first task, the plan of job `job` in `shape`'s
+/// ranges.
+pub fn execution_input(partition: &PartitionId, job: &str, shape: FanOutShape) -> Value {
+    json!({
+        "fan_out": {
+            "step": "plan",
+            "tenant": partition.tenant(),
+            "hour": partition.hour_label(),
+            "job": job,
+            "ranges": shape.ranges,
+        }
+    })
+}
+
+/// An execution's name: `<tenant>-<YYYYMMDDHH>-<job>`, with characters Step Functions does
+/// not allow in names replaced by `_`, at most 80 characters (the tenant is shortened; the
+/// job id, which makes it unique, is kept whole).
+pub fn execution_name(partition: &PartitionId, job: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let hour: String = partition
+        .hour_label()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    let job = clean(job);
+    let room = 80usize.saturating_sub(hour.len() + job.len() + 2);
+    let tenant: String = clean(partition.tenant()).chars().take(room).collect();
+    let name = format!("{tenant}-{hour}-{job}");
+    name.chars().take(80).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_valid_for_step_functions_and_keep_the_job() {
+        let p = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+        assert_eq!(
+            execution_name(&p, "0123456789abcdef"),
+            "acme-2026112910-0123456789abcdef"
+        );
+        let long = PartitionId::parse(&"t.x".repeat(40), "2026-11-29T10").expect("partition");
+        let name = execution_name(&long, "0123456789abcdef");
+        assert_eq!(name.len(), 80);
+        assert!(name.ends_with("-2026112910-0123456789abcdef"), "{name}");
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            "{name}"
+        );
+    }
+
+    #[test]
+    fn the_input_is_the_plan_task_the_handler_takes() {
+        let p = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+        let input = execution_input(
+            &p,
+            "j1",
+            FanOutShape {
+                groups: 3,
+                ranges: 4,
+            },
+        );
+        let parsed = crate::serverless::events::parse_invocation(&input).expect("parses");
+        let crate::serverless::events::Invocation::FanOut(task) = parsed else {
+            panic!("not a fan-out task: {parsed:?}");
+        };
+        assert_eq!(task.step, crate::compact::fan_out::FanOutStep::Plan);
+        assert_eq!(
+            (
+                task.tenant.as_str(),
+                task.hour.as_str(),
+                task.job.as_deref(),
+                task.ranges
+            ),
+            ("acme", "2026-11-29T10", Some("j1"), Some(4))
+        );
+    }
+
+    #[test]
+    fn setting_checks() {
+        let lookup = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(
+            FanOutStateMachine::from_lookup(&lookup(&[]))
+                .expect("unset is fine")
+                .is_none()
+        );
+        let err = FanOutStateMachine::from_lookup(&lookup(&[(STATE_MACHINE_SETTING, "fan-out")]))
+            .expect_err("not an ARN");
+        assert!(err.to_string().contains(STATE_MACHINE_SETTING), "{err}");
+        const ARN: &str = "arn:aws:states:us-east-1:123456789012:stateMachine:ourios-fan-out";
+        let err = FanOutStateMachine::from_lookup(&lookup(&[(STATE_MACHINE_SETTING, ARN)]))
+            .expect_err("no credentials");
+        assert!(err.to_string().contains("AWS_ACCESS_KEY_ID"), "{err}");
+        let machine = FanOutStateMachine::from_lookup(&lookup(&[
+            (STATE_MACHINE_SETTING, ARN),
+            ("AWS_ACCESS_KEY_ID", "k"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+        ]))
+        .expect("valid")
+        .expect("set");
+        assert_eq!(machine.arn(), ARN);
+    }
+}

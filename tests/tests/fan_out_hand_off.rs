@@ -1,0 +1,389 @@
+//! A job too large for one invocation is handed to the fan-out state machine. The compactor
+//! starts an execution of the real definition (`infra/fan-out.asl.json`, created on a Step
+//! Functions test server: moto, started by the test) named after the dispatch job, once however
+//! often the hand-off is retried, and leaves the job record in place; the execution's tasks, run
+//! through the compactor from the execution's own input, commit the partition on the S3 test
+//! server and end the job record. A job that fits is compacted in place with no execution.
+//!
+//! Needs the Python of `tests/run.sh` (OURIOS_PYTHON, with moto pinned in tests/requirements.txt).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use aws_sdk_sfn::Client;
+use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
+use chrono::TimeZone;
+use ourios_compaction::partition::{KeyLayout, PartitionId};
+use ourios_compaction::report::{FanOutShape, Status};
+use ourios_compaction::serverless::dispatch::compactor::{Compactor, CompactorAnswer};
+use ourios_compaction::serverless::dispatch::job::read_job;
+use ourios_compaction::serverless::dispatch::worker::{JobOutcome, RecordAction};
+use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
+use ourios_compaction::serverless::events::{Invocation, KeyScope, parse_invocation};
+use ourios_compaction::serverless::readiness::ReadinessConfig;
+use ourios_compaction::serverless::state_machine::{
+    FanOutStateMachine, STATE_MACHINE_SETTING, execution_input, execution_name,
+};
+use ourios_compaction::settings::CompactSettings;
+use ourios_compaction::store::{Store, StoreUrl};
+use ourios_integration_tests::emulator::workspace_root;
+use ourios_integration_tests::{assert_exactly_once, land_files, live_tags, s3_url};
+use serde_json::{Value, json};
+
+/// A Step Functions test server (moto) on a free loopback port, stopped when dropped.
+struct StepFunctionsServer {
+    child: Child,
+    endpoint: String,
+}
+
+impl StepFunctionsServer {
+    fn start() -> Self {
+        let python = std::env::var("OURIOS_PYTHON").unwrap_or_else(|_| {
+            panic!(
+                "OURIOS_PYTHON is not set: run the tests with `bash tests/run.sh` (it installs \
+                 moto pinned into .tools/venv and sets OURIOS_PYTHON)"
+            )
+        });
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(&python)
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {python} -m moto.server: {e}"));
+        let mut server = Self {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        for _ in 0..300 {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("the Step Functions test server exited ({status})");
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = server.child.kill();
+        panic!("the Step Functions test server never listened on port {port}");
+    }
+
+    fn client(&self) -> Client {
+        let config = aws_sdk_sfn::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+            .endpoint_url(&self.endpoint)
+            .build();
+        Client::from_conf(config)
+    }
+
+    /// The compactor's view of state machine `arn`, configured as the function's environment
+    /// configures it.
+    fn machine(&self, arn: &str) -> FanOutStateMachine {
+        let vars = [
+            (STATE_MACHINE_SETTING, arn.to_string()),
+            ("AWS_ACCESS_KEY_ID", "testing".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".to_string()),
+            ("AWS_REGION", "us-east-1".to_string()),
+            ("AWS_ENDPOINT_URL_SFN", self.endpoint.clone()),
+        ];
+        let lookup = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+        };
+        FanOutStateMachine::from_lookup(&lookup)
+            .expect("valid settings")
+            .expect("a state machine")
+    }
+}
+
+impl Drop for StepFunctionsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Creates the state machine of `infra/fan-out.asl.json` and returns its ARN.
+async fn create_fan_out_machine(client: &Client, name: &str) -> String {
+    let definition = std::fs::read_to_string(workspace_root().join("infra/fan-out.asl.json"))
+        .expect("the definition")
+        .replace(
+            "${CompactorFunctionArn}",
+            "arn:aws:lambda:us-east-1:123456789012:function:ourios-compactor",
+        );
+    client
+        .create_state_machine()
+        .name(name)
+        .definition(definition)
+        .role_arn("arn:aws:iam::123456789012:role/ourios-fan-out")
+        .send()
+        .await
+        .expect("the state machine is created")
+        .state_machine_arn()
+        .to_string()
+}
+
+/// A compactor of the store at `url` with the function's settings plus `vars`.
+fn compactor(url: &str, scratch: &std::path::Path, vars: &[(&str, &str)]) -> Compactor {
+    let scratch = scratch.display().to_string();
+    let mut all: Vec<(&str, &str)> = vec![("OURIOS_SCRATCH", &scratch), ("OURIOS_GC_GRACE", "0s")];
+    all.extend_from_slice(vars);
+    let lookup = |name: &str| {
+        all.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    };
+    let store_url = StoreUrl::parse(url).expect("a store URL");
+    Compactor {
+        store: Store::open(url).expect("the S3 test store opens"),
+        layout: KeyLayout::default(),
+        scope: KeyScope::for_store(&store_url),
+        settings: CompactSettings::from_lookup(&lookup).expect("valid settings"),
+        readiness: ReadinessConfig::default(),
+        state_machine: None,
+    }
+}
+
+/// Lands files and dispatches the partition as the planner does; returns the job id.
+async fn dispatched(store: &Store, partition: &PartitionId, files: i64) -> (String, Vec<i64>) {
+    let layout = KeyLayout::default();
+    let tags = land_files(store, &layout, partition, files, 300).await;
+    let closed = chrono::Utc
+        .with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
+        .single()
+        .expect("a valid instant");
+    let outcome = dispatch_partition(
+        store,
+        &layout,
+        partition,
+        closed,
+        &ReadinessConfig::default(),
+        DispatchMode::default(),
+    )
+    .await
+    .expect("the planner dispatches");
+    let job = outcome.job_id.expect("a job record was written");
+    (job, tags.into_iter().collect())
+}
+
+async fn run(compactor: &Compactor, invocation: Invocation) -> CompactorAnswer {
+    compactor
+        .handle(invocation, None)
+        .await
+        .unwrap_or_else(|e| panic!("the invocation fails: {e:?}"))
+}
+
+/// The job of a direct `{"tenant", "hour"}` invocation for the test partition.
+async fn compact_directly(compactor: &Compactor) -> JobOutcome {
+    let invocation = Invocation::Compact {
+        tenant: "acme".into(),
+        hour: "2026-11-29T10".into(),
+    };
+    match run(compactor, invocation).await {
+        CompactorAnswer::Jobs(mut jobs) if jobs.len() == 1 => jobs.remove(0),
+        other => panic!("not one job's answer: {other:?}"),
+    }
+}
+
+/// A task's answer as the function shapes it (the commit's report with `record`).
+async fn task(compactor: &Compactor, payload: Value) -> Value {
+    let invocation = parse_invocation(&payload).expect("a fan-out task");
+    match run(compactor, invocation).await {
+        CompactorAnswer::FanOut(answer) => answer,
+        CompactorAnswer::FanOutCommitted { report, record } => {
+            let mut answer = serde_json::to_value(&report).expect("a report");
+            answer["record"] = serde_json::to_value(record).expect("a record action");
+            answer
+        }
+        other => panic!("not a fan-out answer: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job_record() {
+    let server = StepFunctionsServer::start();
+    let client = server.client();
+    let arn = create_fan_out_machine(&client, "ourios-test-fan-out").await;
+    let url = s3_url("hand-off");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut compactor = compactor(&url, scratch.path(), &[("OURIOS_FAN_OUT", "3")]);
+    compactor.state_machine = Some(server.machine(&arn));
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("a partition");
+    let (job, tags) = dispatched(&compactor.store, &partition, 4).await;
+
+    // The hand-off, and a retry of it (Lambda delivers an event at least once).
+    let name = execution_name(&partition, &job);
+    for attempt in 0..2 {
+        let outcome = &compact_directly(&compactor).await;
+        assert_eq!(
+            outcome.report.status,
+            Status::FannedOut,
+            "attempt {attempt}"
+        );
+        assert_eq!(outcome.report.execution.as_deref(), Some(name.as_str()));
+        assert_eq!(
+            outcome.report.fan_out,
+            Some(FanOutShape {
+                groups: 3,
+                ranges: 3
+            })
+        );
+        assert_eq!(outcome.record, RecordAction::Left);
+        assert!(outcome.is_finished(), "a hand-off is not retried");
+        let report = serde_json::to_value(&outcome.report).expect("a report");
+        assert_eq!(report["status"], "fanned_out", "{report}");
+        let record = read_job(&compactor.store, &partition).await.expect("reads");
+        assert!(record.is_some(), "the job record stays for the execution");
+    }
+    let executions = client
+        .list_executions()
+        .state_machine_arn(&arn)
+        .send()
+        .await
+        .expect("lists executions");
+    let names: Vec<&str> = executions.executions().iter().map(|e| e.name()).collect();
+    assert_eq!(
+        names,
+        [name.as_str()],
+        "one execution however often handed off"
+    );
+    let described = client
+        .describe_execution()
+        .execution_arn(executions.executions()[0].execution_arn())
+        .send()
+        .await
+        .expect("describes the execution");
+    let input: Value =
+        serde_json::from_str(described.input().expect("an input")).expect("JSON input");
+    let shape = FanOutShape {
+        groups: 3,
+        ranges: 3,
+    };
+    assert_eq!(input, execution_input(&partition, &job, shape));
+    assert_eq!(
+        compactor
+            .store
+            .list_sorted(&KeyLayout::default().compacted_dir(&partition))
+            .await
+            .expect("lists")
+            .len(),
+        0,
+        "nothing is written before the execution runs"
+    );
+
+    // The execution, task by task in the definition's order, from its own input.
+    let plan = task(&compactor, input).await;
+    assert_eq!(
+        plan["job"],
+        job.as_str(),
+        "the plan keeps the dispatch job id: {plan}"
+    );
+    let groups = plan["groups"].as_array().expect("groups").clone();
+    assert_eq!(groups.len(), 3, "{plan}");
+    let step = |step: &str, index: Option<&Value>| {
+        let mut body =
+            json!({ "step": step, "tenant": "acme", "hour": "2026-11-29T10", "job": job });
+        if let Some(index) = index {
+            body["index"] = index.clone();
+        }
+        json!({ "fan_out": body })
+    };
+    for group in &groups {
+        task(&compactor, step("run", Some(group))).await;
+    }
+    let split = task(&compactor, step("split", None)).await;
+    for range in split["ranges"].as_array().expect("ranges") {
+        task(&compactor, step("merge", Some(range))).await;
+    }
+    let committed = task(&compactor, step("commit", None)).await;
+    assert_eq!(committed["status"], "compacted", "{committed}");
+    assert_eq!(committed["record"], "deleted", "{committed}");
+    assert_eq!(committed["job_id"], job.as_str(), "{committed}");
+    assert!(
+        read_job(&compactor.store, &partition)
+            .await
+            .expect("reads")
+            .is_none(),
+        "the commit ended the job record"
+    );
+    let expected = tags.iter().copied().collect();
+    let live = live_tags(&compactor.store, &KeyLayout::default(), &partition).await;
+    assert_exactly_once(&live, &expected, "after the fanned-out commit");
+
+    // A retried commit: `noop`, and the record (gone) is nobody's to end.
+    let again = task(&compactor, step("commit", None)).await;
+    assert_eq!(again["status"], "noop", "{again}");
+    assert_eq!(again["record"], Value::Null, "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_fits_is_compacted_in_place_without_an_execution() {
+    let server = StepFunctionsServer::start();
+    let client = server.client();
+    let arn = create_fan_out_machine(&client, "ourios-test-fits").await;
+    let url = s3_url("fits");
+    let scratch = tempfile::tempdir().expect("scratch");
+    // `auto` with room to spare: the scratch limit holds the job many times over.
+    let vars = [("OURIOS_FAN_OUT", "auto"), ("OURIOS_SCRATCH_LIMIT", "1GiB")];
+    let mut compactor = compactor(&url, scratch.path(), &vars);
+    compactor.state_machine = Some(server.machine(&arn));
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("a partition");
+    let (job, tags) = dispatched(&compactor.store, &partition, 3).await;
+    let outcome = compact_directly(&compactor).await;
+    assert_eq!(
+        outcome.report.status,
+        Status::Compacted,
+        "{:?}",
+        outcome.report
+    );
+    assert_eq!(outcome.report.fan_out, None);
+    assert_eq!(outcome.dispatch_job_id.as_deref(), Some(job.as_str()));
+    assert_eq!(outcome.record, RecordAction::Deleted);
+    let executions = client
+        .list_executions()
+        .state_machine_arn(&arn)
+        .send()
+        .await
+        .expect("lists executions");
+    assert!(
+        executions.executions().is_empty(),
+        "no execution for a job that fits"
+    );
+    let expected = tags.iter().copied().collect();
+    let live = live_tags(&compactor.store, &KeyLayout::default(), &partition).await;
+    assert_exactly_once(&live, &expected, "after the in-place compaction");
+
+    // A scratch limit the job cannot fit in hands the next job off instead (`auto`).
+    let url = s3_url("too-large");
+    let vars = [
+        ("OURIOS_FAN_OUT", "auto"),
+        ("OURIOS_SCRATCH_LIMIT", "16KiB"),
+    ];
+    let mut compactor = self::compactor(&url, scratch.path(), &vars);
+    compactor.state_machine = Some(server.machine(&arn));
+    dispatched(&compactor.store, &partition, 3).await;
+    let outcome = compact_directly(&compactor).await;
+    assert_eq!(
+        outcome.report.status,
+        Status::FannedOut,
+        "{:?}",
+        outcome.report
+    );
+    let ranges = outcome.report.fan_out.expect("a shape").ranges;
+    assert!(ranges > 1, "{ranges}");
+}
