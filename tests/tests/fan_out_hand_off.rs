@@ -141,8 +141,12 @@ async fn create_fan_out_machine(client: &Client, name: &str) -> String {
 /// A compactor of the store at `url` with the function's settings plus `vars`.
 fn compactor(url: &str, scratch: &std::path::Path, vars: &[(&str, &str)]) -> Compactor {
     let scratch = scratch.display().to_string();
-    let mut all: Vec<(&str, &str)> = vec![("OURIOS_SCRATCH", &scratch), ("OURIOS_GC_GRACE", "0s")];
-    all.extend_from_slice(vars);
+    // `vars` first: the first match wins.
+    let mut all: Vec<(&str, &str)> = vars.to_vec();
+    all.extend([
+        ("OURIOS_SCRATCH", scratch.as_str()),
+        ("OURIOS_GC_GRACE", "0s"),
+    ]);
     let lookup = |name: &str| {
         all.iter()
             .find(|(k, _)| *k == name)
@@ -188,6 +192,60 @@ async fn run(compactor: &Compactor, invocation: Invocation) -> CompactorAnswer {
         .unwrap_or_else(|e| panic!("the invocation fails: {e:?}"))
 }
 
+/// A Step Functions test server with the fan-out state machine, and a compactor handing off to
+/// it on a fresh root of the S3 test store.
+struct Fixture {
+    /// Kept for its lifetime: dropped, the server stops.
+    _server: StepFunctionsServer,
+    client: Client,
+    arn: String,
+    compactor: Compactor,
+    _scratch: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn start(name: &str, vars: &[(&str, &str)]) -> Self {
+        let server = StepFunctionsServer::start();
+        let client = server.client();
+        let arn = create_fan_out_machine(&client, &format!("ourios-test-{name}")).await;
+        let scratch = tempfile::tempdir().expect("scratch");
+        let mut compactor = compactor(&s3_url(name), scratch.path(), vars);
+        compactor.state_machine = Some(server.machine(&arn));
+        Self {
+            _server: server,
+            client,
+            arn,
+            compactor,
+            _scratch: scratch,
+        }
+    }
+
+    /// The names of the state machine's executions.
+    async fn execution_names(&self) -> Vec<String> {
+        let executions = self
+            .client
+            .list_executions()
+            .state_machine_arn(&self.arn)
+            .send()
+            .await
+            .expect("lists executions");
+        executions
+            .executions()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect()
+    }
+}
+
+/// The payload of task `step` of job `job` of the test partition.
+fn step(job: &str, step: &str, index: Option<&Value>) -> Value {
+    let mut body = json!({ "step": step, "tenant": "acme", "hour": "2026-11-29T10", "job": job });
+    if let Some(index) = index {
+        body["index"] = index.clone();
+    }
+    json!({ "fan_out": body })
+}
+
 /// The job of a direct `{"tenant", "hour"}` invocation for the test partition.
 async fn compact_directly(compactor: &Compactor) -> JobOutcome {
     let invocation = Invocation::Compact {
@@ -216,33 +274,26 @@ async fn task(compactor: &Compactor, payload: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job_record() {
-    let server = StepFunctionsServer::start();
-    let client = server.client();
-    let arn = create_fan_out_machine(&client, "ourios-test-fan-out").await;
-    let url = s3_url("hand-off");
-    let scratch = tempfile::tempdir().expect("scratch");
-    let mut compactor = compactor(&url, scratch.path(), &[("OURIOS_FAN_OUT", "3")]);
-    compactor.state_machine = Some(server.machine(&arn));
+    let fixture = Fixture::start("hand-off", &[("OURIOS_FAN_OUT", "3")]).await;
+    let compactor = &fixture.compactor;
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("a partition");
     let (job, tags) = dispatched(&compactor.store, &partition, 4).await;
 
     // The hand-off, and a retry of it (Lambda delivers an event at least once).
     let name = execution_name(&partition, &job);
+    let shape = FanOutShape {
+        groups: 3,
+        ranges: 3,
+    };
     for attempt in 0..2 {
-        let outcome = &compact_directly(&compactor).await;
+        let outcome = &compact_directly(compactor).await;
         assert_eq!(
             outcome.report.status,
             Status::FannedOut,
             "attempt {attempt}"
         );
         assert_eq!(outcome.report.execution.as_deref(), Some(name.as_str()));
-        assert_eq!(
-            outcome.report.fan_out,
-            Some(FanOutShape {
-                groups: 3,
-                ranges: 3
-            })
-        );
+        assert_eq!(outcome.report.fan_out, Some(shape));
         assert_eq!(outcome.record, RecordAction::Left);
         assert!(outcome.is_finished(), "a hand-off is not retried");
         let report = serde_json::to_value(&outcome.report).expect("a report");
@@ -250,19 +301,20 @@ async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job
         let record = read_job(&compactor.store, &partition).await.expect("reads");
         assert!(record.is_some(), "the job record stays for the execution");
     }
-    let executions = client
-        .list_executions()
-        .state_machine_arn(&arn)
-        .send()
-        .await
-        .expect("lists executions");
-    let names: Vec<&str> = executions.executions().iter().map(|e| e.name()).collect();
     assert_eq!(
-        names,
+        fixture.execution_names().await,
         [name.as_str()],
         "one execution however often handed off"
     );
-    let described = client
+    let executions = fixture
+        .client
+        .list_executions()
+        .state_machine_arn(&fixture.arn)
+        .send()
+        .await
+        .expect("lists executions");
+    let described = fixture
+        .client
         .describe_execution()
         .execution_arn(executions.executions()[0].execution_arn())
         .send()
@@ -270,24 +322,20 @@ async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job
         .expect("describes the execution");
     let input: Value =
         serde_json::from_str(described.input().expect("an input")).expect("JSON input");
-    let shape = FanOutShape {
-        groups: 3,
-        ranges: 3,
-    };
     assert_eq!(input, execution_input(&partition, &job, shape));
-    assert_eq!(
-        compactor
-            .store
-            .list_sorted(&KeyLayout::default().compacted_dir(&partition))
-            .await
-            .expect("lists")
-            .len(),
-        0,
+    let compacted_dir = KeyLayout::default().compacted_dir(&partition);
+    let written = compactor
+        .store
+        .list_sorted(&compacted_dir)
+        .await
+        .expect("lists");
+    assert!(
+        written.is_empty(),
         "nothing is written before the execution runs"
     );
 
     // The execution, task by task in the definition's order, from its own input.
-    let plan = task(&compactor, input).await;
+    let plan = task(compactor, input).await;
     assert_eq!(
         plan["job"],
         job.as_str(),
@@ -295,22 +343,14 @@ async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job
     );
     let groups = plan["groups"].as_array().expect("groups").clone();
     assert_eq!(groups.len(), 3, "{plan}");
-    let step = |step: &str, index: Option<&Value>| {
-        let mut body =
-            json!({ "step": step, "tenant": "acme", "hour": "2026-11-29T10", "job": job });
-        if let Some(index) = index {
-            body["index"] = index.clone();
-        }
-        json!({ "fan_out": body })
-    };
     for group in &groups {
-        task(&compactor, step("run", Some(group))).await;
+        task(compactor, step(&job, "run", Some(group))).await;
     }
-    let split = task(&compactor, step("split", None)).await;
+    let split = task(compactor, step(&job, "split", None)).await;
     for range in split["ranges"].as_array().expect("ranges") {
-        task(&compactor, step("merge", Some(range))).await;
+        task(compactor, step(&job, "merge", Some(range))).await;
     }
-    let committed = task(&compactor, step("commit", None)).await;
+    let committed = task(compactor, step(&job, "commit", None)).await;
     assert_eq!(committed["status"], "compacted", "{committed}");
     assert_eq!(committed["record"], "deleted", "{committed}");
     assert_eq!(committed["job_id"], job.as_str(), "{committed}");
@@ -326,25 +366,19 @@ async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job
     assert_exactly_once(&live, &expected, "after the fanned-out commit");
 
     // A retried commit: `noop`, and the record (gone) is nobody's to end.
-    let again = task(&compactor, step("commit", None)).await;
+    let again = task(compactor, step(&job, "commit", None)).await;
     assert_eq!(again["status"], "noop", "{again}");
     assert_eq!(again["record"], Value::Null, "{again}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_fits_is_compacted_in_place_without_an_execution() {
-    let server = StepFunctionsServer::start();
-    let client = server.client();
-    let arn = create_fan_out_machine(&client, "ourios-test-fits").await;
-    let url = s3_url("fits");
-    let scratch = tempfile::tempdir().expect("scratch");
     // `auto` with room to spare: the scratch limit holds the job many times over.
     let vars = [("OURIOS_FAN_OUT", "auto"), ("OURIOS_SCRATCH_LIMIT", "1GiB")];
-    let mut compactor = compactor(&url, scratch.path(), &vars);
-    compactor.state_machine = Some(server.machine(&arn));
+    let mut fixture = Fixture::start("fits", &vars).await;
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("a partition");
-    let (job, tags) = dispatched(&compactor.store, &partition, 3).await;
-    let outcome = compact_directly(&compactor).await;
+    let (job, tags) = dispatched(&fixture.compactor.store, &partition, 3).await;
+    let outcome = compact_directly(&fixture.compactor).await;
     assert_eq!(
         outcome.report.status,
         Status::Compacted,
@@ -354,30 +388,24 @@ async fn a_job_that_fits_is_compacted_in_place_without_an_execution() {
     assert_eq!(outcome.report.fan_out, None);
     assert_eq!(outcome.dispatch_job_id.as_deref(), Some(job.as_str()));
     assert_eq!(outcome.record, RecordAction::Deleted);
-    let executions = client
-        .list_executions()
-        .state_machine_arn(&arn)
-        .send()
-        .await
-        .expect("lists executions");
     assert!(
-        executions.executions().is_empty(),
+        fixture.execution_names().await.is_empty(),
         "no execution for a job that fits"
     );
     let expected = tags.iter().copied().collect();
-    let live = live_tags(&compactor.store, &KeyLayout::default(), &partition).await;
+    let live = live_tags(&fixture.compactor.store, &KeyLayout::default(), &partition).await;
     assert_exactly_once(&live, &expected, "after the in-place compaction");
 
     // A scratch limit the job cannot fit in hands the next job off instead (`auto`).
-    let url = s3_url("too-large");
     let vars = [
         ("OURIOS_FAN_OUT", "auto"),
         ("OURIOS_SCRATCH_LIMIT", "16KiB"),
     ];
-    let mut compactor = self::compactor(&url, scratch.path(), &vars);
-    compactor.state_machine = Some(server.machine(&arn));
-    dispatched(&compactor.store, &partition, 3).await;
-    let outcome = compact_directly(&compactor).await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut tight = compactor(&s3_url("too-large"), scratch.path(), &vars);
+    tight.state_machine = fixture.compactor.state_machine.take();
+    dispatched(&tight.store, &partition, 3).await;
+    let outcome = compact_directly(&tight).await;
     assert_eq!(
         outcome.report.status,
         Status::FannedOut,
@@ -386,4 +414,77 @@ async fn a_job_that_fits_is_compacted_in_place_without_an_execution() {
     );
     let ranges = outcome.report.fan_out.expect("a shape").ranges;
     assert!(ranges > 1, "{ranges}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_record_replaced_while_an_execution_runs_starts_no_second_execution() {
+    // A real grace: GC leaves a job directory alone for twice it, and so does the hand-off.
+    let vars = [("OURIOS_FAN_OUT", "2"), ("OURIOS_GC_GRACE", "15m")];
+    let fixture = Fixture::start("stale", &vars).await;
+    let compactor = &fixture.compactor;
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("a partition");
+    let (first, tags) = dispatched(&compactor.store, &partition, 3).await;
+    let handed = compact_directly(compactor).await;
+    assert_eq!(handed.report.status, Status::FannedOut);
+    let first_execution = execution_name(&partition, &first);
+    assert_eq!(
+        handed.report.execution.as_deref(),
+        Some(first_execution.as_str())
+    );
+    // The execution plans (its job directory appears) and runs its first group.
+    let shape = FanOutShape {
+        groups: 2,
+        ranges: 2,
+    };
+    let plan = task(compactor, execution_input(&partition, &first, shape)).await;
+    assert_eq!(plan["job"], first.as_str(), "{plan}");
+    task(compactor, step(&first, "run", Some(&json!(0)))).await;
+
+    // Meanwhile the job record goes stale and the planner replaces it with a new job.
+    let later = chrono::Utc::now() + chrono::Duration::hours(2);
+    let replaced = dispatch_partition(
+        &compactor.store,
+        &KeyLayout::default(),
+        &partition,
+        later,
+        &ReadinessConfig::default(),
+        DispatchMode::default(),
+    )
+    .await
+    .expect("the planner replaces the stale record");
+    let second = replaced.job_id.expect("a new job record");
+    assert_ne!(second, first);
+    let again = compact_directly(compactor).await;
+    assert_eq!(again.report.status, Status::FannedOut);
+    assert_eq!(
+        again.report.execution.as_deref(),
+        Some(first_execution.as_str()),
+        "the running execution is named, no new one is started"
+    );
+    assert_eq!(again.record, RecordAction::Left);
+    assert_eq!(fixture.execution_names().await, [first_execution.as_str()]);
+
+    // The first execution finishes; the record is the second job's, so it is left to it.
+    task(compactor, step(&first, "run", Some(&json!(1)))).await;
+    let split = task(compactor, step(&first, "split", None)).await;
+    for range in split["ranges"].as_array().expect("ranges") {
+        task(compactor, step(&first, "merge", Some(range))).await;
+    }
+    let committed = task(compactor, step(&first, "commit", None)).await;
+    assert_eq!(committed["status"], "compacted", "{committed}");
+    assert_eq!(committed["record"], Value::Null, "{committed}");
+    let record = read_job(&compactor.store, &partition)
+        .await
+        .expect("reads")
+        .and_then(|s| s.record)
+        .expect("the second job's record");
+    assert_eq!(record.job_id, second);
+    let expected = tags.iter().copied().collect();
+    let live = live_tags(&compactor.store, &KeyLayout::default(), &partition).await;
+    assert_exactly_once(&live, &expected, "after the first execution's commit");
+
+    // The second job, delivered now, finds the partition compacted: nothing to hand off.
+    let last = compact_directly(compactor).await;
+    assert_eq!(last.report.status, Status::Noop, "{:?}", last.report);
+    assert_eq!(last.record, RecordAction::Deleted);
 }

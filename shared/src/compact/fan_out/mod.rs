@@ -177,6 +177,42 @@ pub async fn estimate(
     Ok(state.wanted.and_then(|wanted| shape(&wanted, options)))
 }
 
+/// Another fanned-out job of `partition` still at work: one whose directory (`runs/<job>/`)
+/// changed within twice the GC grace on the store's clock, the span GC leaves a job directory
+/// alone (no task runs longer than the grace). `ours` is not counted. One listing; the store's
+/// clock is read only when a job directory exists.
+pub async fn active_job(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+    ours: &str,
+) -> Result<Option<String>> {
+    let runs = object_store::path::Path::from(format!("{}/runs", layout.compacted_dir(partition)));
+    let listing = store.list_sorted(&runs).await?;
+    let mut newest: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for object in &listing {
+        let Some(dir) = crate::partition::fan_out_job_dir(object.location.as_ref()) else {
+            continue;
+        };
+        let job = dir.rsplit('/').next().unwrap_or(dir);
+        if job != ours {
+            let at = newest.entry(job.to_string()).or_insert(i64::MIN);
+            *at = (*at).max(object.last_modified.timestamp_millis());
+        }
+    }
+    if newest.is_empty() {
+        return Ok(None);
+    }
+    let now = store.store_now(&layout.clock_key(partition)).await?;
+    let window = i64::try_from(options.gc_grace.as_millis().saturating_mul(2)).unwrap_or(i64::MAX);
+    Ok(newest
+        .into_iter()
+        .filter(|(_, at)| at.saturating_add(window) > now.timestamp_millis())
+        .max_by_key(|(_, at)| *at)
+        .map(|(job, _)| job))
+}
+
 /// A job id names a directory of the store: 1 to 64 ASCII letters, digits, `-` or `_`.
 fn validate_job_id(job: &str) -> Result<()> {
     let valid = (1..=64).contains(&job.len())

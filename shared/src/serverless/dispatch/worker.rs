@@ -9,13 +9,13 @@ use serde::Serialize;
 use super::job::{self, JobRecord, StoredJob, WriteOutcome};
 use super::partition_facts;
 use crate::compact::compact_partition;
-use crate::compact::fan_out::estimate;
+use crate::compact::fan_out::{active_job, estimate};
 use crate::error::Result;
 use crate::options::CompactOptions;
 use crate::partition::{KeyLayout, PartitionId, is_attempt_output};
-use crate::report::{CompactionReport, Status};
+use crate::report::{CompactionReport, FanOutShape, Status};
 use crate::serverless::readiness::{ReadinessConfig, readiness};
-use crate::serverless::state_machine::FanOutStateMachine;
+use crate::serverless::state_machine::{FanOutStateMachine, execution_name};
 use crate::store::Store;
 
 /// What became of the job record.
@@ -163,6 +163,24 @@ pub async fn hand_off_if_large(
         .clone()
         .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
     tracing::Span::current().record("job_id", job.as_str());
+    // A job record replaced as stale while an execution still runs: let that one finish
+    // rather than do the work twice.
+    if let Some(running) = active_job(store, layout, partition, options, &job).await? {
+        tracing::info!(
+            partition = %partition,
+            job_id = %job,
+            running = %running,
+            "another fan-out of this partition is at work; not starting a second"
+        );
+        let mut report = handed_off(partition, &job, shape, options);
+        report.execution = Some(execution_name(partition, &running));
+        return Ok(Some(JobOutcome {
+            report,
+            dispatch_job_id,
+            record: RecordAction::Left,
+            aborted_uploads: 0,
+        }));
+    }
     let execution = machine.start(partition, &job, shape).await?;
     tracing::info!(
         partition = %partition,
@@ -173,17 +191,28 @@ pub async fn hand_off_if_large(
         ranges = shape.ranges,
         "handed the job to the fan-out state machine"
     );
-    let mut report = CompactionReport::new(&partition.relative_dir(), &job);
-    report.status = Status::FannedOut;
-    report.fan_out = Some(shape);
+    let mut report = handed_off(partition, &job, shape, options);
     report.execution = Some(execution.name);
-    report.budget_bytes = options.budget_bytes;
     Ok(Some(JobOutcome {
         report,
         dispatch_job_id,
         record: RecordAction::Left,
         aborted_uploads: 0,
     }))
+}
+
+/// The report of job `job` handed off in `shape`.
+fn handed_off(
+    partition: &PartitionId,
+    job: &str,
+    shape: FanOutShape,
+    options: &CompactOptions,
+) -> CompactionReport {
+    let mut report = CompactionReport::new(&partition.relative_dir(), job);
+    report.status = Status::FannedOut;
+    report.fan_out = Some(shape);
+    report.budget_bytes = options.budget_bytes;
+    report
 }
 
 /// Ends the job record of fanned-out job `job` once its commit step finished (compacted, noop
