@@ -123,6 +123,7 @@
 //! | | [`serverless::readiness`] | readiness and dispatch decisions (pure) |
 //! | | [`serverless::function_settings`] | the functions' settings from named variables |
 //! | | [`serverless::metrics`] | CloudWatch embedded-metric-format lines |
+//! | | [`serverless::state_machine`] | starting the fan-out state machine for a job too large for one invocation |
 //! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's and the compactor's entry points (`serverless::dispatch::invocation`, `serverless::dispatch::compactor`, `serverless::dispatch::worker`), sweep, backfill |
 //! | bench | [`bench`](mod@bench) | benchmark support |
 //! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
