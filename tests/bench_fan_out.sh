@@ -3,11 +3,12 @@
 # local directory store: the per-phase throughput the README's fan-out numbers come from.
 #
 #   bash tests/bench_fan_out.sh DIR [--files N] [--rows N] [--ranges K] [--workers W]
-#                                   [--memory-budget SIZE]
+#                                   [--memory-budget SIZE] [--fanned-only]
 #   bash tests/bench_fan_out.sh /tmp/fan --files 60 --rows 350000 --ranges 4 --workers 2
 #
 # DIR receives the generated hour (kept between runs with the same --files/--rows, so the
-# generation is paid once) and two copies to compact. The binary is target/release/ourios-compact
+# generation is paid once) and two copies to compact (one with --fanned-only, which skips the
+# one-output side). The binary is target/release/ourios-compact
 # (cargo build --release -p ourios-compact), or $OURIOS_BENCH_BIN. Prints, for each side, the wall
 # time, CPU time and peak resident memory, and for the fan-out each phase's seconds and MB/s of
 # encoded input; the JSON reports are left in DIR.
@@ -24,6 +25,7 @@ rows=350000
 ranges=4
 workers=1
 budget=64MiB
+sides="one fanned"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --files) files="$2" ;;
@@ -31,6 +33,7 @@ while [[ $# -gt 0 ]]; do
         --ranges) ranges="$2" ;;
         --workers) workers="$2" ;;
         --memory-budget) budget="$2" ;;
+        --fanned-only) sides="fanned"; shift; continue ;;
         *) echo "error: unknown flag $1" >&2; exit 2 ;;
     esac
     shift 2
@@ -71,26 +74,31 @@ run() {
     rm -rf "${dir:?}/$name" "${dir:?}/scratch-$name"
 }
 
-run one --fan-out off
+rm -f "$dir/one.json" "$dir/one.time"
+if [[ "$sides" == *one* ]]; then
+    run one --fan-out off
+fi
 run fanned --fan-out "$ranges" --workers "$workers"
 
 python3 - "$dir" "$budget" "$ranges" "$workers" <<'EOF'
-import json, re, sys
+import json, os, re, sys
 dir, budget, ranges, workers = sys.argv[1:]
 def side(name):
     wall, user, sys_, rss = open(f"{dir}/{name}.time").read().split()[-4:]
     report = json.load(open(f"{dir}/{name}.json"))
     return float(wall), float(user) + float(sys_), int(rss), report
-one = side("one")
 fanned = side("fanned")
-mb = one[3]["inputs"]["bytes"] / 1e6
-rows = one[3]["inputs"]["rows"]
-assert fanned[3]["inputs"]["rows"] == rows, "the two sides read different rows"
-print(f"hour: {one[3]['inputs']['files']} files, {mb:.0f} MB encoded, {rows:,} rows; "
+sides = [(f"fan-out {ranges} ranges, {workers} workers", fanned)]
+mb = fanned[3]["inputs"]["bytes"] / 1e6
+rows = fanned[3]["inputs"]["rows"]
+if os.path.exists(f"{dir}/one.json"):
+    one = side("one")
+    assert one[3]["inputs"]["rows"] == rows, "the two sides read different rows"
+    sides.insert(0, ("one output", one))
+print(f"hour: {fanned[3]['inputs']['files']} files, {mb:.0f} MB encoded, {rows:,} rows; "
       f"budget {budget}")
 print(f"{'side':<34} {'wall s':>8} {'CPU s':>8} {'MB/s':>8} {'peak RSS MiB':>13}")
-for label, (wall, cpu, rss, _) in [("one output", one),
-                                   (f"fan-out {ranges} ranges, {workers} workers", fanned)]:
+for label, (wall, cpu, rss, _) in sides:
     print(f"{label:<34} {wall:>8.1f} {cpu:>8.1f} {mb / wall:>8.1f} {rss / 1024:>13.0f}")
 phases = {}
 for line in open(f"{dir}/fanned.log"):
