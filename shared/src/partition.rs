@@ -251,10 +251,16 @@ impl KeyLayout {
         ))
     }
 
+    /// Directory of every fanned-out job of a partition (`runs/` under its compacted
+    /// directory).
+    pub fn fan_out_root(&self, partition: &PartitionId) -> Path {
+        Path::from(format!("{}/runs", self.compacted_dir(partition)))
+    }
+
     /// Directory of a fanned-out job's runs and task records (`runs/<job>/` under the
     /// partition's compacted directory).
     pub fn fan_out_dir(&self, partition: &PartitionId, job: &str) -> Path {
-        Path::from(format!("{}/runs/{job}", self.compacted_dir(partition)))
+        self.fan_out_root(partition).join(job)
     }
 
     /// Prefix every output key of a partition starts with.

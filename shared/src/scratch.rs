@@ -70,9 +70,7 @@ impl ScratchDir {
     /// Bytes this job may still write: free space on the file system, or what is left of
     /// the job's limit, whichever is smaller.
     pub fn available_bytes(&self) -> Result<u64> {
-        let stat = nix::sys::statvfs::statvfs(&self.dir)
-            .map_err(|e| Error::scratch(&self.dir, std::io::Error::from(e)))?;
-        let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+        let free = free_bytes(&self.dir)?;
         Ok(match self.limit_bytes {
             Some(limit) => free.min(limit.saturating_sub(self.used_bytes())),
             None => free,
@@ -147,6 +145,13 @@ fn process_alive(pid: u32) -> bool {
         Err(nix::errno::Errno::EPERM) => true,
         Err(_) => false,
     }
+}
+
+/// Free bytes of the file system holding `dir`.
+pub fn free_bytes(dir: &Path) -> Result<u64> {
+    let stat = nix::sys::statvfs::statvfs(dir)
+        .map_err(|e| Error::scratch(dir, std::io::Error::from(e)))?;
+    Ok((stat.blocks_available() as u64).saturating_mul(stat.fragment_size() as u64))
 }
 
 #[cfg(test)]

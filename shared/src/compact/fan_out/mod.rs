@@ -33,6 +33,7 @@ use crate::gauge::MemoryGauge;
 use crate::options::{CompactOptions, FanOut};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::report::{CompactionReport, FanOutShape};
+use crate::scratch::free_bytes;
 use crate::store::Store;
 
 /// The steps of a fanned-out job, as the state machine names them.
@@ -188,8 +189,7 @@ pub async fn active_job(
     options: &CompactOptions,
     ours: &str,
 ) -> Result<Option<String>> {
-    let runs = object_store::path::Path::from(format!("{}/runs", layout.compacted_dir(partition)));
-    let listing = store.list_sorted(&runs).await?;
+    let listing = store.list_sorted(&layout.fan_out_root(partition)).await?;
     let mut newest: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
     for object in &listing {
         let Some(dir) = crate::partition::fan_out_job_dir(object.location.as_ref()) else {
@@ -258,7 +258,7 @@ pub(crate) fn shape(wanted: &[WantedInput], options: &CompactOptions) -> Option<
         FanOut::Ranges(n) => n,
         FanOut::Auto => {
             let scratch =
-                (options.scratch_limit_bytes).or_else(|| free_bytes(&options.scratch_dir));
+                (options.scratch_limit_bytes).or_else(|| free_bytes(&options.scratch_dir).ok());
             auto_ranges(total, scratch, options.deadline)
         }
     };
@@ -266,12 +266,6 @@ pub(crate) fn shape(wanted: &[WantedInput], options: &CompactOptions) -> Option<
         groups: ranges.min(wanted.len()),
         ranges,
     })
-}
-
-/// Free bytes of the file system holding `dir` (`None` when it cannot be read).
-fn free_bytes(dir: &std::path::Path) -> Option<u64> {
-    let stat = nix::sys::statvfs::statvfs(dir).ok()?;
-    Some((stat.blocks_available() as u64).saturating_mul(stat.fragment_size() as u64))
 }
 
 /// The tasks `auto` needs so that each fits the scratch limit and the time before the deadline.
