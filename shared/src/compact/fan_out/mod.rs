@@ -244,10 +244,11 @@ pub fn is_range_of(key: &str, job: &str) -> bool {
 /// zstd-compressed logs.
 const SCRATCH_PER_INPUT_BYTE: u64 = 3;
 
-/// Encoded input bytes one task compacts per second, below the slowest pace measured on the
-/// fan-out benchmark (`tests/bench_fan_out.sh`: about 5 MB/s for a 565 MB hour of narrow rows,
-/// one output, on a shared core): `auto` fans out a job that would not finish before the
-/// deadline at this pace.
+/// Encoded input bytes one task compacts per second, less than half the slowest pace the fan-out
+/// benchmark measured on an idle machine (`tests/bench_fan_out.sh`: 9.7 MB/s for run tasks of
+/// 141 MB, 10.3 MB/s for one output of 4.54 GB), which leaves room for S3 transfers and a
+/// function with fewer vCPUs: `auto` fans out a job that would not finish before the deadline
+/// at this pace.
 const INPUT_BYTES_PER_SECOND: u64 = 4 << 20;
 
 /// How the job fans out: `None` for one task and one output.
