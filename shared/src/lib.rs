@@ -103,7 +103,8 @@
 //! | output | [`output`] | the output file |
 //! | | [`output::writer`] | output writer properties and the writer sink |
 //! | | [`output::threshold`] | the adaptive row-group threshold |
-//! | | [`output::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`output::blocks::footer`, `output::blocks::page_store`, `output::blocks::staging`) |
+//! | | [`output::dictionary_choice`] | dictionary encoding only for columns whose values repeat |
+//! | | [`output::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`output::blocks::encode`, `output::blocks::footer`, `output::blocks::page_store`, `output::blocks::staging`) |
 //! | manifest | [`manifest`] | manifest versions (`manifest::commit`), the reader rule (`manifest::live`) |
 //! | | [`manifest::gc`] | garbage collection |
 //! | read | [`read`] | reading compacted partitions |

@@ -258,6 +258,21 @@ fn bytes_are_the_same_across_runs_and_wherever_a_block_is_staged() {
         assert!(!spilled);
         let (again, _, _) = write_blocks(&batch, &props, BlockOptions::new(n, None), 1000);
         assert_eq!(first, again, "blocks of {n}: two runs differ");
+        // Columns encoded on two threads make the same bytes, with or without the dictionary
+        // choice.
+        let parallel = BlockOptions::new(n, None).with_parallel_encoding(true);
+        let (on_two, _, _) = write_blocks(&batch, &props, parallel, 1000);
+        assert_eq!(
+            on_two, first,
+            "blocks of {n}: two encoding threads changed the bytes"
+        );
+        let sampled = BlockOptions::new(n, None).with_dictionary_sample(2048);
+        let (one, _, _) = write_blocks(&batch, &props, sampled.clone(), 1000);
+        let (two, _, _) = write_blocks(&batch, &props, sampled.with_parallel_encoding(true), 1000);
+        assert_eq!(
+            one, two,
+            "blocks of {n}: two encoding threads changed the sampled bytes"
+        );
         // A 64 KiB memory cap moves every block to the staging file; the open row group's
         // pages wait in a scratch file too.
         let options = BlockOptions {
@@ -265,6 +280,8 @@ fn bytes_are_the_same_across_runs_and_wherever_a_block_is_staged() {
             staging_file: Some(dir.path().join(format!("block-{n}.bin"))),
             staging_memory_bytes: 64 << 10,
             page_file: Some(dir.path().join(format!("pages-{n}.bin"))),
+            dictionary_sample_rows: 0,
+            parallel_encoding: false,
         };
         let (staged, peak, spilled) = write_blocks(&batch, &props, options, 1000);
         assert_eq!(
@@ -285,6 +302,92 @@ fn bytes_are_the_same_across_runs_and_wherever_a_block_is_staged() {
             "the staging file is removed"
         );
     }
+}
+
+/// Writes `batch` in chunks of `chunk_rows` with row groups of at most 3,000 rows, choosing
+/// dictionaries from the first 2,048 rows.
+fn write_with_dictionary_choice(batch: &RecordBatch, n: usize, chunk_rows: usize) -> Bytes {
+    let options = BlockOptions::new(n, None).with_dictionary_sample(2048);
+    let mut writer = BlockWriter::try_new(
+        Vec::new(),
+        batch.schema(),
+        props(1 << 20, Some(3000)),
+        options,
+    )
+    .expect("opens");
+    for start in (0..batch.num_rows()).step_by(chunk_rows) {
+        let rows = chunk_rows.min(batch.num_rows() - start);
+        writer.write(&batch.slice(start, rows)).expect("writes");
+    }
+    writer.finish().expect("finishes");
+    Bytes::from(std::mem::take(writer.inner_mut()))
+}
+
+#[test]
+fn mostly_distinct_columns_lose_their_dictionary_after_the_first_row_group() {
+    let batch = fixture();
+    for n in [1, 4] {
+        let bytes = write_with_dictionary_choice(&batch, n, 1024);
+        let meta = metadata(&bytes);
+        assert!(
+            meta.num_row_groups() > 3,
+            "{} row groups",
+            meta.num_row_groups()
+        );
+        let dictionary = |rg: usize, name: &str| {
+            let chunk = (meta.row_group(rg).columns().iter())
+                .find(|c| c.column_path().parts().first().is_some_and(|p| p == name))
+                .expect("the column is in the file");
+            chunk.dictionary_page_offset().is_some()
+        };
+        // (The fixture's properties write `body` without a dictionary throughout.)
+        for name in ["time_unix_nano", "duration_ms", "service.name", "status"] {
+            assert!(
+                dictionary(0, name),
+                "blocks of {n}: the first row group codes {name}"
+            );
+        }
+        for rg in 1..meta.num_row_groups() {
+            for name in ["time_unix_nano", "body", "duration_ms"] {
+                assert!(
+                    !dictionary(rg, name),
+                    "blocks of {n}: row group {rg} codes {name}"
+                );
+            }
+            for name in ["service.name", "status", "severity", "resource", "tags"] {
+                assert!(
+                    dictionary(rg, name),
+                    "blocks of {n}: row group {rg} lost {name}'s dictionary"
+                );
+            }
+        }
+        assert_eq!(
+            read(reader(&bytes)),
+            batch.columns(),
+            "blocks of {n}: values"
+        );
+        // Page boundaries follow the writes, so other chunkings may change bytes, but never
+        // which chunks have a dictionary.
+        for chunk_rows in [1, 37, 4096, ROWS] {
+            let other = write_with_dictionary_choice(&batch, n, chunk_rows);
+            assert_eq!(
+                dictionary_pages(&metadata(&other)),
+                dictionary_pages(&meta),
+                "blocks of {n}: chunks of {chunk_rows} rows changed the dictionaries"
+            );
+        }
+    }
+}
+
+/// For each row group, which column chunks have a dictionary page.
+fn dictionary_pages(meta: &ParquetMetaData) -> Vec<Vec<bool>> {
+    (meta.row_groups().iter())
+        .map(|rg| {
+            (rg.columns().iter())
+                .map(|c| c.dictionary_page_offset().is_some())
+                .collect()
+        })
+        .collect()
 }
 
 fn reader(bytes: &Bytes) -> ParquetRecordBatchReaderBuilder<Bytes> {

@@ -389,6 +389,9 @@ pub struct BenchArgs {
     /// Repetitions of each measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Generate wide rows (40 attribute columns of about 250 bytes each).
+    #[arg(long)]
+    pub wide: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -184,7 +184,7 @@ pub async fn run_bench(args: &BenchArgs, options: &CompactOptions) -> Result<Exi
         rows_per_file: rows,
         services: 24,
         seed: 7,
-        wide: false,
+        wide: args.wide,
     };
     eprintln!("generating {files} files x {rows} rows ...");
     let generated = generate_partition(&store, &layout, &partition, &spec).await?;

@@ -201,7 +201,7 @@ pub async fn run_range_bench(bench: &RangeBench<'_>) -> Result<ExitCode> {
         rows_per_file: bench.base.rows,
         services: SERVICES,
         seed: 7,
-        wide: false,
+        wide: bench.base.wide,
     };
     eprintln!(
         "generating {} files x {} rows ...",

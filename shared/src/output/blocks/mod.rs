@@ -9,9 +9,12 @@
 //! indexes are rewritten with the moved page locations. Bloom filters go after the last block:
 //! between blocks they would split the column ranges a reader coalesces across blocks.
 //!
-//! With one row group per block (the plain layout) the file is byte for byte what `ArrowWriter`
-//! writes with the same properties: the same rotation, chunks written in place, bloom filters
-//! after each row group as `BloomFilterPosition::AfterRowGroup` puts them.
+//! With one row group per block (the plain layout) and no dictionary sample, the file is byte for
+//! byte what `ArrowWriter` writes with the same properties: the same rotation, chunks written in
+//! place, bloom filters after each row group as `BloomFilterPosition::AfterRowGroup` puts them.
+//! With a sample ([`BlockOptions::dictionary_sample_rows`]), row groups after the first write
+//! mostly distinct columns without a dictionary ([`crate::output::dictionary_choice`]). Columns
+//! may be encoded on two threads ([`BlockOptions::parallel_encoding`]); the bytes are the same.
 //!
 //! **Memory.** The open row group is encoded in memory, as with `ArrowWriter`. Closed row groups
 //! of the open block are staged: in memory up to [`STAGING_MEMORY_BYTES`] (by default), in one
@@ -20,6 +23,7 @@
 //! filters (about 2 KiB per row group) and page indexes wait in memory for the end of the file,
 //! as they do in `ArrowWriter`.
 
+mod encode;
 mod footer;
 mod page_store;
 mod staging;
@@ -43,6 +47,7 @@ use parquet::file::writer::{
 use parquet::schema::types::{SchemaDescPtr, SchemaDescriptor};
 
 use crate::error::{Error, Result};
+use crate::output::dictionary_choice::DictionaryChoice;
 use footer::{ClosedRowGroup, file_metadata, render_footer, write_blooms};
 pub use page_store::ScratchPageStoreFactory;
 pub use staging::STAGING_MEMORY_BYTES;
@@ -64,6 +69,12 @@ pub struct BlockOptions {
     /// Scratch file for the finished pages of the open row group; without one they wait in
     /// memory, as in `ArrowWriter`.
     pub page_file: Option<PathBuf>,
+    /// Rows sampled at the start of the file to write mostly distinct columns without a
+    /// dictionary from the second row group on ([`crate::output::dictionary_choice`]); 0 keeps
+    /// the properties' dictionary settings throughout, as `ArrowWriter` does.
+    pub dictionary_sample_rows: usize,
+    /// Encode each row group's columns on two threads (the bytes are the same either way).
+    pub parallel_encoding: bool,
 }
 
 impl BlockOptions {
@@ -75,6 +86,8 @@ impl BlockOptions {
             staging_file,
             staging_memory_bytes: STAGING_MEMORY_BYTES,
             page_file: None,
+            dictionary_sample_rows: 0,
+            parallel_encoding: false,
         }
     }
 
@@ -82,6 +95,22 @@ impl BlockOptions {
     pub fn with_page_file(self, page_file: PathBuf) -> Self {
         Self {
             page_file: Some(page_file),
+            ..self
+        }
+    }
+
+    /// The same, encoding columns on two threads when `parallel`.
+    pub fn with_parallel_encoding(self, parallel: bool) -> Self {
+        Self {
+            parallel_encoding: parallel,
+            ..self
+        }
+    }
+
+    /// The same, choosing each column's dictionary from the first `rows` rows.
+    pub fn with_dictionary_sample(self, rows: usize) -> Self {
+        Self {
+            dictionary_sample_rows: rows,
             ..self
         }
     }
@@ -104,6 +133,9 @@ pub struct BlockWriter<W: Write + Send> {
     descr: SchemaDescPtr,
     props: WriterPropertiesPtr,
     factory: ArrowRowGroupWriterFactory,
+    page_file: Option<PathBuf>,
+    dictionary_choice: Option<DictionaryChoice>,
+    parallel_encoding: bool,
     row_groups_per_block: usize,
     open: Option<OpenRowGroup>,
     staging: Staging,
@@ -150,27 +182,22 @@ impl<W: Write + Send> BlockWriter<W> {
             .convert(&schema)
             .map_err(|e| Error::encode(OUTPUT, e))?;
         let props = Arc::new(properties);
-        // The column-writer factory takes its schema and properties from a file writer; this one
-        // writes nowhere.
-        let template = SerializedFileWriter::new(
-            std::io::sink(),
-            parquet_schema.root_schema_ptr(),
-            Arc::clone(&props),
-        )
-        .map_err(|e| Error::encode(OUTPUT, e))?;
-        let mut factory = ArrowRowGroupWriterFactory::new(&template, Arc::clone(&schema));
-        if let Some(path) = &options.page_file {
-            factory = factory.with_page_store_factory(Arc::new(ScratchPageStoreFactory::new(path)));
-        }
+        let descr = Arc::new(SchemaDescriptor::new(parquet_schema.root_schema_ptr()));
+        let factory = row_group_factory(&descr, &props, &schema, options.page_file.as_ref())?;
+        let dictionary_choice = (options.dictionary_sample_rows > 0)
+            .then(|| DictionaryChoice::new(&schema, options.dictionary_sample_rows));
         let mut out = TrackedWrite::new(sink);
         out.write_all(b"PAR1")
             .map_err(|e| Error::encode(OUTPUT, e.into()))?;
         Ok(Self {
             out,
             arrow_schema: schema,
-            descr: Arc::new(SchemaDescriptor::new(parquet_schema.root_schema_ptr())),
+            descr,
             props,
             factory,
+            page_file: options.page_file,
+            dictionary_choice,
+            parallel_encoding: options.parallel_encoding,
             row_groups_per_block: options.row_groups_per_block,
             open: None,
             staging: Staging::new(options.staging_file, options.staging_memory_bytes),
@@ -249,9 +276,13 @@ impl<W: Write + Send> BlockWriter<W> {
                 remaining = remaining.slice(0, n);
                 rest
             });
+            if let Some(choice) = self.dictionary_choice.as_mut() {
+                choice.observe(&remaining);
+            }
             let schema = Arc::clone(&self.arrow_schema);
+            let parallel = self.parallel_encoding;
             let open = self.open_row_group()?;
-            open.write(&schema, &remaining)?;
+            open.write(&schema, &remaining, parallel)?;
             let full = max_rows.is_some_and(|max| open.rows >= max)
                 || max_bytes.is_some_and(|max| open.estimated_bytes() >= max);
             self.rows += remaining.num_rows() as u64;
@@ -271,12 +302,8 @@ impl<W: Write + Send> BlockWriter<W> {
         let Some(open) = self.open.take().filter(|o| o.rows > 0) else {
             return Ok(());
         };
-        let chunks = open
-            .writers
-            .into_iter()
-            .map(ArrowColumnWriter::close)
-            .collect::<parquet::errors::Result<Vec<_>>>()
-            .map_err(|e| Error::encode(OUTPUT, e))?;
+        self.settle_dictionaries()?;
+        let chunks = encode::close_writers(open.writers, self.parallel_encoding)?;
         let ordinal = i32::try_from(self.row_groups())
             .map_err(|_| Error::invariant("more than 2^31 row groups"))?;
         if self.row_groups_per_block == 1 {
@@ -348,6 +375,30 @@ impl<W: Write + Send> BlockWriter<W> {
         Ok(())
     }
 
+    /// Once the first row group closes: the later ones write the columns its first rows showed
+    /// to be mostly distinct without a dictionary.
+    fn settle_dictionaries(&mut self) -> Result<()> {
+        let Some(choice) = self.dictionary_choice.take() else {
+            return Ok(());
+        };
+        let plain = choice.plain_columns(&self.arrow_schema);
+        if plain.is_empty() {
+            return Ok(());
+        }
+        let mut builder = (*self.props).clone().into_builder();
+        for column in plain {
+            builder = builder.set_column_dictionary_enabled(column, false);
+        }
+        self.props = Arc::new(builder.build());
+        self.factory = row_group_factory(
+            &self.descr,
+            &self.props,
+            &self.arrow_schema,
+            self.page_file.as_ref(),
+        )?;
+        Ok(())
+    }
+
     fn open_row_group(&mut self) -> Result<&mut OpenRowGroup> {
         if self.open.is_none() {
             let writers = self
@@ -413,17 +464,16 @@ impl<W: Write + Send> BlockWriter<W> {
 }
 
 impl OpenRowGroup {
-    fn write(&mut self, schema: &SchemaRef, batch: &RecordBatch) -> Result<()> {
-        let mut writers = self.writers.iter_mut();
+    fn write(&mut self, schema: &SchemaRef, batch: &RecordBatch, parallel: bool) -> Result<()> {
+        let mut leaves = Vec::with_capacity(self.writers.len());
         for (field, column) in schema.fields().iter().zip(batch.columns()) {
-            for leaf in compute_leaves(field, column).map_err(|e| Error::encode(OUTPUT, e))? {
-                writers
-                    .next()
-                    .ok_or_else(|| Error::invariant("more leaves than column writers"))?
-                    .write(&leaf)
-                    .map_err(|e| Error::encode(OUTPUT, e))?;
-            }
+            let field_leaves =
+                compute_leaves(field, column).map_err(|e| Error::encode(OUTPUT, e))?;
+            // The column's decoded size, shared by its leaves, stands for the work of encoding.
+            let weight = column.get_array_memory_size() / field_leaves.len().max(1);
+            leaves.extend(field_leaves.into_iter().map(|leaf| (leaf, weight)));
         }
+        encode::write_leaves(&mut self.writers, leaves, parallel)?;
         self.rows += batch.num_rows();
         Ok(())
     }
@@ -434,6 +484,25 @@ impl OpenRowGroup {
             .map(ArrowColumnWriter::get_estimated_total_bytes)
             .sum()
     }
+}
+
+/// The column-writer factory of row groups of `schema` under `props`, their finished pages in
+/// `page_file` when given.
+fn row_group_factory(
+    descr: &SchemaDescPtr,
+    props: &WriterPropertiesPtr,
+    schema: &SchemaRef,
+    page_file: Option<&PathBuf>,
+) -> Result<ArrowRowGroupWriterFactory> {
+    // The factory takes its schema and properties from a file writer; this one writes nowhere.
+    let template =
+        SerializedFileWriter::new(std::io::sink(), descr.root_schema_ptr(), Arc::clone(props))
+            .map_err(|e| Error::encode(OUTPUT, e))?;
+    let factory = ArrowRowGroupWriterFactory::new(&template, Arc::clone(schema));
+    Ok(match page_file {
+        Some(path) => factory.with_page_store_factory(Arc::new(ScratchPageStoreFactory::new(path))),
+        None => factory,
+    })
 }
 
 /// Writes one row group's chunks to `out` in column order and returns its metadata and

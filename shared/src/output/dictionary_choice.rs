@@ -1,0 +1,238 @@
+//! Dictionary encoding only where it pays: columns whose values are mostly distinct (timestamps,
+//! trace ids, free-text bodies) are written plain from the second row group on.
+//!
+//! A dictionary pays when values repeat. For a column of distinct values the writer still hashes
+//! every value into its dictionary until the dictionary page fills, then falls back to plain
+//! pages, and starts again in every row group: the hashing is the largest single cost of
+//! encoding such a column, for no saving. The choice is made from the first rows of the file,
+//! before a second row group opens, so it depends only on the rows and never on how they were
+//! chunked: the same rows give the same bytes.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Schema};
+use parquet::schema::types::ColumnPath;
+
+/// Rows sampled at the start of a file.
+pub const DICTIONARY_SAMPLE_ROWS: usize = 4096;
+/// Fewer sampled values than this keep the dictionary (too few to judge).
+const MIN_SAMPLED_VALUES: usize = 256;
+
+/// Value hashes with a fixed hasher, so a sample counts the same on every run.
+type Hashes = HashSet<u64, BuildHasherDefault<DefaultHasher>>;
+
+/// Distinct values of one column among the sampled rows.
+#[derive(Debug, Default)]
+struct ColumnSample {
+    values: usize,
+    distinct: Hashes,
+}
+
+impl ColumnSample {
+    fn add(&mut self, value: &[u8]) {
+        let mut hasher = DefaultHasher::new();
+        value.hash(&mut hasher);
+        self.distinct.insert(hasher.finish());
+        self.values += 1;
+    }
+
+    /// Whether most values differ (so a dictionary would not pay).
+    fn mostly_distinct(&self) -> bool {
+        self.values >= MIN_SAMPLED_VALUES && self.distinct.len() * 2 > self.values
+    }
+}
+
+/// Samples the first rows written and names the columns to write without a dictionary.
+///
+/// Only top-level columns of one leaf are sampled: primitives, strings and binaries (fixed or
+/// variable width). Nested, boolean and dictionary-typed columns keep the writer's setting.
+#[derive(Debug)]
+pub struct DictionaryChoice {
+    rows_left: usize,
+    /// One entry per top-level field; `None` for a field that is not sampled.
+    samples: Vec<Option<ColumnSample>>,
+}
+
+impl DictionaryChoice {
+    /// A choice from the first `sample_rows` rows of files of `schema`.
+    pub fn new(schema: &Schema, sample_rows: usize) -> Self {
+        let samples = schema
+            .fields()
+            .iter()
+            .map(|f| sampled(f.data_type()).then(ColumnSample::default))
+            .collect();
+        Self {
+            rows_left: sample_rows,
+            samples,
+        }
+    }
+
+    /// Takes the rows of `batch` into the sample, up to the sample's size.
+    pub fn observe(&mut self, batch: &RecordBatch) {
+        let rows = batch.num_rows().min(self.rows_left);
+        if rows == 0 {
+            return;
+        }
+        self.rows_left -= rows;
+        for (sample, column) in self.samples.iter_mut().zip(batch.columns()) {
+            if let Some(sample) = sample {
+                add_values(column.as_ref(), rows, sample);
+            }
+        }
+    }
+
+    /// The columns of `schema` (the one given to [`Self::new`]) to write without a dictionary.
+    pub fn plain_columns(&self, schema: &Schema) -> Vec<ColumnPath> {
+        schema
+            .fields()
+            .iter()
+            .zip(&self.samples)
+            .filter(|(_, sample)| sample.as_ref().is_some_and(ColumnSample::mostly_distinct))
+            .map(|(field, _)| ColumnPath::new(vec![field.name().clone()]))
+            .collect()
+    }
+}
+
+/// Whether a column of `data_type` is sampled.
+fn sampled(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_)
+    ) || data_type.primitive_width().is_some()
+}
+
+/// Adds the non-null values of the first `rows` rows of `array` to `sample`.
+fn add_values(array: &dyn Array, rows: usize, sample: &mut ColumnSample) {
+    let valid = (0..rows).filter(|&i| array.is_valid(i));
+    if let Some(a) = array.as_string_opt::<i32>() {
+        valid.for_each(|i| sample.add(a.value(i).as_bytes()));
+    } else if let Some(a) = array.as_string_opt::<i64>() {
+        valid.for_each(|i| sample.add(a.value(i).as_bytes()));
+    } else if let Some(a) = array.as_string_view_opt() {
+        valid.for_each(|i| sample.add(a.value(i).as_bytes()));
+    } else if let Some(a) = array.as_binary_opt::<i32>() {
+        valid.for_each(|i| sample.add(a.value(i)));
+    } else if let Some(a) = array.as_binary_opt::<i64>() {
+        valid.for_each(|i| sample.add(a.value(i)));
+    } else if let Some(a) = array.as_binary_view_opt() {
+        valid.for_each(|i| sample.add(a.value(i)));
+    } else if let Some(a) = array.as_fixed_size_binary_opt() {
+        valid.for_each(|i| sample.add(a.value(i)));
+    } else if let Some(width) = array.data_type().primitive_width() {
+        let data = array.to_data();
+        let Some(values) = data.buffers().first() else {
+            return;
+        };
+        let bytes = values.as_slice();
+        for i in valid {
+            let start = (data.offset() + i) * width;
+            if let Some(value) = bytes.get(start..start + width) {
+                sample.add(value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{BooleanArray, FixedSizeBinaryArray, Int64Array, StringArray};
+    use arrow::datatypes::Field;
+
+    use super::*;
+
+    fn schema() -> Arc<Schema> {
+        Arc::new(Schema::new(vec![
+            Field::new("time", DataType::Int64, false),
+            Field::new("service", DataType::Utf8, true),
+            Field::new("body", DataType::Utf8, true),
+            Field::new("trace", DataType::FixedSizeBinary(2), true),
+            Field::new("flag", DataType::Boolean, true),
+        ]))
+    }
+
+    fn batch(from: usize, rows: usize) -> RecordBatch {
+        let range = from..from + rows;
+        let columns: Vec<Arc<dyn Array>> = vec![
+            Arc::new(Int64Array::from_iter_values(
+                range.clone().map(|i| i as i64),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                range.clone().map(|i| format!("s{}", i % 3)),
+            )),
+            Arc::new(StringArray::from_iter(
+                range
+                    .clone()
+                    .map(|i| (i % 2 == 0).then(|| format!("line {i}"))),
+            )),
+            Arc::new(
+                FixedSizeBinaryArray::try_from_iter(
+                    range.clone().map(|i| (i as u16).to_be_bytes()),
+                )
+                .expect("two bytes each"),
+            ),
+            Arc::new(BooleanArray::from_iter(range.map(|i| Some(i % 2 == 0)))),
+        ];
+        RecordBatch::try_new(schema(), columns).expect("columns match the schema")
+    }
+
+    fn names(paths: &[ColumnPath]) -> Vec<String> {
+        paths.iter().map(|p| p.string()).collect()
+    }
+
+    #[test]
+    fn distinct_columns_go_plain_and_repeating_ones_keep_the_dictionary() {
+        let mut choice = DictionaryChoice::new(&schema(), 1000);
+        choice.observe(&batch(0, 1000));
+        assert_eq!(
+            names(&choice.plain_columns(&schema())),
+            ["time", "body", "trace"]
+        );
+    }
+
+    #[test]
+    fn the_choice_does_not_depend_on_how_rows_are_chunked() {
+        let mut whole = DictionaryChoice::new(&schema(), 600);
+        whole.observe(&batch(0, 2000));
+        let mut chunked = DictionaryChoice::new(&schema(), 600);
+        for from in (0..2000).step_by(7) {
+            chunked.observe(&batch(from, 7));
+        }
+        assert_eq!(
+            whole.plain_columns(&schema()),
+            chunked.plain_columns(&schema())
+        );
+        assert_eq!(whole.samples[0].as_ref().map(|s| s.values), Some(600));
+        assert_eq!(chunked.samples[0].as_ref().map(|s| s.values), Some(600));
+    }
+
+    #[test]
+    fn too_few_values_keep_the_dictionary() {
+        let mut choice = DictionaryChoice::new(&schema(), 4096);
+        choice.observe(&batch(0, 300));
+        // 300 distinct times are enough to judge; 150 non-null bodies are not.
+        assert_eq!(names(&choice.plain_columns(&schema())), ["time", "trace"]);
+    }
+
+    #[test]
+    fn sliced_primitives_hash_their_own_values() {
+        let mut choice = DictionaryChoice::new(&schema(), 4096);
+        let repeated = batch(0, 1000);
+        // Distinct values before the slice, one value repeated inside it.
+        let times = Int64Array::from_iter_values((0..2000).map(|i| if i < 1000 { i } else { 0 }));
+        let columns: Vec<Arc<dyn Array>> = std::iter::once(Arc::new(times.slice(1000, 1000)) as _)
+            .chain(repeated.columns().iter().skip(1).cloned())
+            .collect();
+        choice.observe(&RecordBatch::try_new(schema(), columns).expect("same schema"));
+        assert!(!names(&choice.plain_columns(&schema())).contains(&"time".to_string()));
+    }
+}
