@@ -19,9 +19,10 @@
 pub mod fan_out;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
@@ -681,58 +682,83 @@ async fn stage_inputs(
     scratch: &ScratchDir,
     parallel_downloads: usize,
 ) -> Result<(Vec<StagedInput>, Vec<(Path, Unreadable)>)> {
-    let outcomes = futures::stream::iter(wanted.into_iter().enumerate())
+    // Every download runs to its end before this returns, even after one fails: a download
+    // dropped midway leaves its file creation or write running on a blocking thread, which
+    // could put a file back into the scratch directory while it is being removed. Once one has
+    // failed, the downloads not yet started are skipped (`None`).
+    let failed = AtomicBool::new(false);
+    let failed = &failed;
+    let outcomes: Vec<Result<Option<_>>> = futures::stream::iter(wanted.into_iter().enumerate())
         .map(|(i, wanted)| async move {
-            let WantedInput {
-                key,
-                bytes: size,
-                is_compacted,
-            } = wanted;
-            let name = key.filename().unwrap_or_default().to_string();
-            let local = match store.read_in_place(&key) {
-                Some(path) if path.exists() || is_compacted => path,
-                Some(_) => {
-                    let gone = Unreadable::Vanished("no longer in the store".into());
-                    return Ok(Err((key, gone)));
-                }
-                None => {
-                    let dest = scratch.path().join(staged_input_name(i));
-                    match store.download(&key, &dest).await {
-                        Ok(_) => dest,
-                        // A compacted file is this system's own: any failure fails the job.
-                        Err(e) if is_compacted => return Err(e),
-                        Err(Error::Store { source, .. }) if is_refusal(&source) => {
-                            let refused = Unreadable::Refused(source.to_string());
-                            return Ok(Err((key, refused)));
-                        }
-                        Err(Error::Store {
-                            source: source @ object_store::Error::NotFound { .. },
-                            ..
-                        }) => return Ok(Err((key, Unreadable::Vanished(source.to_string())))),
-                        Err(e) => return Err(e),
-                    }
-                }
-            };
-            Ok::<_, Error>(Ok(StagedInput {
-                key,
-                name,
-                size,
-                local,
-                is_compacted,
-            }))
+            if failed.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            let outcome = stage_input(store, scratch, i, wanted).await;
+            if outcome.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            outcome.map(Some)
         })
         .buffered(parallel_downloads.max(1))
-        .try_collect::<Vec<_>>()
-        .await?;
+        .collect()
+        .await;
     let mut staged = Vec::new();
     let mut unreadable = Vec::new();
     for outcome in outcomes {
-        match outcome {
-            Ok(input) => staged.push(input),
-            Err(refused) => unreadable.push(refused),
+        match outcome? {
+            Some(Ok(input)) => staged.push(input),
+            Some(Err(refused)) => unreadable.push(refused),
+            None => return Err(Error::invariant("a download was skipped, yet none failed")),
         }
     }
     Ok((staged, unreadable))
+}
+
+/// Stages input `i` of a job: its local path when the store is a directory, else a download
+/// into `scratch`; `Err` inside for an input that cannot be read (refused or vanished).
+async fn stage_input(
+    store: &Store,
+    scratch: &ScratchDir,
+    i: usize,
+    wanted: WantedInput,
+) -> Result<std::result::Result<StagedInput, (Path, Unreadable)>> {
+    let WantedInput {
+        key,
+        bytes: size,
+        is_compacted,
+    } = wanted;
+    let name = key.filename().unwrap_or_default().to_string();
+    let local = match store.read_in_place(&key) {
+        Some(path) if path.exists() || is_compacted => path,
+        Some(_) => {
+            let gone = Unreadable::Vanished("no longer in the store".into());
+            return Ok(Err((key, gone)));
+        }
+        None => {
+            let dest = scratch.path().join(staged_input_name(i));
+            match store.download(&key, &dest).await {
+                Ok(_) => dest,
+                // A compacted file is this system's own: any failure fails the job.
+                Err(e) if is_compacted => return Err(e),
+                Err(Error::Store { source, .. }) if is_refusal(&source) => {
+                    let refused = Unreadable::Refused(source.to_string());
+                    return Ok(Err((key, refused)));
+                }
+                Err(Error::Store {
+                    source: source @ object_store::Error::NotFound { .. },
+                    ..
+                }) => return Ok(Err((key, Unreadable::Vanished(source.to_string())))),
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    Ok(Ok(StagedInput {
+        key,
+        name,
+        size,
+        local,
+        is_compacted,
+    }))
 }
 
 /// A store answer that refuses this object for good (403), as opposed to a transient error.
