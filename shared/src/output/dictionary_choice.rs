@@ -51,17 +51,19 @@ impl ColumnSample {
 #[derive(Debug)]
 pub struct DictionaryChoice {
     rows_left: usize,
-    /// One entry per top-level field; `None` for a field that is not sampled.
-    samples: Vec<Option<ColumnSample>>,
+    /// The sampled columns: index among the top-level fields, leaf path, sample.
+    samples: Vec<(usize, ColumnPath, ColumnSample)>,
 }
 
 impl DictionaryChoice {
     /// A choice from the first `sample_rows` rows of files of `schema`.
     pub fn new(schema: &Schema, sample_rows: usize) -> Self {
-        let samples = schema
-            .fields()
-            .iter()
-            .map(|f| sampled(f.data_type()).then(ColumnSample::default))
+        let samples = (schema.fields().iter().enumerate())
+            .filter(|(_, f)| sampled(f.data_type()))
+            .map(|(i, f)| {
+                let path = ColumnPath::new(vec![f.name().clone()]);
+                (i, path, ColumnSample::default())
+            })
             .collect();
         Self {
             rows_left: sample_rows,
@@ -76,21 +78,18 @@ impl DictionaryChoice {
             return;
         }
         self.rows_left -= rows;
-        for (sample, column) in self.samples.iter_mut().zip(batch.columns()) {
-            if let Some(sample) = sample {
+        for (index, _, sample) in &mut self.samples {
+            if let Some(column) = batch.columns().get(*index) {
                 add_values(column.as_ref(), rows, sample);
             }
         }
     }
 
-    /// The columns of `schema` (the one given to [`Self::new`]) to write without a dictionary.
-    pub fn plain_columns(&self, schema: &Schema) -> Vec<ColumnPath> {
-        schema
-            .fields()
-            .iter()
-            .zip(&self.samples)
-            .filter(|(_, sample)| sample.as_ref().is_some_and(ColumnSample::mostly_distinct))
-            .map(|(field, _)| ColumnPath::new(vec![field.name().clone()]))
+    /// The columns to write without a dictionary.
+    pub fn plain_columns(&self) -> Vec<ColumnPath> {
+        (self.samples.iter())
+            .filter(|(_, _, sample)| sample.mostly_distinct())
+            .map(|(_, path, _)| path.clone())
             .collect()
     }
 }
@@ -193,10 +192,7 @@ mod tests {
     fn distinct_columns_go_plain_and_repeating_ones_keep_the_dictionary() {
         let mut choice = DictionaryChoice::new(&schema(), 1000);
         choice.observe(&batch(0, 1000));
-        assert_eq!(
-            names(&choice.plain_columns(&schema())),
-            ["time", "body", "trace"]
-        );
+        assert_eq!(names(&choice.plain_columns()), ["time", "body", "trace"]);
     }
 
     #[test]
@@ -207,12 +203,9 @@ mod tests {
         for from in (0..2000).step_by(7) {
             chunked.observe(&batch(from, 7));
         }
-        assert_eq!(
-            whole.plain_columns(&schema()),
-            chunked.plain_columns(&schema())
-        );
-        assert_eq!(whole.samples[0].as_ref().map(|s| s.values), Some(600));
-        assert_eq!(chunked.samples[0].as_ref().map(|s| s.values), Some(600));
+        assert_eq!(whole.plain_columns(), chunked.plain_columns());
+        assert_eq!(whole.samples[0].2.values, 600);
+        assert_eq!(chunked.samples[0].2.values, 600);
     }
 
     #[test]
@@ -220,7 +213,7 @@ mod tests {
         let mut choice = DictionaryChoice::new(&schema(), 4096);
         choice.observe(&batch(0, 300));
         // 300 distinct times are enough to judge; 150 non-null bodies are not.
-        assert_eq!(names(&choice.plain_columns(&schema())), ["time", "trace"]);
+        assert_eq!(names(&choice.plain_columns()), ["time", "trace"]);
     }
 
     #[test]
@@ -233,6 +226,6 @@ mod tests {
             .chain(repeated.columns().iter().skip(1).cloned())
             .collect();
         choice.observe(&RecordBatch::try_new(schema(), columns).expect("same schema"));
-        assert!(!names(&choice.plain_columns(&schema())).contains(&"time".to_string()));
+        assert!(!names(&choice.plain_columns()).contains(&"time".to_string()));
     }
 }

@@ -26,6 +26,36 @@ fn split(weights: &[usize]) -> Vec<bool> {
     second
 }
 
+/// Runs `work` over `items`, split between this thread and a helper by `weights` when
+/// `parallel` (else all here); the results come back as this thread's, then the helper's.
+fn on_two_threads<T: Send, R: Send>(
+    items: Vec<T>,
+    weights: &[usize],
+    parallel: bool,
+    work: impl Fn(Vec<T>) -> Result<Vec<R>> + Sync,
+) -> Result<Vec<R>> {
+    if !parallel || items.len() < 2 {
+        return work(items);
+    }
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for (item, to_second) in items.into_iter().zip(split(weights)) {
+        if to_second {
+            second.push(item);
+        } else {
+            first.push(item);
+        }
+    }
+    std::thread::scope(|scope| {
+        let helper = scope.spawn(|| work(second));
+        let mut results = work(first)?;
+        let theirs = helper
+            .join()
+            .map_err(|_| Error::invariant("a column-encoding thread panicked"))??;
+        results.extend(theirs);
+        Ok(results)
+    })
+}
+
 /// Writes each leaf to its writer (in the same order), on two threads when `parallel`; a
 /// leaf's weight is about the work of encoding it.
 pub(super) fn write_leaves(
@@ -40,35 +70,18 @@ pub(super) fn write_leaves(
             writers.len()
         )));
     }
-    let write = |pairs: Vec<(&mut ArrowColumnWriter, ArrowLeafColumn)>| -> Result<()> {
+    let weights: Vec<usize> = leaves.iter().map(|(_, w)| *w).collect();
+    let pairs: Vec<_> = writers
+        .iter_mut()
+        .zip(leaves.into_iter().map(|(leaf, _)| leaf))
+        .collect();
+    on_two_threads(pairs, &weights, parallel, |pairs| {
         for (writer, leaf) in pairs {
             writer.write(&leaf).map_err(|e| Error::encode(OUTPUT, e))?;
         }
-        Ok(())
-    };
-    let weights: Vec<usize> = leaves.iter().map(|(_, w)| *w).collect();
-    let pairs = writers
-        .iter_mut()
-        .zip(leaves.into_iter().map(|(leaf, _)| leaf));
-    if !parallel || weights.len() < 2 {
-        return write(pairs.collect());
-    }
-    let (mut first, mut second) = (Vec::new(), Vec::new());
-    for (pair, to_second) in pairs.zip(split(&weights)) {
-        if to_second {
-            second.push(pair);
-        } else {
-            first.push(pair);
-        }
-    }
-    std::thread::scope(|scope| {
-        let helper = scope.spawn(|| write(second));
-        let mine = write(first);
-        let theirs = helper
-            .join()
-            .map_err(|_| Error::invariant("a column-encoding thread panicked"))?;
-        mine.and(theirs)
-    })
+        Ok(Vec::<()>::new())
+    })?;
+    Ok(())
 }
 
 /// Closes every writer (encoding and compressing its last pages), on two threads when
@@ -77,39 +90,17 @@ pub(super) fn close_writers(
     writers: Vec<ArrowColumnWriter>,
     parallel: bool,
 ) -> Result<Vec<ArrowColumnChunk>> {
-    let close = |writers: Vec<(usize, ArrowColumnWriter)>| {
+    let weights: Vec<usize> = writers
+        .iter()
+        .map(ArrowColumnWriter::get_estimated_total_bytes)
+        .collect();
+    let numbered: Vec<_> = writers.into_iter().enumerate().collect();
+    let mut chunks = on_two_threads(numbered, &weights, parallel, |writers| {
         writers
             .into_iter()
             .map(|(i, w)| w.close().map(|chunk| (i, chunk)))
             .collect::<parquet::errors::Result<Vec<_>>>()
             .map_err(|e| Error::encode(OUTPUT, e))
-    };
-    if !parallel || writers.len() < 2 {
-        return Ok(close(writers.into_iter().enumerate().collect())?
-            .into_iter()
-            .map(|(_, chunk)| chunk)
-            .collect());
-    }
-    let weights: Vec<usize> = writers
-        .iter()
-        .map(ArrowColumnWriter::get_estimated_total_bytes)
-        .collect();
-    let (mut first, mut second) = (Vec::new(), Vec::new());
-    for (item, to_second) in writers.into_iter().enumerate().zip(split(&weights)) {
-        if to_second {
-            second.push(item);
-        } else {
-            first.push(item);
-        }
-    }
-    let mut chunks = std::thread::scope(|scope| {
-        let helper = scope.spawn(|| close(second));
-        let mut mine = close(first)?;
-        let theirs = helper
-            .join()
-            .map_err(|_| Error::invariant("a column-encoding thread panicked"))??;
-        mine.extend(theirs);
-        Ok::<_, Error>(mine)
     })?;
     chunks.sort_by_key(|(i, _)| *i);
     Ok(chunks.into_iter().map(|(_, chunk)| chunk).collect())

@@ -381,7 +381,7 @@ impl<W: Write + Send> BlockWriter<W> {
         let Some(choice) = self.dictionary_choice.take() else {
             return Ok(());
         };
-        let plain = choice.plain_columns(&self.arrow_schema);
+        let plain = choice.plain_columns();
         if plain.is_empty() {
             return Ok(());
         }
@@ -469,8 +469,12 @@ impl OpenRowGroup {
         for (field, column) in schema.fields().iter().zip(batch.columns()) {
             let field_leaves =
                 compute_leaves(field, column).map_err(|e| Error::encode(OUTPUT, e))?;
-            // The column's decoded size, shared by its leaves, stands for the work of encoding.
-            let weight = column.get_array_memory_size() / field_leaves.len().max(1);
+            // The column's decoded size, shared by its leaves, stands for the work of encoding
+            // (only the split between two threads needs it).
+            let weight = match parallel {
+                true => column.get_array_memory_size() / field_leaves.len().max(1),
+                false => 0,
+            };
             leaves.extend(field_leaves.into_iter().map(|leaf| (leaf, weight)));
         }
         encode::write_leaves(&mut self.writers, leaves, parallel)?;
