@@ -6,6 +6,10 @@
 #
 #   bash tests/bench_limited.sh LIMIT [bench flags...]
 #   bash tests/bench_limited.sh 256MiB --files 60 --rows 50000 --memory-budget 64MiB --repeat 5
+#   bash tests/bench_limited.sh LIMIT --exec COMMAND [ARGS...]
+#
+# With --exec it runs COMMAND in the limit instead of the bench (tests/bench_peers.sh uses it to
+# give each sorter its memory).
 #
 # LIMIT is bytes or a number with KiB, MiB or GiB. The binary is target/release/ourios-compact
 # (build it with `cargo build --release -p ourios-compact`), or $OURIOS_BENCH_BIN. It creates a
@@ -38,7 +42,17 @@ fi
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${OURIOS_BENCH_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/ourios-compact}"
-if [[ ! -x "$bin" ]]; then
+if [[ "${1:-}" == --exec ]]; then
+    shift
+    if [[ $# -lt 1 ]]; then
+        echo "error: --exec needs a command" >&2
+        exit 2
+    fi
+    command=("$@")
+else
+    command=("$bin" bench "$@")
+fi
+if [[ "${command[0]}" == "$bin" && ! -x "$bin" ]]; then
     echo "error: $bin is missing: cargo build --release -p ourios-compact, or set OURIOS_BENCH_BIN" >&2
     exit 2
 fi
@@ -81,7 +95,7 @@ fi
 echo "== cgroup v$version $group, limit $limit bytes ($limit_arg)" >&2
 
 status=0
-sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$group" "$bin" bench "$@" || status=$?
+sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$group" "${command[@]}" || status=$?
 
 if [[ "$version" == 1 ]]; then
     peak="$(cat "$group/memory.max_usage_in_bytes")"
@@ -92,6 +106,6 @@ else
 fi
 echo "== cgroup peak usage ${peak} bytes (page cache included), ${ooms:-0} OOM kills" >&2
 if [[ "$status" != 0 ]]; then
-    echo "error: the bench exited with status $status${ooms:+ (OOM kills: $ooms)}" >&2
+    echo "error: ${command[0]} exited with status $status${ooms:+ (OOM kills: $ooms)}" >&2
 fi
 exit "$status"

@@ -4,7 +4,9 @@
 //! back unchanged (full, projected, by row group and by page-index row selection), and the
 //! bytes depend on nothing but the rows and the settings, wherever the block is staged.
 
-use arrow::array::{RecordBatch, RecordBatchReader};
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, RecordBatchReader, StringArray};
 use arrow::compute::concat_batches;
 use bytes::Bytes;
 use ourios_compaction::output::blocks::{BlockOptions, BlockWriter, STAGING_MEMORY_BYTES};
@@ -14,7 +16,10 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::basic::Encoding;
+use parquet::file::metadata::{
+    ColumnChunkMetaData, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader,
+};
 use parquet::file::properties::{ReaderProperties, WriterProperties};
 use parquet::file::reader::FileReader;
 use parquet::file::serialized_reader::{ReadOptionsBuilder, SerializedFileReader};
@@ -334,12 +339,8 @@ fn mostly_distinct_columns_lose_their_dictionary_after_the_first_row_group() {
             "{} row groups",
             meta.num_row_groups()
         );
-        let dictionary = |rg: usize, name: &str| {
-            let chunk = (meta.row_group(rg).columns().iter())
-                .find(|c| c.column_path().parts().first().is_some_and(|p| p == name))
-                .expect("the column is in the file");
-            chunk.dictionary_page_offset().is_some()
-        };
+        let dictionary =
+            |rg: usize, name: &str| chunk(&meta, rg, name).dictionary_page_offset().is_some();
         // (The fixture's properties write `body` without a dictionary throughout.)
         for name in ["time_unix_nano", "duration_ms", "service.name", "status"] {
             assert!(
@@ -360,7 +361,20 @@ fn mostly_distinct_columns_lose_their_dictionary_after_the_first_row_group() {
                     "blocks of {n}: row group {rg} lost {name}'s dictionary"
                 );
             }
+            // Distinct text loses its statistics; the keys and other columns keep theirs.
+            assert!(chunk(&meta, rg, "body").statistics().is_none());
+            for name in ["service.name", "time_unix_nano", "duration_ms", "status"] {
+                assert!(
+                    chunk(&meta, rg, name).statistics().is_some(),
+                    "blocks of {n}: row group {rg} lost {name}'s statistics"
+                );
+            }
+            // Distinct integers are written as deltas, distinct floats plain.
+            let encodings = |name: &str| chunk(&meta, rg, name).encodings().collect::<Vec<_>>();
+            assert!(encodings("time_unix_nano").contains(&Encoding::DELTA_BINARY_PACKED));
+            assert!(!encodings("duration_ms").contains(&Encoding::DELTA_BINARY_PACKED));
         }
+        assert!(chunk(&meta, 0, "body").statistics().is_some());
         assert_eq!(
             read(reader(&bytes)),
             batch.columns(),
@@ -376,6 +390,35 @@ fn mostly_distinct_columns_lose_their_dictionary_after_the_first_row_group() {
                 "blocks of {n}: chunks of {chunk_rows} rows changed the dictionaries"
             );
         }
+    }
+}
+
+/// The chunk of top-level column `name` in row group `rg`.
+fn chunk<'a>(meta: &'a ParquetMetaData, rg: usize, name: &str) -> &'a ColumnChunkMetaData {
+    (meta.row_group(rg).columns().iter())
+        .find(|c| c.column_path().parts().first().is_some_and(|p| p == name))
+        .expect("the column is in the file")
+}
+
+#[test]
+fn a_distinct_sort_key_keeps_its_statistics() {
+    let fixture = fixture();
+    let schema = fixture.schema();
+    let service = schema
+        .index_of("service.name")
+        .expect("the fixture has services");
+    let mut columns = fixture.columns().to_vec();
+    columns[service] = Arc::new(StringArray::from_iter_values(
+        (0..fixture.num_rows()).map(|i| format!("service-{i:06}")),
+    ));
+    let batch = RecordBatch::try_new(schema, columns).expect("same schema");
+    let meta = metadata(&write_with_dictionary_choice(&batch, 1, 1024));
+    for rg in 1..meta.num_row_groups() {
+        let service = chunk(&meta, rg, "service.name");
+        assert!(service.dictionary_page_offset().is_none(), "row group {rg}");
+        let statistics = service.statistics().expect("the sort key keeps statistics");
+        assert!(statistics.min_bytes_opt().is_some() && statistics.max_bytes_opt().is_some());
+        assert!(chunk(&meta, rg, "body").statistics().is_none());
     }
 }
 

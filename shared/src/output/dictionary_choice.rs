@@ -1,12 +1,21 @@
-//! Dictionary encoding only where it pays: columns whose values are mostly distinct (timestamps,
-//! trace ids, free-text bodies) are written plain from the second row group on.
+//! Dictionary encoding and statistics only where they pay: columns whose values are mostly
+//! distinct (timestamps, trace ids, free-text bodies) are written without a dictionary once the
+//! first rows have shown it (integers as deltas, `DELTA_BINARY_PACKED`, the rest plain), and
+//! those of them that are strings or binaries also without min/max statistics.
 //!
 //! A dictionary pays when values repeat. For a column of distinct values the writer still hashes
 //! every value into its dictionary until the dictionary page fills, then falls back to plain
 //! pages, and starts again in every row group: the hashing is the largest single cost of
-//! encoding such a column, for no saving. The choice is made from the first rows of the file,
-//! before a second row group opens, so it depends only on the rows and never on how they were
-//! chunked: the same rows give the same bytes.
+//! encoding such a column, for no saving. Timestamps sorted within each service differ little
+//! from one row to the next, so their deltas take a few bits where plain values take 64. A row
+//! group's min/max of distinct strings, in a file sorted by other columns, spans nearly the
+//! whole range of values and prunes nothing, while computing it compares every value. Sort key
+//! columns always keep their statistics: pruning and splitting read them.
+//!
+//! The choice is made from the file's first [`DICTIONARY_SAMPLE_ROWS`] rows when a row group
+//! closes with the sample ready (usually the first row group; several for wide rows), and holds
+//! from the next row group on. It depends only on the rows and where row groups close, never on
+//! how the rows were chunked: the same rows give the same bytes.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
@@ -51,8 +60,9 @@ impl ColumnSample {
 #[derive(Debug)]
 pub struct DictionaryChoice {
     rows_left: usize,
-    /// The sampled columns: index among the top-level fields, leaf path, sample.
-    samples: Vec<(usize, ColumnPath, ColumnSample)>,
+    /// The sampled columns: index among the top-level fields, leaf path, whether its values are
+    /// byte strings, sample.
+    samples: Vec<(usize, ColumnPath, bool, ColumnSample)>,
 }
 
 impl DictionaryChoice {
@@ -62,7 +72,8 @@ impl DictionaryChoice {
             .filter(|(_, f)| sampled(f.data_type()))
             .map(|(i, f)| {
                 let path = ColumnPath::new(vec![f.name().clone()]);
-                (i, path, ColumnSample::default())
+                let bytes = f.data_type().primitive_width().is_none();
+                (i, path, bytes, ColumnSample::default())
             })
             .collect();
         Self {
@@ -78,18 +89,34 @@ impl DictionaryChoice {
             return;
         }
         self.rows_left -= rows;
-        for (index, _, sample) in &mut self.samples {
+        for (index, _, _, sample) in &mut self.samples {
             if let Some(column) = batch.columns().get(*index) {
                 add_values(column.as_ref(), rows, sample);
             }
         }
     }
 
+    /// Whether the sample can decide: it is full, or every sampled column has enough values.
+    /// A file of wide rows may close several small row groups before that.
+    pub fn ready(&self) -> bool {
+        self.rows_left == 0
+            || (self.samples.iter()).all(|(_, _, _, sample)| sample.values >= MIN_SAMPLED_VALUES)
+    }
+
     /// The columns to write without a dictionary.
     pub fn plain_columns(&self) -> Vec<ColumnPath> {
         (self.samples.iter())
-            .filter(|(_, _, sample)| sample.mostly_distinct())
-            .map(|(_, path, _)| path.clone())
+            .filter(|(_, _, _, sample)| sample.mostly_distinct())
+            .map(|(_, path, _, _)| path.clone())
+            .collect()
+    }
+
+    /// The columns to write without min/max statistics: the plain ones of strings or binaries
+    /// (the caller keeps them on the sort key columns).
+    pub fn columns_without_statistics(&self) -> Vec<ColumnPath> {
+        (self.samples.iter())
+            .filter(|(_, _, bytes, sample)| *bytes && sample.mostly_distinct())
+            .map(|(_, path, _, _)| path.clone())
             .collect()
     }
 }
@@ -193,6 +220,11 @@ mod tests {
         let mut choice = DictionaryChoice::new(&schema(), 1000);
         choice.observe(&batch(0, 1000));
         assert_eq!(names(&choice.plain_columns()), ["time", "body", "trace"]);
+        // Distinct integers keep their cheap, pruning statistics.
+        assert_eq!(
+            names(&choice.columns_without_statistics()),
+            ["body", "trace"]
+        );
     }
 
     #[test]
@@ -204,8 +236,8 @@ mod tests {
             chunked.observe(&batch(from, 7));
         }
         assert_eq!(whole.plain_columns(), chunked.plain_columns());
-        assert_eq!(whole.samples[0].2.values, 600);
-        assert_eq!(chunked.samples[0].2.values, 600);
+        assert_eq!(whole.samples[0].3.values, 600);
+        assert_eq!(chunked.samples[0].3.values, 600);
     }
 
     #[test]
@@ -214,6 +246,21 @@ mod tests {
         choice.observe(&batch(0, 300));
         // 300 distinct times are enough to judge; 150 non-null bodies are not.
         assert_eq!(names(&choice.plain_columns()), ["time", "trace"]);
+    }
+
+    #[test]
+    fn the_sample_is_ready_when_full_or_when_every_column_has_enough_values() {
+        let mut choice = DictionaryChoice::new(&schema(), 4096);
+        choice.observe(&batch(0, 300));
+        // Half the bodies are null: 150 values are too few.
+        assert!(!choice.ready());
+        choice.observe(&batch(300, 300));
+        assert!(choice.ready());
+        let mut small = DictionaryChoice::new(&schema(), 100);
+        small.observe(&batch(0, 50));
+        assert!(!small.ready());
+        small.observe(&batch(50, 50));
+        assert!(small.ready());
     }
 
     #[test]

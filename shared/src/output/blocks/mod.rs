@@ -12,8 +12,9 @@
 //! With one row group per block (the plain layout) and no dictionary sample, the file is byte for
 //! byte what `ArrowWriter` writes with the same properties: the same rotation, chunks written in
 //! place, bloom filters after each row group as `BloomFilterPosition::AfterRowGroup` puts them.
-//! With a sample ([`BlockOptions::dictionary_sample_rows`]), row groups after the first write
-//! mostly distinct columns without a dictionary ([`crate::output::dictionary_choice`]). Columns
+//! With a sample ([`BlockOptions::dictionary_sample_rows`]), row groups after the sample is ready
+//! write mostly distinct columns without a dictionary, and those of them that are strings or
+//! binaries (sort keys excepted) without statistics ([`crate::output::dictionary_choice`]). Columns
 //! may be encoded on two threads ([`BlockOptions::parallel_encoding`]); the bytes are the same.
 //!
 //! **Memory.** The open row group is encoded in memory, as with `ArrowWriter`. Closed row groups
@@ -38,9 +39,10 @@ use parquet::arrow::arrow_writer::{
     ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
 };
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
+use parquet::basic::{Encoding, Type as PhysicalType};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
-use parquet::file::properties::{WriterProperties, WriterPropertiesPtr};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesPtr};
 use parquet::file::writer::{
     OnCloseRowGroup, SerializedFileWriter, SerializedRowGroupWriter, TrackedWrite,
 };
@@ -70,8 +72,9 @@ pub struct BlockOptions {
     /// memory, as in `ArrowWriter`.
     pub page_file: Option<PathBuf>,
     /// Rows sampled at the start of the file to write mostly distinct columns without a
-    /// dictionary from the second row group on ([`crate::output::dictionary_choice`]); 0 keeps
-    /// the properties' dictionary settings throughout, as `ArrowWriter` does.
+    /// dictionary (and strings among them without statistics) once a row group closes with the
+    /// sample ready ([`crate::output::dictionary_choice`]); 0 keeps the properties' settings
+    /// throughout, as `ArrowWriter` does.
     pub dictionary_sample_rows: usize,
     /// Encode each row group's columns on two threads (the bytes are the same either way).
     pub parallel_encoding: bool,
@@ -375,9 +378,14 @@ impl<W: Write + Send> BlockWriter<W> {
         Ok(())
     }
 
-    /// Once the first row group closes: the later ones write the columns its first rows showed
-    /// to be mostly distinct without a dictionary.
+    /// Once a row group closes with the sample ready (the first, unless its rows are few): the
+    /// later ones write the columns the first rows showed to be mostly distinct without a
+    /// dictionary (integers as deltas), and those of strings or binaries that are not sort keys
+    /// without statistics.
     fn settle_dictionaries(&mut self) -> Result<()> {
+        if !self.dictionary_choice.as_ref().is_some_and(|c| c.ready()) {
+            return Ok(());
+        }
         let Some(choice) = self.dictionary_choice.take() else {
             return Ok(());
         };
@@ -385,9 +393,27 @@ impl<W: Write + Send> BlockWriter<W> {
         if plain.is_empty() {
             return Ok(());
         }
+        let keys: Vec<_> = (self.props.sorting_columns().into_iter().flatten())
+            .filter_map(|c| usize::try_from(c.column_idx).ok())
+            .filter(|&i| i < self.descr.num_columns())
+            .map(|i| self.descr.column(i).path().clone())
+            .collect();
         let mut builder = (*self.props).clone().into_builder();
         for column in plain {
+            let integers = (self.descr.columns().iter()).any(|c| {
+                c.path() == &column
+                    && matches!(c.physical_type(), PhysicalType::INT32 | PhysicalType::INT64)
+            });
+            if integers {
+                builder =
+                    builder.set_column_encoding(column.clone(), Encoding::DELTA_BINARY_PACKED);
+            }
             builder = builder.set_column_dictionary_enabled(column, false);
+        }
+        for column in choice.columns_without_statistics() {
+            if !keys.contains(&column) {
+                builder = builder.set_column_statistics_enabled(column, EnabledStatistics::None);
+            }
         }
         self.props = Arc::new(builder.build());
         self.factory = row_group_factory(

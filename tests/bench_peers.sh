@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Sorts one generated hour by (service.name, time_unix_nano) into one file three ways, each in a
+# cgroup memory limit of its own (tests/bench_limited.sh --exec): this project's `compact` in 256 MiB
+# (budget 64 MiB), Polars in 2 GiB and DuckDB in 1 GiB (its own memory limit set to 1GB, so it
+# spills instead of failing). Each side reads a fresh copy of the same files and the runs
+# alternate, `--repeat` times each (default 3); it prints every run's wall, user and system
+# seconds, peak RSS and the rows written (which must be the rows generated), then each side's
+# median wall time.
+#
+#   bash tests/bench_peers.sh [--repeat N] [generate flags...]
+#   bash tests/bench_peers.sh --repeat 3 --files 20 --rows 3000 --wide
+#
+# Needs the release binary (target/release/ourios-compact or $OURIOS_BENCH_BIN), Polars and
+# DuckDB in $OURIOS_PYTHON (default .tools/venv/bin/python, which `tests/run.sh` installs), GNU
+# time, and the right to create a cgroup. Scratch goes under $TMPDIR.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${OURIOS_BENCH_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/ourios-compact}"
+python="${OURIOS_PYTHON:-$root/.tools/venv/bin/python}"
+repeat=3
+if [[ "${1:-}" == --repeat ]]; then
+    repeat="$2"
+    shift 2
+fi
+for tool in "$bin" "$python" /usr/bin/time; do
+    if [[ ! -x "$tool" ]]; then
+        echo "error: $tool is missing (see the header of $0)" >&2
+        exit 2
+    fi
+done
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/ourios-peers.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+hour=2026-11-29T10
+"$bin" generate --store "$work/pristine" --tenant acme --hour "$hour" "$@" | tee "$work/generated" >&2
+expected="$(sed -n 's/^wrote [0-9]* files, \([0-9]*\) rows.*/\1/p' "$work/generated")"
+echo "== generated: $(du -sb "$work/pristine" | cut -f1) bytes of Parquet, $expected rows" >&2
+
+# One timed run of a side: a fresh copy of the hour, the command in its limit; GNU time's
+# figures are left in $work/time and the command's output in $work/stdout.
+run_side() {
+    local side="$1" limit="$2"
+    shift 2
+    rm -rf "$work/store" "$work/scratch" "$work/out.parquet"
+    cp -r "$work/pristine" "$work/store"
+    mkdir -p "$work/scratch"
+    sync
+    /usr/bin/time -f '%e %U %S %M' -o "$work/time" \
+        bash "$root/tests/bench_limited.sh" "$limit" --exec "$@" >"$work/stdout" 2>"$work/stderr" || {
+        cat "$work/stderr" >&2
+        echo "error: $side failed" >&2
+        exit 1
+    }
+}
+
+# Appends the last run's figures and `rows` to $work/SIDE.times; a side that lost or added
+# rows stops the bench.
+record() {
+    local side="$1" rows="$2"
+    if [[ "$rows" != "$expected" ]]; then
+        echo "error: $side wrote $rows rows of $expected" >&2
+        exit 1
+    fi
+    echo "$(tail -n 1 "$work/time") $rows" >>"$work/$side.times"
+    echo "-- $side: wall user sys maxrss_kb rows = $(tail -n 1 "$work/$side.times")" >&2
+}
+
+# Rows in the compacted files (everything outside the ingest directory).
+rows_compacted() {
+    "$python" - "$work/store" <<'EOF'
+import glob, sys
+import pyarrow.parquet as pq
+files = glob.glob(sys.argv[1] + "/**/*.parquet", recursive=True)
+print(sum(pq.ParquetFile(f).metadata.num_rows for f in files if "/ingest" not in f))
+EOF
+}
+
+for _ in $(seq "$repeat"); do
+    run_side ours 256MiB "$bin" compact --store "$work/store" --tenant acme --hour "$hour" \
+        --memory-budget 64MiB --scratch "$work/scratch"
+    record ours "$(rows_compacted)"
+    run_side polars 2GiB "$python" "$root/tests/peers_sort.py" polars "$work/store" "$work/out.parquet"
+    record polars "$(tail -n 1 "$work/stdout")"
+    OURIOS_PEER_MEMORY=1GB run_side duckdb 1GiB \
+        "$python" "$root/tests/peers_sort.py" duckdb "$work/store" "$work/out.parquet"
+    record duckdb "$(tail -n 1 "$work/stdout")"
+done
+
+for side in ours polars duckdb; do
+    sort -n "$work/$side.times" | awk -v side="$side" '
+        { wall[NR] = $1; rss = ($4 > rss ? $4 : rss); rows = $5 }
+        END { printf "%-7s median wall %.2f s over %d runs, peak RSS %d MiB, rows %s\n",
+              side, wall[int((NR + 1) / 2)], NR, rss / 1024, rows }'
+done

@@ -1,0 +1,60 @@
+"""Sorts one hour's Parquet files into one file by (service.name, time_unix_nano) with another
+engine, as an operator would write it, for tests/bench_peers.sh to time beside this project.
+
+    python tests/peers_sort.py ENGINE INPUT_DIR OUTPUT_FILE
+
+ENGINE is `polars` (lazy scan, sort, sink) or `duckdb` (COPY ... ORDER BY, its memory limit
+read from OURIOS_PEER_MEMORY, e.g. 1GB). Both write ZSTD Parquet. Prints the rows written.
+"""
+
+import os
+import sys
+
+SERVICE = "service.name"
+TIME = "time_unix_nano"
+
+
+def sort_with_polars(files, output):
+    import polars as pl
+
+    frame = pl.scan_parquet(files).sort([SERVICE, TIME], nulls_last=False)
+    frame.sink_parquet(output, compression="zstd")
+    return pl.scan_parquet(output).select(pl.len()).collect().item()
+
+
+def sort_with_duckdb(files, output):
+    import duckdb
+
+    connection = duckdb.connect()
+    memory = os.environ.get("OURIOS_PEER_MEMORY")
+    if memory:
+        connection.execute(f"SET memory_limit = '{memory}'")
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    connection.execute(
+        f"COPY (SELECT * FROM read_parquet([{listed}], union_by_name = true) "
+        f'ORDER BY "{SERVICE}" NULLS FIRST, "{TIME}" NULLS FIRST) '
+        f"TO '{output}' (FORMAT parquet, COMPRESSION zstd)"
+    )
+    return connection.execute(f"SELECT count(*) FROM read_parquet('{output}')").fetchone()[0]
+
+
+ENGINES = {"polars": sort_with_polars, "duckdb": sort_with_duckdb}
+
+
+def main(argv):
+    if len(argv) != 4 or argv[1] not in ENGINES:
+        sys.exit(__doc__)
+    engine, input_dir, output = argv[1:]
+    files = sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(input_dir)
+        for name in names
+        if name.endswith(".parquet")
+    )
+    if not files:
+        sys.exit(f"error: no Parquet files under {input_dir}")
+    print(ENGINES[engine](files, output))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
