@@ -22,6 +22,11 @@ def sort_with_polars(files, output):
     return pl.scan_parquet(output).select(pl.len()).collect().item()
 
 
+def sql_string(text):
+    """A SQL string literal of `text`."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def sort_with_duckdb(files, output):
     import duckdb
 
@@ -29,13 +34,14 @@ def sort_with_duckdb(files, output):
     memory = os.environ.get("OURIOS_PEER_MEMORY")
     if memory:
         connection.execute(f"SET memory_limit = '{memory}'")
-    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    listed = ", ".join(sql_string(f) for f in files)
     connection.execute(
         f"COPY (SELECT * FROM read_parquet([{listed}], union_by_name = true) "
         f'ORDER BY "{SERVICE}" NULLS FIRST, "{TIME}" NULLS FIRST) '
-        f"TO '{output}' (FORMAT parquet, COMPRESSION zstd)"
+        f"TO {sql_string(output)} (FORMAT parquet, COMPRESSION zstd)"
     )
-    return connection.execute(f"SELECT count(*) FROM read_parquet('{output}')").fetchone()[0]
+    count = f"SELECT count(*) FROM read_parquet({sql_string(output)})"
+    return connection.execute(count).fetchone()[0]
 
 
 ENGINES = {"polars": sort_with_polars, "duckdb": sort_with_duckdb}

@@ -60,9 +60,19 @@ impl ColumnSample {
 #[derive(Debug)]
 pub struct DictionaryChoice {
     rows_left: usize,
-    /// The sampled columns: index among the top-level fields, leaf path, whether its values are
-    /// byte strings, sample.
-    samples: Vec<(usize, ColumnPath, bool, ColumnSample)>,
+    samples: Vec<SampledColumn>,
+}
+
+/// One sampled column.
+#[derive(Debug)]
+struct SampledColumn {
+    /// Index among the top-level fields.
+    index: usize,
+    /// Its leaf's path.
+    path: ColumnPath,
+    /// Whether its values are byte strings (not fixed-width primitives).
+    bytes: bool,
+    sample: ColumnSample,
 }
 
 impl DictionaryChoice {
@@ -70,10 +80,11 @@ impl DictionaryChoice {
     pub fn new(schema: &Schema, sample_rows: usize) -> Self {
         let samples = (schema.fields().iter().enumerate())
             .filter(|(_, f)| sampled(f.data_type()))
-            .map(|(i, f)| {
-                let path = ColumnPath::new(vec![f.name().clone()]);
-                let bytes = f.data_type().primitive_width().is_none();
-                (i, path, bytes, ColumnSample::default())
+            .map(|(i, f)| SampledColumn {
+                index: i,
+                path: ColumnPath::new(vec![f.name().clone()]),
+                bytes: f.data_type().primitive_width().is_none(),
+                sample: ColumnSample::default(),
             })
             .collect();
         Self {
@@ -89,9 +100,9 @@ impl DictionaryChoice {
             return;
         }
         self.rows_left -= rows;
-        for (index, _, _, sample) in &mut self.samples {
-            if let Some(column) = batch.columns().get(*index) {
-                add_values(column.as_ref(), rows, sample);
+        for column in &mut self.samples {
+            if let Some(values) = batch.columns().get(column.index) {
+                add_values(values.as_ref(), rows, &mut column.sample);
             }
         }
     }
@@ -99,15 +110,14 @@ impl DictionaryChoice {
     /// Whether the sample can decide: it is full, or every sampled column has enough values.
     /// A file of wide rows may close several small row groups before that.
     pub fn ready(&self) -> bool {
-        self.rows_left == 0
-            || (self.samples.iter()).all(|(_, _, _, sample)| sample.values >= MIN_SAMPLED_VALUES)
+        self.rows_left == 0 || (self.samples.iter()).all(|c| c.sample.values >= MIN_SAMPLED_VALUES)
     }
 
     /// The columns to write without a dictionary.
     pub fn plain_columns(&self) -> Vec<ColumnPath> {
         (self.samples.iter())
-            .filter(|(_, _, _, sample)| sample.mostly_distinct())
-            .map(|(_, path, _, _)| path.clone())
+            .filter(|c| c.sample.mostly_distinct())
+            .map(|c| c.path.clone())
             .collect()
     }
 
@@ -115,8 +125,8 @@ impl DictionaryChoice {
     /// (the caller keeps them on the sort key columns).
     pub fn columns_without_statistics(&self) -> Vec<ColumnPath> {
         (self.samples.iter())
-            .filter(|(_, _, bytes, sample)| *bytes && sample.mostly_distinct())
-            .map(|(_, path, _, _)| path.clone())
+            .filter(|c| c.bytes && c.sample.mostly_distinct())
+            .map(|c| c.path.clone())
             .collect()
     }
 }
@@ -236,8 +246,8 @@ mod tests {
             chunked.observe(&batch(from, 7));
         }
         assert_eq!(whole.plain_columns(), chunked.plain_columns());
-        assert_eq!(whole.samples[0].3.values, 600);
-        assert_eq!(chunked.samples[0].3.values, 600);
+        assert_eq!(whole.samples[0].sample.values, 600);
+        assert_eq!(chunked.samples[0].sample.values, 600);
     }
 
     #[test]

@@ -383,10 +383,7 @@ impl<W: Write + Send> BlockWriter<W> {
     /// dictionary (integers as deltas), and those of strings or binaries that are not sort keys
     /// without statistics.
     fn settle_dictionaries(&mut self) -> Result<()> {
-        if !self.dictionary_choice.as_ref().is_some_and(|c| c.ready()) {
-            return Ok(());
-        }
-        let Some(choice) = self.dictionary_choice.take() else {
+        let Some(choice) = self.dictionary_choice.take_if(|c| c.ready()) else {
             return Ok(());
         };
         let plain = choice.plain_columns();
