@@ -566,3 +566,79 @@ fn bloom_filters_answer_for_present_and_absent_services() {
         assert_eq!(first_row, ROWS);
     }
 }
+
+/// Writes `batch` in calls of `call_rows` rows, each call's rows in batches of `batch_rows`.
+fn write_in_calls(
+    batch: &RecordBatch,
+    props: &WriterProperties,
+    (call_rows, batch_rows): (usize, usize),
+    parallel: bool,
+) -> Bytes {
+    let options = BlockOptions::new(4, None)
+        .with_dictionary_sample(4096)
+        .with_parallel_encoding(parallel);
+    let mut writer =
+        BlockWriter::try_new(Vec::new(), batch.schema(), props.clone(), options).expect("opens");
+    for start in (0..batch.num_rows()).step_by(call_rows) {
+        let call = batch.slice(start, call_rows.min(batch.num_rows() - start));
+        let parts: Vec<RecordBatch> = (0..call.num_rows())
+            .step_by(batch_rows)
+            .map(|s| call.slice(s, batch_rows.min(call.num_rows() - s)))
+            .collect();
+        writer.write_batches(&parts).expect("writes");
+    }
+    assert_eq!(writer.rows(), batch.num_rows() as u64);
+    writer.finish().expect("finishes");
+    Bytes::from(std::mem::take(writer.inner_mut()))
+}
+
+#[test]
+fn calls_of_many_batches_keep_every_row_and_the_same_bytes_on_one_thread_or_two() {
+    let batch = fixture();
+    for (row_group_bytes, max_rows) in [(64 << 10, None), (256 << 10, Some(3000))] {
+        let props = props(row_group_bytes, max_rows);
+        // One batch per call is what `write` does.
+        let single = write_in_calls(&batch, &props, (1024, 1024), false);
+        let mut writer = BlockWriter::try_new(
+            Vec::new(),
+            batch.schema(),
+            props.clone(),
+            BlockOptions::new(4, None).with_dictionary_sample(4096),
+        )
+        .expect("opens");
+        feed(
+            &batch,
+            usize::MAX,
+            |b| writer.write(b).expect("writes"),
+            || {},
+        );
+        writer.finish().expect("finishes");
+        assert!(single.as_ref() == writer.inner_mut().as_slice());
+        for split in [(8192, 1024), (8192, 37), (5000, 999)] {
+            let one = write_in_calls(&batch, &props, split, false);
+            let two = write_in_calls(&batch, &props, split, true);
+            assert!(
+                one == two,
+                "{split:?}: two encoding threads change the bytes"
+            );
+            assert!(
+                one == write_in_calls(&batch, &props, split, true),
+                "{split:?}: rerun differs"
+            );
+            let meta = metadata(&one);
+            assert!(
+                meta.num_row_groups() > 3,
+                "{} row groups",
+                meta.num_row_groups()
+            );
+            let rows: i64 = meta.row_groups().iter().map(|rg| rg.num_rows()).sum();
+            assert_eq!(rows, batch.num_rows() as i64);
+            let read: usize = reader(&one)
+                .build()
+                .expect("reads")
+                .map(|b| b.expect("decodes").num_rows())
+                .sum();
+            assert_eq!(read, batch.num_rows());
+        }
+    }
+}

@@ -20,7 +20,7 @@ use crate::options::{CompactOptions, KeyColumns, SORT_KEY_METADATA, sort_key_lab
 use crate::output::blocks::{BlockOptions, BlockWriter};
 use crate::output::dictionary_choice::DICTIONARY_SAMPLE_ROWS;
 use crate::scratch::ScratchDir;
-use crate::sort::sink::ChunkSink;
+use crate::sort::sink::{ChunkSink, values_bytes};
 
 /// Distinct values a row group's service bloom filter is sized for (row groups are
 /// clustered by service, so few distinct services fall in one).
@@ -30,6 +30,12 @@ const SERVICE_BLOOM_NDV: u64 = 1024;
 const OPEN_PAGES_BYTES: usize = 16 << 20;
 /// Page and dictionary size limits stay within these bounds.
 const PAGE_BYTES_RANGE: (usize, usize) = (64 << 10, 1 << 20);
+
+/// Rows of consecutive chunks the writer encodes in one call, at most (see [`OutputWriter`]).
+const WRITE_GROUP_ROWS: usize = 8192;
+/// Decoded bytes of consecutive chunks the writer encodes in one call, at most (one chunk of
+/// wide rows may hold more; it is written alone).
+const WRITE_GROUP_BYTES: usize = 4 << 20;
 
 /// The data page and dictionary page size limit for a schema of `leaves` leaf columns.
 fn page_bytes_limit(leaves: usize) -> usize {
@@ -132,8 +138,20 @@ pub fn partition_output_settings(
 }
 
 /// The compacted-file writer as a chunk sink.
+///
+/// Chunks arrive small (a merge emits about a megabyte of encoded rows at a time, 1,024 rows
+/// of narrow ones). Each call into the block writer ends in a barrier, the two encoding threads
+/// joining before the row-group size is checked, and a call of 1,024 narrow rows is over before
+/// the second thread is scheduled. So consecutive chunks wait here until they hold
+/// [`WRITE_GROUP_ROWS`] rows or [`WRITE_GROUP_BYTES`] decoded bytes, or a row group must end,
+/// and are encoded in one call. The groups depend on the chunks' rows and sizes alone (the
+/// bytes their values take, not the capacity of their buffers), so the output stays the same
+/// for the same rows.
 pub struct OutputWriter<W: Write + Send> {
     writer: BlockWriter<W>,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    pending_bytes: usize,
 }
 
 impl<W: Write + Send> OutputWriter<W> {
@@ -146,17 +164,21 @@ impl<W: Write + Send> OutputWriter<W> {
     ) -> Result<Self> {
         Ok(Self {
             writer: BlockWriter::try_new(sink, schema, properties, blocks)?,
+            pending: Vec::new(),
+            pending_rows: 0,
+            pending_bytes: 0,
         })
     }
 
-    /// Rows written so far.
+    /// Rows taken so far (written, or waiting to be written with the next chunks).
     pub fn rows(&self) -> u64 {
-        self.writer.rows()
+        self.writer.rows() + self.pending_rows as u64
     }
 
-    /// Writes the footer and returns the file's metadata; the inner writer then holds the
-    /// whole file.
+    /// Writes the waiting chunks and the footer, and returns the file's metadata; the inner
+    /// writer then holds the whole file.
     pub fn finish(&mut self) -> Result<ParquetMetaData> {
+        self.write_pending()?;
         self.writer.finish()
     }
 
@@ -164,14 +186,33 @@ impl<W: Write + Send> OutputWriter<W> {
     pub fn inner_mut(&mut self) -> &mut W {
         self.writer.inner_mut()
     }
+
+    fn write_pending(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        (self.pending_rows, self.pending_bytes) = (0, 0);
+        self.writer.write_batches(&pending)
+    }
 }
 
 impl<W: Write + Send> ChunkSink for OutputWriter<W> {
     fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
-        self.writer.write(chunk)
+        if chunk.num_rows() == 0 {
+            return Ok(());
+        }
+        self.pending_rows += chunk.num_rows();
+        self.pending_bytes = self.pending_bytes.saturating_add(values_bytes(chunk));
+        self.pending.push(chunk.clone());
+        if self.pending_rows >= WRITE_GROUP_ROWS || self.pending_bytes >= WRITE_GROUP_BYTES {
+            self.write_pending()?;
+        }
+        Ok(())
     }
 
     fn end_row_group(&mut self) -> Result<()> {
+        self.write_pending()?;
         self.writer.flush()
     }
 }

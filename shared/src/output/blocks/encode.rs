@@ -1,6 +1,8 @@
 //! A row group's columns encoded on two threads: each column writer is independent (its pages,
-//! dictionary, statistics and compression are its own), so splitting the columns between
-//! threads changes when their bytes are made, never what they are.
+//! dictionary, statistics and compression are its own), so which thread encodes a column
+//! changes when its bytes are made, never what they are.
+
+use std::sync::{Mutex, PoisonError};
 
 use parquet::arrow::arrow_writer::{ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn};
 
@@ -8,59 +10,68 @@ use crate::error::{Error, Result};
 
 use super::OUTPUT;
 
-/// Splits items of `weights` between two threads, heaviest first onto the lighter thread;
-/// `true` marks the second thread's items.
-fn split(weights: &[usize]) -> Vec<bool> {
+/// The order in which items of `weights` are handed out: heaviest first, so the last items
+/// taken, which decide when both threads are done, are the lightest.
+fn heaviest_first(weights: &[usize]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..weights.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(weights[i]));
-    let mut second = vec![false; weights.len()];
-    let (mut first_load, mut second_load) = (0usize, 0usize);
-    for i in order {
-        if second_load < first_load {
-            second[i] = true;
-            second_load += weights[i];
-        } else {
-            first_load += weights[i];
-        }
-    }
-    second
+    order
 }
 
-/// Runs `work` over `items`, split between this thread and a helper by `weights` when
-/// `parallel` (else all here); the results come back as this thread's, then the helper's.
+/// Runs `work` on each of `items`, on this thread and a helper when `parallel` (else all
+/// here), and returns the results in the items' order. The two threads take the items one at
+/// a time, heaviest (by `weights`) first, so neither waits long for the other: how long a
+/// column takes depends on more than its weight (a page that fills is compressed there and
+/// then), so a split fixed in advance leaves one thread idle while the other finishes.
 fn on_two_threads<T: Send, R: Send>(
     items: Vec<T>,
     weights: &[usize],
     parallel: bool,
-    work: impl Fn(Vec<T>) -> Result<Vec<R>> + Sync,
+    work: impl Fn(T) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {
     if !parallel || items.len() < 2 {
-        return work(items);
+        return items.into_iter().map(work).collect();
     }
-    let (mut first, mut second) = (Vec::new(), Vec::new());
-    for (item, to_second) in items.into_iter().zip(split(weights)) {
-        if to_second {
-            second.push(item);
-        } else {
-            first.push(item);
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    let queue: Vec<(usize, T)> = heaviest_first(weights)
+        .into_iter()
+        .filter_map(|i| {
+            slots
+                .get_mut(i)
+                .and_then(Option::take)
+                .map(|item| (i, item))
+        })
+        .collect();
+    let queue = Mutex::new(queue.into_iter());
+    let take_all = || -> Result<Vec<(usize, R)>> {
+        let mut done = Vec::new();
+        loop {
+            let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+            let Some((i, item)) = next else {
+                return Ok(done);
+            };
+            done.push((i, work(item)?));
         }
-    }
-    std::thread::scope(|scope| {
-        let helper = scope.spawn(|| work(second));
-        let mut results = work(first)?;
+    };
+    let mut results = std::thread::scope(|scope| {
+        let helper = scope.spawn(take_all);
+        let mut results = take_all()?;
         let theirs = helper
             .join()
             .map_err(|_| Error::invariant("a column-encoding thread panicked"))??;
         results.extend(theirs);
-        Ok(results)
-    })
+        Ok::<_, Error>(results)
+    })?;
+    results.sort_by_key(|(i, _)| *i);
+    Ok(results.into_iter().map(|(_, r)| r).collect())
 }
 
-/// Writes each leaf to its writer (in the same order), on two threads when `parallel`; a
-/// leaf's weight is about the work of encoding it.
+/// Writes each writer's leaves to it in order (the writers and their leaves in the same
+/// order), on two threads when `parallel`; a writer's weight is about the work of encoding its
+/// leaves.
 pub(super) fn write_leaves(
     writers: &mut [ArrowColumnWriter],
-    leaves: Vec<(ArrowLeafColumn, usize)>,
+    leaves: Vec<(Vec<ArrowLeafColumn>, usize)>,
     parallel: bool,
 ) -> Result<()> {
     if leaves.len() != writers.len() {
@@ -75,11 +86,11 @@ pub(super) fn write_leaves(
         .iter_mut()
         .zip(leaves.into_iter().map(|(leaf, _)| leaf))
         .collect();
-    on_two_threads(pairs, &weights, parallel, |pairs| {
-        for (writer, leaf) in pairs {
-            writer.write(&leaf).map_err(|e| Error::encode(OUTPUT, e))?;
-        }
-        Ok(Vec::<()>::new())
+    on_two_threads(pairs, &weights, parallel, |(writer, leaves)| {
+        leaves
+            .iter()
+            .try_for_each(|leaf| writer.write(leaf))
+            .map_err(|e| Error::encode(OUTPUT, e))
     })?;
     Ok(())
 }
@@ -94,26 +105,41 @@ pub(super) fn close_writers(
         .iter()
         .map(ArrowColumnWriter::get_estimated_total_bytes)
         .collect();
-    let numbered: Vec<_> = writers.into_iter().enumerate().collect();
-    let mut chunks = on_two_threads(numbered, &weights, parallel, |writers| {
-        writers
-            .into_iter()
-            .map(|(i, w)| w.close().map(|chunk| (i, chunk)))
-            .collect::<parquet::errors::Result<Vec<_>>>()
-            .map_err(|e| Error::encode(OUTPUT, e))
-    })?;
-    chunks.sort_by_key(|(i, _)| *i);
-    Ok(chunks.into_iter().map(|(_, chunk)| chunk).collect())
+    on_two_threads(writers, &weights, parallel, |writer| {
+        writer.close().map_err(|e| Error::encode(OUTPUT, e))
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::split;
+    use super::*;
 
     #[test]
-    fn the_split_balances_the_heaviest_first() {
-        assert_eq!(split(&[10, 1, 1, 8]), [false, true, true, true]);
-        assert_eq!(split(&[5, 5]), [false, true]);
-        assert_eq!(split(&[]), Vec::<bool>::new());
+    fn the_heaviest_go_first() {
+        assert_eq!(heaviest_first(&[10, 1, 1, 8]), [0, 3, 1, 2]);
+        assert_eq!(heaviest_first(&[5, 5]), [0, 1]);
+        assert_eq!(heaviest_first(&[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn results_come_back_in_the_items_order_on_either_thread() {
+        let items: Vec<usize> = (0..50).collect();
+        let weights: Vec<usize> = items.iter().map(|i| (i * 7) % 13).collect();
+        for parallel in [false, true] {
+            let doubled = on_two_threads(items.clone(), &weights, parallel, |i| Ok(i * 2));
+            let want: Vec<usize> = items.iter().map(|i| i * 2).collect();
+            assert_eq!(doubled.ok(), Some(want), "parallel {parallel}");
+        }
+    }
+
+    #[test]
+    fn an_error_on_either_thread_is_returned() {
+        let items: Vec<usize> = (0..20).collect();
+        let weights = vec![1; items.len()];
+        let failed = on_two_threads(items, &weights, true, |i| match i {
+            13 => Err(Error::invariant("item 13")),
+            i => Ok(i),
+        });
+        assert!(failed.is_err());
     }
 }

@@ -36,7 +36,8 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_writer::{
-    ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
+    ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory,
+    compute_leaves,
 };
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
 use parquet::basic::{Encoding, Type as PhysicalType};
@@ -238,13 +239,22 @@ impl<W: Write + Send> BlockWriter<W> {
 
     /// Encodes `batch`, closing row groups where the byte or row limit falls.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.write_batches(std::slice::from_ref(batch))
+    }
+
+    /// Encodes `batches`, in order, as one call (without copying them), closing row groups
+    /// where the byte or row limit falls: an empty row group takes the first batch alone, and
+    /// the rest of the call is fitted to the limit by the row group's measured size, as
+    /// [`Self::write`] fits a batch. The same batches in the same calls give the same bytes.
+    /// Fewer, larger calls let the two encoding threads share more work per call.
+    pub fn write_batches(&mut self, batches: &[RecordBatch]) -> Result<()> {
         self.check_open()?;
-        if batch.num_rows() == 0 {
+        let mut remaining = Rows::new(batches);
+        if remaining.num_rows() == 0 {
             return Ok(());
         }
         let max_rows = self.props.max_row_group_row_count();
         let max_bytes = self.props.max_row_group_bytes();
-        let mut remaining = batch.clone();
         // The rotation of `ArrowWriter::write`, step for step, so the plain layout matches it.
         loop {
             let open = self.open_row_group()?;
@@ -253,6 +263,12 @@ impl<W: Write + Send> BlockWriter<W> {
                 Some(max) if buffered + remaining.num_rows() > max => Some(max - buffered),
                 _ => None,
             };
+            // An empty row group takes the first batch alone, so its size is measured before
+            // the rest of the call is fitted to the limit.
+            if buffered == 0 && max_bytes.is_some() {
+                let first = remaining.first_batch_rows();
+                split_at = Some(split_at.map_or(first, |n| n.min(first)));
+            }
             let candidate = split_at.unwrap_or_else(|| remaining.num_rows());
             if let Some(max_bytes) = max_bytes
                 && buffered > 0
@@ -274,18 +290,19 @@ impl<W: Write + Send> BlockWriter<W> {
                     }
                 }
             }
-            let rest = split_at.map(|n| {
-                let rest = remaining.slice(n, remaining.num_rows() - n);
-                remaining = remaining.slice(0, n);
-                rest
-            });
+            let rest = split_at
+                .filter(|&n| n < remaining.num_rows())
+                .map(|n| remaining.split_off(n));
             if let Some(choice) = self.dictionary_choice.as_mut() {
-                choice.observe(&remaining);
+                remaining
+                    .batches
+                    .iter()
+                    .for_each(|batch| choice.observe(batch));
             }
             let schema = Arc::clone(&self.arrow_schema);
             let parallel = self.parallel_encoding;
             let open = self.open_row_group()?;
-            open.write(&schema, &remaining, parallel)?;
+            open.write(&schema, &remaining.batches, parallel)?;
             let full = max_rows.is_some_and(|max| open.rows >= max)
                 || max_bytes.is_some_and(|max| open.estimated_bytes() >= max);
             self.rows += remaining.num_rows() as u64;
@@ -487,21 +504,38 @@ impl<W: Write + Send> BlockWriter<W> {
 }
 
 impl OpenRowGroup {
-    fn write(&mut self, schema: &SchemaRef, batch: &RecordBatch, parallel: bool) -> Result<()> {
-        let mut leaves = Vec::with_capacity(self.writers.len());
-        for (field, column) in schema.fields().iter().zip(batch.columns()) {
-            let field_leaves =
-                compute_leaves(field, column).map_err(|e| Error::encode(OUTPUT, e))?;
-            // The column's decoded size, shared by its leaves, stands for the work of encoding
-            // (only the split between two threads needs it).
-            let weight = match parallel {
-                true => column.get_array_memory_size() / field_leaves.len().max(1),
-                false => 0,
-            };
-            leaves.extend(field_leaves.into_iter().map(|leaf| (leaf, weight)));
+    fn write(&mut self, schema: &SchemaRef, batches: &[RecordBatch], parallel: bool) -> Result<()> {
+        // Each writer's leaves, one per batch, and its weight: the decoded size of its column,
+        // shared by the column's leaves, stands for the work of encoding it (only the split
+        // between two threads needs it).
+        let mut leaves: Vec<(Vec<ArrowLeafColumn>, usize)> = (self.writers.iter())
+            .map(|_| (Vec::with_capacity(batches.len()), 0))
+            .collect();
+        for batch in batches {
+            let mut writer = 0;
+            for (field, column) in schema.fields().iter().zip(batch.columns()) {
+                let field_leaves =
+                    compute_leaves(field, column).map_err(|e| Error::encode(OUTPUT, e))?;
+                let weight = match parallel {
+                    true => column.get_array_memory_size() / field_leaves.len().max(1),
+                    false => 0,
+                };
+                for leaf in field_leaves {
+                    let (column_leaves, column_weight) =
+                        leaves.get_mut(writer).ok_or_else(|| {
+                            Error::invariant(format!(
+                                "more leaves than the {} column writers",
+                                self.writers.len()
+                            ))
+                        })?;
+                    column_leaves.push(leaf);
+                    *column_weight += weight;
+                    writer += 1;
+                }
+            }
         }
         encode::write_leaves(&mut self.writers, leaves, parallel)?;
-        self.rows += batch.num_rows();
+        self.rows += batches.iter().map(RecordBatch::num_rows).sum::<usize>();
         Ok(())
     }
 
@@ -510,6 +544,56 @@ impl OpenRowGroup {
             .iter()
             .map(ArrowColumnWriter::get_estimated_total_bytes)
             .sum()
+    }
+}
+
+/// The rows of consecutive batches, split without copying.
+struct Rows {
+    batches: Vec<RecordBatch>,
+}
+
+impl Rows {
+    fn new(batches: &[RecordBatch]) -> Self {
+        let batches = batches
+            .iter()
+            .filter(|b| b.num_rows() > 0)
+            .cloned()
+            .collect();
+        Self { batches }
+    }
+
+    fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    fn first_batch_rows(&self) -> usize {
+        self.batches.first().map_or(0, RecordBatch::num_rows)
+    }
+
+    /// Keeps the first `at` rows and returns the others.
+    fn split_off(&mut self, at: usize) -> Rows {
+        let mut kept = 0;
+        let mut rest = Vec::new();
+        let mut batches = std::mem::take(&mut self.batches).into_iter();
+        for batch in batches.by_ref() {
+            let rows = batch.num_rows();
+            if kept + rows <= at {
+                kept += rows;
+                self.batches.push(batch);
+                if kept == at {
+                    break;
+                }
+                continue;
+            }
+            let head = at - kept;
+            if head > 0 {
+                self.batches.push(batch.slice(0, head));
+            }
+            rest.push(batch.slice(head, rows - head));
+            break;
+        }
+        rest.extend(batches);
+        Rows { batches: rest }
     }
 }
 
