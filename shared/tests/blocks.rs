@@ -16,13 +16,14 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
-use parquet::basic::Encoding;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::{
     ColumnChunkMetaData, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader,
 };
 use parquet::file::properties::{ReaderProperties, WriterProperties};
 use parquet::file::reader::FileReader;
 use parquet::file::serialized_reader::{ReadOptionsBuilder, SerializedFileReader};
+use parquet::schema::types::ColumnPath;
 
 const ROWS: usize = 20_000;
 const START: i64 = 1_795_946_400_000_000_000;
@@ -391,6 +392,43 @@ fn mostly_distinct_columns_lose_their_dictionary_after_the_first_row_group() {
             );
         }
     }
+}
+
+#[test]
+fn distinct_text_is_compressed_at_zstd_level_1_once_the_choice_is_made() {
+    let batch = fixture();
+    let options = BlockOptions::new(1, None).with_dictionary_sample(2048);
+    let given = props(1 << 20, Some(3000));
+    let mut writer =
+        BlockWriter::try_new(Vec::new(), batch.schema(), given.clone(), options).expect("opens");
+    let level = |props: &WriterProperties, name: &str| props.compression(&ColumnPath::from(name));
+    let level_3 = Compression::ZSTD(ZstdLevel::try_new(3).expect("a level"));
+    let level_1 = Compression::ZSTD(ZstdLevel::try_new(1).expect("a level"));
+    assert_eq!(level(&given, "body"), level_3, "fixture: ZSTD level 3");
+    writer.write(&batch.slice(0, 1024)).expect("writes");
+    assert_eq!(
+        level(writer.properties(), "body"),
+        level_3,
+        "before the choice"
+    );
+    writer.write(&batch.slice(1024, 8192)).expect("writes");
+    let chosen = writer.properties();
+    assert_eq!(level(chosen, "body"), level_1, "distinct text");
+    // Distinct integers, repeating text and the sort keys keep the file's level.
+    for name in ["time_unix_nano", "service.name", "status", "severity"] {
+        assert_eq!(level(chosen, name), level_3, "{name}");
+    }
+    writer.finish().expect("finishes");
+    let bytes = Bytes::from(std::mem::take(writer.inner_mut()));
+    let meta = metadata(&bytes);
+    assert!(meta.num_row_groups() > 1);
+    for rg in 0..meta.num_row_groups() {
+        assert!(matches!(
+            chunk(&meta, rg, "body").compression(),
+            Compression::ZSTD(_)
+        ));
+    }
+    assert_eq!(read(reader(&bytes))[0].len(), 9216, "rows read back");
 }
 
 /// The chunk of top-level column `name` in row group `rg`.

