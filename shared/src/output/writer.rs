@@ -59,7 +59,8 @@ fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
 }
 
 /// Writer properties of a compacted file: row groups rotate at `row_group_bytes` of estimated encoded
-/// size or at `max_rows` rows, whichever comes first.
+/// size or at `max_rows` rows, whichever comes first. Leaves of lists and maps carry no min/max
+/// statistics: their range spans every row's elements, which prunes no row.
 pub fn output_properties(
     schema: &Schema,
     keys: &KeyColumns,
@@ -68,7 +69,8 @@ pub fn output_properties(
     max_rows: Option<u64>,
 ) -> Result<WriterProperties> {
     let time_leaf = leaf_index(schema, &keys.time)?;
-    let page_bytes = page_bytes_limit(parquet_schema(schema)?.num_columns());
+    let descr = parquet_schema(schema)?;
+    let page_bytes = page_bytes_limit(descr.num_columns());
     let mut sorting = Vec::new();
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
@@ -85,6 +87,10 @@ pub fn output_properties(
             SORT_KEY_METADATA.to_string(),
             sort_key_label(keys, has_service),
         )]));
+    for leaf in descr.columns().iter().filter(|c| c.max_rep_level() > 0) {
+        builder =
+            builder.set_column_statistics_enabled(leaf.path().clone(), EnabledStatistics::None);
+    }
     if has_service {
         let service_leaf = leaf_index(schema, &keys.service)?;
         sorting.push(SortingColumn {
