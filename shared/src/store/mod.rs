@@ -1,5 +1,6 @@
 //! Store construction from a URL, and the few object-store helpers the engine needs.
 
+pub mod aws_env;
 pub mod counting;
 pub mod observed;
 pub mod raw_s3;
@@ -20,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::cost::RequestCounts;
 use crate::error::{Error, Result};
+use crate::settings::Lookup;
 use crate::store::raw_s3::{ConditionalDelete, RawS3, addressable};
 use crate::store::request_counts::{RequestCounters, RequestCountingStore};
 
@@ -109,20 +111,15 @@ impl Store {
     pub fn open(url: &str) -> Result<Self> {
         match StoreUrl::parse(url)? {
             StoreUrl::S3 { bucket, prefix } => {
-                let mut builder = AmazonS3Builder::from_env().with_bucket_name(&bucket);
-                let endpoint = std::env::var("AWS_ENDPOINT_URL_S3")
-                    .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
-                    .ok();
-                if let Some(endpoint) = endpoint {
+                let env: Lookup<'_> = &aws_env::process_env;
+                let mut builder = AmazonS3Builder::from_env()
+                    .with_bucket_name(&bucket)
+                    .with_region(aws_env::region(env));
+                if let Some(endpoint) = aws_env::endpoint(env) {
                     builder = builder
                         .with_endpoint(&endpoint)
                         .with_allow_http(endpoint.starts_with("http://"))
                         .with_virtual_hosted_style_request(false);
-                }
-                if std::env::var("AWS_REGION").is_err()
-                    && std::env::var("AWS_DEFAULT_REGION").is_err()
-                {
-                    builder = builder.with_region("us-east-1");
                 }
                 let s3 = builder.build().map_err(|e| Error::Config {
                     message: format!("cannot configure S3 for bucket {bucket}: {e}"),

@@ -6,7 +6,7 @@
 //! cannot represent (an empty `//` segment, a `.` or `..` segment, a control character). Here
 //! keys come back as the strings S3 holds (`encoding-type=url`, decoded once), so such a key is
 //! reported and skipped while the rest of the listing goes on. Credentials, region and
-//! endpoint come from the same environment variables object_store reads.
+//! endpoint come from the same environment variables object_store reads (`store::aws_env`).
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
@@ -16,6 +16,8 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 
 use crate::error::{Error, Result};
+use crate::settings::Lookup;
+use crate::store::aws_env;
 
 /// A listing taken by raw key: what can be addressed, and the keys skipped.
 #[derive(Debug, Default)]
@@ -64,14 +66,13 @@ impl RawS3 {
         let key_id = var("AWS_ACCESS_KEY_ID")?;
         let secret = var("AWS_SECRET_ACCESS_KEY")?;
         let credentials = Credentials::new(key_id, secret, var("AWS_SESSION_TOKEN"), None, "env");
-        let region = var("AWS_REGION")
-            .or_else(|| var("AWS_DEFAULT_REGION"))
-            .unwrap_or_else(|| "us-east-1".to_string());
+        let env: Lookup<'_> = &aws_env::process_env;
+        let region = aws_env::region(env);
         let mut config = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(region))
             .credentials_provider(credentials);
-        if let Some(endpoint) = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL")) {
+        if let Some(endpoint) = aws_env::endpoint(env) {
             config = config.endpoint_url(endpoint).force_path_style(true);
         }
         let root = if prefix.is_empty() {

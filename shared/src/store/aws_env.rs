@@ -1,0 +1,65 @@
+//! The S3 endpoint and region that both S3 clients (object_store and the raw SDK calls) take
+//! from the standard AWS environment, read in one place so the two always agree. A variable set
+//! to the empty string counts as unset.
+
+use crate::settings::Lookup;
+
+/// The region used when neither `AWS_REGION` nor `AWS_DEFAULT_REGION` is set.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// The first of `names` set to a non-empty value.
+fn first_set(lookup: Lookup<'_>, names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .find_map(|name| lookup(name).filter(|value| !value.is_empty()))
+}
+
+/// The S3 endpoint override (`AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`), if any: MinIO or
+/// another S3-compatible server.
+pub fn endpoint(lookup: Lookup<'_>) -> Option<String> {
+    first_set(lookup, &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"])
+}
+
+/// The region (`AWS_REGION`, else `AWS_DEFAULT_REGION`, else [`DEFAULT_REGION`]).
+pub fn region(lookup: Lookup<'_>) -> String {
+    first_set(lookup, &["AWS_REGION", "AWS_DEFAULT_REGION"])
+        .unwrap_or_else(|| DEFAULT_REGION.to_string())
+}
+
+/// The process environment as a [`Lookup`].
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::fixed_lookup;
+
+    #[test]
+    fn the_s3_endpoint_wins_over_the_general_one_and_empty_values_count_as_unset() {
+        let both = fixed_lookup(&[
+            ("AWS_ENDPOINT_URL", "http://general:9000"),
+            ("AWS_ENDPOINT_URL_S3", "http://s3:9000"),
+        ]);
+        assert_eq!(endpoint(&both).as_deref(), Some("http://s3:9000"));
+        let empty_s3 = fixed_lookup(&[
+            ("AWS_ENDPOINT_URL", "http://general:9000"),
+            ("AWS_ENDPOINT_URL_S3", ""),
+        ]);
+        assert_eq!(endpoint(&empty_s3).as_deref(), Some("http://general:9000"));
+        assert_eq!(endpoint(&fixed_lookup(&[("AWS_ENDPOINT_URL", "")])), None);
+    }
+
+    #[test]
+    fn the_region_falls_back_to_the_default_region_then_us_east_1() {
+        let both = fixed_lookup(&[
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_DEFAULT_REGION", "us-west-2"),
+        ]);
+        assert_eq!(region(&both), "eu-west-1");
+        let default_only = fixed_lookup(&[("AWS_REGION", ""), ("AWS_DEFAULT_REGION", "us-west-2")]);
+        assert_eq!(region(&default_only), "us-west-2");
+        assert_eq!(region(&fixed_lookup(&[])), DEFAULT_REGION);
+    }
+}
