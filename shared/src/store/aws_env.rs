@@ -2,6 +2,8 @@
 //! from the standard AWS environment, read in one place so the two always agree. A variable set
 //! to the empty string counts as unset.
 
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+
 use crate::settings::Lookup;
 
 /// The region used when neither `AWS_REGION` nor `AWS_DEFAULT_REGION` is set.
@@ -24,6 +26,36 @@ pub fn endpoint(lookup: Lookup<'_>) -> Option<String> {
 pub fn region(lookup: Lookup<'_>) -> String {
     first_set(lookup, &["AWS_REGION", "AWS_DEFAULT_REGION"])
         .unwrap_or_else(|| DEFAULT_REGION.to_string())
+}
+
+/// An object_store S3 builder from the process environment, like
+/// `AmazonS3Builder::from_env` but with variables set to the empty string left out (an exported
+/// empty `AWS_SESSION_TOKEN` or `AWS_ENDPOINT_URL_S3` would otherwise be sent or win over the set
+/// one), then with [`region`] and [`endpoint`]. An endpoint is addressed path-style, over
+/// plain HTTP when its URL says so.
+pub fn object_store_builder() -> AmazonS3Builder {
+    let mut builder = AmazonS3Builder::new();
+    for (name, value) in std::env::vars_os() {
+        let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
+            continue;
+        };
+        if !name.starts_with("AWS_") || value.is_empty() {
+            continue;
+        }
+        if let Ok(key) = name.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+            builder = builder.with_config(key, value);
+        }
+    }
+    let env: Lookup<'_> = &process_env;
+    builder = builder.with_region(region(env));
+    if let Some(endpoint) = endpoint(env) {
+        builder = builder
+            .with_config(AmazonS3ConfigKey::S3Endpoint, &endpoint)
+            .with_endpoint(&endpoint)
+            .with_allow_http(endpoint.starts_with("http://"))
+            .with_virtual_hosted_style_request(false);
+    }
+    builder
 }
 
 /// The process environment as a [`Lookup`].

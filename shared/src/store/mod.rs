@@ -11,7 +11,6 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -21,7 +20,6 @@ use tokio::io::AsyncWriteExt;
 
 use crate::cost::RequestCounts;
 use crate::error::{Error, Result};
-use crate::settings::Lookup;
 use crate::store::raw_s3::{ConditionalDelete, RawS3, addressable};
 use crate::store::request_counts::{RequestCounters, RequestCountingStore};
 
@@ -111,16 +109,7 @@ impl Store {
     pub fn open(url: &str) -> Result<Self> {
         match StoreUrl::parse(url)? {
             StoreUrl::S3 { bucket, prefix } => {
-                let env: Lookup<'_> = &aws_env::process_env;
-                let mut builder = AmazonS3Builder::from_env()
-                    .with_bucket_name(&bucket)
-                    .with_region(aws_env::region(env));
-                if let Some(endpoint) = aws_env::endpoint(env) {
-                    builder = builder
-                        .with_endpoint(&endpoint)
-                        .with_allow_http(endpoint.starts_with("http://"))
-                        .with_virtual_hosted_style_request(false);
-                }
+                let builder = aws_env::object_store_builder().with_bucket_name(&bucket);
                 let s3 = builder.build().map_err(|e| Error::Config {
                     message: format!("cannot configure S3 for bucket {bucket}: {e}"),
                 })?;
