@@ -313,3 +313,32 @@ async fn compact_counts_its_s3_requests() {
         "1,024 MB: {report}"
     );
 }
+
+/// Variables exported empty (`AWS_ENDPOINT_URL_S3=`, `AWS_SESSION_TOKEN=`, as some shells and
+/// CI systems leave them) count as unset: the CLI still reaches the server that
+/// `AWS_ENDPOINT_URL` names, and what it writes is there.
+#[test]
+fn empty_aws_variables_count_as_unset() {
+    let url = s3_url("cli-empty-env");
+    let (tenant, hour) = ("acme", "2026-11-29T10");
+    let mut args = vec!["generate"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.extend(["--files", "1", "--rows", "100", "--json"]);
+    let output = std::process::Command::new(ourios_integration_tests::cli_bin())
+        .args(&args)
+        .env("AWS_ENDPOINT_URL_S3", "")
+        .env("AWS_SESSION_TOKEN", "")
+        .output()
+        .expect("the CLI starts");
+    assert!(
+        output.status.success(),
+        "generate with empty AWS variables failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let mut args = vec!["files"];
+    args.extend(partition_args(&url, tenant, hour));
+    args.push("--json");
+    let files = cli_json(&args);
+    assert_eq!(files["live"].as_array().map(Vec::len), Some(1), "{files}");
+}
