@@ -83,6 +83,7 @@
 //! | | [`scratch`] | a job's local scratch directory |
 //! | | `logging` | the tracing subscriber the binaries install (feature `logging`) |
 //! | store | [`store`] | store URLs and object-store helpers |
+//! | | [`store::aws_env`] | the S3 endpoint, region and object_store builder from the AWS environment, empty variables unset |
 //! | | [`store::raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
 //! | | [`store::upload`] | streaming multipart upload |
 //! | | [`store::observed`] | the pass-through store wrapper that reports each read |
