@@ -13,8 +13,13 @@ use crate::options::{
     budget_for_function_memory,
 };
 
-/// A variable's value, if set (the binaries pass `|name| std::env::var(name).ok()`).
+/// A variable's value, if set (the binaries pass [`process_env`]).
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process environment as a [`Lookup`].
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
 
 /// A lookup over fixed `(name, value)` pairs (tests, and callers that carry their own
 /// variables).

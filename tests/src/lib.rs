@@ -104,8 +104,14 @@ pub fn cli_bin() -> std::path::PathBuf {
 
 /// Runs the CLI, expects success, and parses its JSON output.
 pub fn cli_json(args: &[&str]) -> serde_json::Value {
+    cli_json_with_env(args, &[])
+}
+
+/// [`cli_json`] with `env` variables set (or overridden) for the CLI process.
+pub fn cli_json_with_env(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let output = std::process::Command::new(cli_bin())
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("the CLI starts");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -13,7 +13,7 @@ use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::put_bytes;
 use ourios_integration_tests::{
-    all_keys, assert_exactly_once, cli_json, land_files, live_tags, s3_url,
+    all_keys, assert_exactly_once, cli_json, cli_json_with_env, land_files, live_tags, s3_url,
 };
 
 fn partition_args<'a>(url: &'a str, tenant: &'a str, hour: &'a str) -> Vec<&'a str> {
@@ -324,16 +324,9 @@ fn empty_aws_variables_count_as_unset() {
     let mut args = vec!["generate"];
     args.extend(partition_args(&url, tenant, hour));
     args.extend(["--files", "1", "--rows", "100", "--json"]);
-    let output = std::process::Command::new(ourios_integration_tests::cli_bin())
-        .args(&args)
-        .env("AWS_ENDPOINT_URL_S3", "")
-        .env("AWS_SESSION_TOKEN", "")
-        .output()
-        .expect("the CLI starts");
-    assert!(
-        output.status.success(),
-        "generate with empty AWS variables failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+    cli_json_with_env(
+        &args,
+        &[("AWS_ENDPOINT_URL_S3", ""), ("AWS_SESSION_TOKEN", "")],
     );
 
     let mut args = vec!["files"];

@@ -14,7 +14,7 @@ use ourios_compaction::read::inspect::inspect_object;
 use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::report::CompactionReport;
 use ourios_compaction::serverless::function_settings::DEFAULT_BACKFILL_INTERVAL;
-use ourios_compaction::settings::CompactSettings;
+use ourios_compaction::settings::{CompactSettings, process_env};
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 
@@ -30,7 +30,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             json,
         } => {
             let (store, layout, partition) = open(&store, &partition)?;
-            let mut options = settings.settings(&env)?.options(None);
+            let mut options = settings.settings(&process_env)?.options(None);
             let show_progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
             if show_progress {
                 options.progress = Some(progress_line(&partition));
@@ -199,7 +199,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
             let run = crate::backfill::BackfillRun {
                 interval: interval.unwrap_or(DEFAULT_BACKFILL_INTERVAL),
                 run_local: run_local
-                    .then(|| settings.settings(&env).map(|s| s.options(None)))
+                    .then(|| settings.settings(&process_env).map(|s| s.options(None)))
                     .transpose()?,
                 json,
             };
@@ -207,7 +207,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Demo { store } => crate::demo::run_demo(&store).await,
         Command::Bench { bench, cost } => {
-            let mut settings = CompactSettings::from_lookup(&env)?;
+            let mut settings = CompactSettings::from_lookup(&process_env)?;
             cost.apply(&mut settings);
             settings.scratch_dir = bench.store.join(".scratch");
             settings.budget_bytes = bench.memory_budget.unwrap_or(DEFAULT_BUDGET_BYTES);
@@ -268,11 +268,6 @@ fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
         store,
         ourios_compaction::store::key_path(&name.to_string_lossy())?,
     ))
-}
-
-/// The environment, as the settings read it.
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
 }
 
 /// A progress line on stderr for the compaction of `partition`, redrawn at most twice a second.

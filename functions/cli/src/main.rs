@@ -12,13 +12,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ourios_compaction::logging::{LogStyle, init_tracing};
+use ourios_compaction::settings::process_env;
 
 fn main() -> ExitCode {
     ourios_compaction::sort::resources::tune_allocator();
     let cli = args::Cli::parse();
-    init_tracing(LogStyle::Cli { json: cli.log_json }, &|name| {
-        std::env::var(name).ok()
-    });
+    init_tracing(LogStyle::Cli { json: cli.log_json }, &process_env);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

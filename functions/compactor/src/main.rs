@@ -11,7 +11,7 @@ use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::logging::{LogStyle, init_tracing};
 use ourios_compaction::serverless::function_settings::FunctionSettings;
 use ourios_compaction::serverless::state_machine::FanOutStateMachine;
-use ourios_compaction::settings::CompactSettings;
+use ourios_compaction::settings::{CompactSettings, process_env};
 use ourios_compaction::store::Store;
 use serde_json::Value;
 
@@ -20,16 +20,15 @@ use crate::handler::Compactor;
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     ourios_compaction::sort::resources::tune_allocator();
-    let lookup = |name: &str| std::env::var(name).ok();
-    init_tracing(LogStyle::Function, &lookup);
-    let settings = FunctionSettings::from_lookup(&lookup)?;
+    init_tracing(LogStyle::Function, &process_env);
+    let settings = FunctionSettings::from_lookup(&process_env)?;
     let compactor = Compactor {
         store: Store::open(&settings.store_url)?,
         layout: settings.layout,
         scope: settings.scope,
-        settings: CompactSettings::from_lookup(&lookup)?,
+        settings: CompactSettings::from_lookup(&process_env)?,
         readiness: settings.readiness,
-        state_machine: FanOutStateMachine::from_lookup(&lookup)?,
+        state_machine: FanOutStateMachine::from_lookup(&process_env)?,
     };
     let compactor = &compactor;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

@@ -11,14 +11,14 @@ use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::logging::{LogStyle, init_tracing};
 use ourios_compaction::serverless::dispatch::invocation::Planner;
 use ourios_compaction::serverless::function_settings::{FunctionSettings, deadline_instant};
+use ourios_compaction::settings::process_env;
 use ourios_compaction::store::Store;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let lookup = |name: &str| std::env::var(name).ok();
-    init_tracing(LogStyle::Function, &lookup);
-    let settings = FunctionSettings::from_lookup(&lookup)?;
+    init_tracing(LogStyle::Function, &process_env);
+    let settings = FunctionSettings::from_lookup(&process_env)?;
     let planner = Planner {
         store: Store::open(&settings.store_url)?,
         layout: settings.layout,

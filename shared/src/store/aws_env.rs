@@ -4,7 +4,7 @@
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
-use crate::settings::Lookup;
+use crate::settings::{Lookup, process_env};
 
 /// The region used when neither `AWS_REGION` nor `AWS_DEFAULT_REGION` is set.
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -56,11 +56,6 @@ pub fn object_store_builder() -> AmazonS3Builder {
             .with_virtual_hosted_style_request(false);
     }
     builder
-}
-
-/// The process environment as a [`Lookup`].
-pub fn process_env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
 }
 
 #[cfg(test)]

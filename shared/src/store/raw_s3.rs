@@ -16,7 +16,7 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 
 use crate::error::{Error, Result};
-use crate::settings::Lookup;
+use crate::settings::{Lookup, process_env};
 use crate::store::aws_env;
 
 /// A listing taken by raw key: what can be addressed, and the keys skipped.
@@ -66,7 +66,7 @@ impl RawS3 {
         let key_id = var("AWS_ACCESS_KEY_ID")?;
         let secret = var("AWS_SECRET_ACCESS_KEY")?;
         let credentials = Credentials::new(key_id, secret, var("AWS_SESSION_TOKEN"), None, "env");
-        let env: Lookup<'_> = &aws_env::process_env;
+        let env: Lookup<'_> = &process_env;
         let region = aws_env::region(env);
         let mut config = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
