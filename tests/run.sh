@@ -164,6 +164,9 @@ cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo doc (broken and private intra-doc links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
 step "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
 bash infra/tests/check.sh
 

@@ -148,11 +148,10 @@ pub fn partition_output_settings(
 /// Chunks arrive small (a merge emits about a megabyte of encoded rows at a time, 1,024 rows
 /// of narrow ones). Each call into the block writer ends in a barrier, the two encoding threads
 /// joining before the row-group size is checked, and a call of 1,024 narrow rows is over before
-/// the second thread is scheduled. So consecutive chunks wait here until they hold
-/// [`WRITE_GROUP_ROWS`] rows or [`WRITE_GROUP_BYTES`] decoded bytes, or a row group must end,
-/// and are encoded in one call. The groups depend on the chunks' rows and sizes alone (the
-/// bytes their values take, not the capacity of their buffers), so the output stays the same
-/// for the same rows.
+/// the second thread is scheduled. So consecutive chunks wait here until they hold 8,192 rows
+/// or 4 MiB of decoded bytes, or a row group must end, and are encoded in one call. The groups
+/// depend on the chunks' rows and sizes alone (the bytes their values take, not the capacity of
+/// their buffers), so the output stays the same for the same rows.
 pub struct OutputWriter<W: Write + Send> {
     writer: BlockWriter<W>,
     pending: Vec<RecordBatch>,

@@ -5,7 +5,7 @@
 //!    bytes; each group is staged, checked and sorted by the engine into a run object
 //!    ([`KeyLayout::run_key`]), a sorted Parquet file like any output.
 //! 2. **Split**: boundaries from the runs' row-group statistics cut the key space into ranges
-//!    of about equal bytes ([`split_points`]), a pure function of the runs.
+//!    of about equal bytes ([`split_points`](crate::read::split::split_points)), a pure function of the runs.
 //! 3. **Merge**: each range is merged from the row groups of every run that can hold its
 //!    keys, fetched with range reads and read as presorted runs, into one output; rows are
 //!    kept by key, so every row lands in exactly one range.
