@@ -77,7 +77,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
         ("b2-truncated.parquet", truncated, "not a readable Parquet"),
         ("b3-empty.parquet", Bytes::new(), "empty"),
         ("b5-no-time.parquet", no_time, "time column"),
-        ("b6-conflict.parquet", conflicting, "earlier input"),
+        ("b6-conflict.parquet", conflicting, "in input"),
         (
             "b7-outside.parquet",
             outside,

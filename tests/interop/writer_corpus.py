@@ -13,7 +13,8 @@ Writers: pyarrow with every codec it writes (none, snappy, gzip, brotli, lz4_raw
 both format versions (1.0, 2.6) and data page versions; Polars (large strings and lists,
 microsecond times); DuckDB (16-byte ids as BLOB, timestamps with a zone); INT96 times; a
 file with zero rows; nested columns whose encodings differ by file; integer and float
-widths that differ by file.
+widths that differ by file; page checksums, one of them not matching its page; service and
+tenant columns of nulls typed Null; a stray conflicting file of few rows whose name sorts first.
 
 `verify` reads every input of a partition (still in place: inputs are deleted only after the
 grace period) and its compacted file(s) with pyarrow, normalises values (not types: every
@@ -74,6 +75,17 @@ def pyarrow_table(n, seed, time_type=pa.int64()):
             "status": pa.array(cols["status"], pa.int32()),
         }
     )
+
+
+def partial(tenant, quarantined, reason_words):
+    """The expectation of a partition where one file is quarantined for the given words."""
+    return {
+        "tenant": tenant,
+        "hour": HOUR,
+        "expect": "partial",
+        "quarantined": quarantined,
+        "reason_words": reason_words,
+    }
 
 
 def write_codecs(store):
@@ -250,15 +262,55 @@ def write_conflict(store):
     bad = pyarrow_table(100, 2).set_column(3, "status", pa.array(["ok"] * 100, pa.string()))
     pq.write_table(bad, d / "b-text-status.parquet")
     pq.write_table(pyarrow_table(100, 3), d / "c.parquet")
-    return [
-        {
-            "tenant": "conflict",
-            "hour": HOUR,
-            "expect": "partial",
-            "quarantined": "b-text-status.parquet",
-            "reason_words": ["status", "Utf8", "Int32", "a.parquet"],
-        }
-    ]
+    words = ["status", "Utf8", "Int32", "a.parquet"]
+    return [partial("conflict", "b-text-status.parquet", words)]
+
+
+def write_null_typed_keys(store):
+    """pyarrow (from_pylist, pandas) types a column of nulls as Null: a service or tenant
+    column of nulls that way is an all-null string column, not a bad input."""
+    d = partition_dir(store, "nulltyped")
+    d.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pyarrow_table(50, 1), d / "a.parquet")
+    t = times_ns(20, 2)
+    nulls = pa.table(
+        {TIME: pa.array(t, pa.int64()), SERVICE: [None] * 20, "tenant_id": [None] * 20}
+    )
+    assert nulls.schema.field(SERVICE).type == pa.null()
+    pq.write_table(nulls, d / "b-null-typed.parquet")
+    return [{"tenant": "nulltyped", "hour": HOUR, "expect": "compacted"}]
+
+
+def write_stray_conflict(store):
+    """A stray file of a few rows whose name sorts first disagrees with the files of many rows:
+    it is the one quarantined."""
+    d = partition_dir(store, "stray")
+    d.mkdir(parents=True, exist_ok=True)
+    stray = pyarrow_table(5, 1).set_column(3, "status", pa.array(["ok"] * 5, pa.string()))
+    pq.write_table(stray, d / "0-stray.parquet")
+    pq.write_table(pyarrow_table(100, 2), d / "a.parquet")
+    pq.write_table(pyarrow_table(100, 3), d / "b.parquet")
+    words = ["status", "Utf8", "Int32", "a.parquet", "more of the partition's rows"]
+    return [partial("stray", "0-stray.parquet", words)]
+
+
+def write_checksums(store):
+    """Files with page checksums (as parquet-mr and Spark write them by default): an intact
+    one compacts; one whose body page lost a byte in storage is quarantined by its checksum,
+    not read as rows that are silently wrong."""
+    d = partition_dir(store, "checksums")
+    d.mkdir(parents=True, exist_ok=True)
+    options = {"write_page_checksum": True, "use_dictionary": False, "compression": "snappy"}
+    pq.write_table(pyarrow_table(100, 1), d / "a.parquet", **options)
+    damaged = d / "b-damaged.parquet"
+    pq.write_table(pyarrow_table(100, 2), damaged, **options)
+    body = pq.ParquetFile(damaged).metadata.row_group(0).column(2)
+    assert body.path_in_schema == "body"
+    data = bytearray(damaged.read_bytes())
+    data[body.data_page_offset + body.total_compressed_size // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    pq.write_table(pyarrow_table(100, 3), d / "c.parquet", **options)
+    return [partial("checksums", "b-damaged.parquet", ["checksum"])]
 
 
 # --- verification --------------------------------------------------------------------------
@@ -392,6 +444,9 @@ def main():
         write_nested,
         write_empty,
         write_conflict,
+        write_checksums,
+        write_null_typed_keys,
+        write_stray_conflict,
     ]
     for writer in writers:
         for line in writer(store):

@@ -70,7 +70,7 @@ async fn quarantined_files_survive_compaction_and_gc_on_s3() {
         (
             "z-conflict.parquet",
             with_extra_column(start + 3, ("tag", "not an integer")),
-            "earlier input",
+            "more of the partition's rows agree with",
         ),
     ];
     for (name, bytes, _) in &bad {

@@ -1,7 +1,7 @@
 //! Hostile files in a partition are quarantined one by one while the rest compacts, and the
 //! process stays inside the memory bound: a 300 MiB value compressed to almost nothing, a
 //! gzip page that inflates far beyond its header, a footer claiming chunks of 2^50 bytes,
-//! 12,000 columns, a schema 2,000 levels deep.
+//! 12,000 columns, a schema 2,000 levels deep, a footer declaring 300,000 levels.
 
 mod common;
 
@@ -192,6 +192,49 @@ fn deep_nesting(path: &Path) {
         .expect("deep file written");
 }
 
+/// A file whose footer (compact Thrift, written by hand) declares a schema of 300,000 nested
+/// groups in 2.4 MB: a reader that builds the schema tree recursively overflows its stack on it.
+fn very_deep_footer(path: &Path) {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn name(out: &mut Vec<u8>, header: u8, text: &str) {
+        out.push(header);
+        varint(out, text.len() as u64);
+        out.extend_from_slice(text.as_bytes());
+    }
+    const GROUPS: u64 = 300_000;
+    // FileMetaData: 1 version, 2 schema (a list of SchemaElement), 3 num_rows, 4 row_groups.
+    let mut footer = vec![0x15, 0x02, 0x19, 0xfc];
+    varint(&mut footer, GROUPS + 3);
+    // The root: name, two children.
+    name(&mut footer, 0x48, "schema");
+    footer.extend_from_slice(&[0x15, 0x04, 0x00]);
+    // A required INT64 time column: type, repetition, name.
+    footer.extend_from_slice(&[0x15, 0x04, 0x25, 0x00]);
+    name(&mut footer, 0x18, "time_unix_nano");
+    footer.push(0x00);
+    // Optional groups of one child each: repetition, name, children.
+    for _ in 0..GROUPS {
+        footer.extend_from_slice(&[0x35, 0x02]);
+        name(&mut footer, 0x18, "g");
+        footer.extend_from_slice(&[0x15, 0x02, 0x00]);
+    }
+    // The innermost leaf, then no rows and no row groups.
+    footer.extend_from_slice(&[0x15, 0x04, 0x25, 0x02]);
+    name(&mut footer, 0x18, "leaf");
+    footer.extend_from_slice(&[0x00, 0x16, 0x00, 0x19, 0x0c, 0x00]);
+    let mut file = b"PAR1".to_vec();
+    file.extend_from_slice(&footer);
+    file.extend_from_slice(&(footer.len() as u32).to_le_bytes());
+    file.extend_from_slice(b"PAR1");
+    std::fs::write(path, file).expect("very deep footer written");
+}
+
 #[test]
 fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     let dir = tempfile::tempdir().expect("dir");
@@ -215,6 +258,7 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     absurd_footer(&part.join("absurd-footer.parquet"));
     many_columns(&part.join("many-columns.parquet"));
     deep_nesting(&part.join("deep-nesting.parquet"));
+    very_deep_footer(&part.join("very-deep-footer.parquet"));
     for name in ["big-value.parquet", "gzip-bomb.parquet"] {
         let size = std::fs::metadata(part.join(name)).expect("file").len();
         assert!(size < 2 * MIB, "{name} is small on disk: {size}");
@@ -245,6 +289,7 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
         ("deep-nesting.parquet", "levels deep"),
         ("gzip-bomb.parquet", "decompression bomb"),
         ("many-columns.parquet", "leaf columns"),
+        ("very-deep-footer.parquet", "levels deep"),
     ];
     assert_eq!(quarantined.len(), expected.len(), "{quarantined:#?}");
     for (entry, (name, words)) in quarantined.iter().zip(expected) {

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::Expiry;
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
-use crate::input::schema::{UnifiedSchema, unify};
+use crate::input::schema::{UnifiedSchema, unify_weighted};
 use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, page_cap_bytes};
 use crate::manifest::gc::collect_garbage_with;
 use crate::manifest::{
@@ -449,11 +449,19 @@ pub(crate) async fn sort_group(
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
         let (unified, rejected) = {
-            let schemas: Vec<(&str, &arrow::datatypes::Schema)> = checked
+            // A previous compacted output outweighs any ingest file: its rows are live.
+            let schemas: Vec<(&str, &arrow::datatypes::Schema, u64)> = checked
                 .iter()
-                .map(|c| (c.staged.name.as_str(), c.schema.as_ref()))
+                .map(|c| {
+                    let weight = if c.staged.is_compacted {
+                        u64::MAX
+                    } else {
+                        c.rows
+                    };
+                    (c.staged.name.as_str(), c.schema.as_ref(), weight)
+                })
                 .collect();
-            unify(&schemas, &options.keys)
+            unify_weighted(&schemas, &options.keys)
         };
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);

@@ -304,13 +304,25 @@ const MAX_RESIZES: u32 = 8;
 /// current row whenever a batch comes out far off its target. Each reopen decompresses the
 /// current page of every column again, so an input of a stream starts from the width its
 /// predecessor measured (see [`RowWidth`]) instead of probing.
+///
+/// Each row group is read by a reader of its own, and must decode to the rows its footer
+/// declares. One reader over several row groups chains each column's chunks: a corrupt page
+/// that decodes to more or fewer records than its chunk holds would shift that column against
+/// the others into the next row group, which is intact, with no error. Bounded by its row
+/// group, the column comes out of step with the others and the reader fails instead.
 pub struct SizedBatches {
     local: PathBuf,
     key: String,
-    row_groups: Option<Vec<usize>>,
+    /// The row groups to read, in order, each with the rows its footer declares.
+    row_groups: Vec<(usize, usize)>,
+    /// Position in `row_groups` of the one being read.
+    group: usize,
+    /// The file's metadata, read once (with the dictionaries' hint).
+    metadata: Option<ArrowReaderMetadata>,
     /// Strings read as Arrow dictionaries (see `read_as_dictionaries`).
     dictionaries: DictionaryColumns,
     target_bytes: u64,
+    /// Rows read from the row group being read.
     rows_read: usize,
     batch_rows: usize,
     resizes: u32,
@@ -378,7 +390,9 @@ impl SizedBatches {
         let mut batches = Self {
             local: input.staged.local.clone(),
             key: input.staged.key.to_string(),
-            row_groups: input.row_groups.clone(),
+            row_groups: Vec::new(),
+            group: 0,
+            metadata: None,
             dictionaries: dictionaries.clone(),
             target_bytes,
             rows_read: 0,
@@ -391,6 +405,21 @@ impl SizedBatches {
                 decoded_row_bytes: None,
             },
         };
+        let declared: Vec<usize> = (batches.metadata()?.metadata().row_groups().iter())
+            .map(|g| usize::try_from(g.num_rows()).unwrap_or(0))
+            .collect();
+        let chosen = match &input.row_groups {
+            Some(chosen) => chosen.clone(),
+            None => (0..declared.len()).collect(),
+        };
+        for row_group in chosen {
+            let rows = declared.get(row_group).copied().ok_or_else(|| {
+                Error::invariant(format!("{}: no row group {row_group}", input.staged.key))
+            })?;
+            if rows > 0 {
+                batches.row_groups.push((row_group, rows));
+            }
+        }
         batches.reopen()?;
         Ok(batches)
     }
@@ -404,32 +433,66 @@ impl SizedBatches {
     pub fn read_as_dictionaries(&mut self, dictionaries: &DictionaryColumns) -> Result<()> {
         if &self.dictionaries != dictionaries {
             self.dictionaries = dictionaries.clone();
+            self.metadata = None;
             self.reopen()?;
         }
         Ok(())
     }
 
+    /// The file's metadata, read on first use and again when the dictionaries change.
+    fn metadata(&mut self) -> Result<&ArrowReaderMetadata> {
+        if self.metadata.is_none() {
+            let file = File::open(&self.local).map_err(|e| Error::scratch(&self.local, e))?;
+            let parquet = |e| Error::parquet(self.key.clone(), e);
+            let mut metadata =
+                ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(parquet)?;
+            if let Some(hint) = dictionary_hint(metadata.schema(), &self.dictionaries) {
+                let options = ArrowReaderOptions::new().with_schema(hint);
+                metadata = ArrowReaderMetadata::try_new(Arc::clone(metadata.metadata()), options)
+                    .map_err(parquet)?;
+            }
+            self.metadata = Some(metadata);
+        }
+        self.metadata
+            .as_ref()
+            .ok_or_else(|| Error::invariant("reader metadata was not kept"))
+    }
+
+    /// Opens a reader of the current row group at the current row (none past the last).
     fn reopen(&mut self) -> Result<()> {
+        self.reader = None;
+        let Some(&(row_group, _)) = self.row_groups.get(self.group) else {
+            return Ok(());
+        };
+        let metadata = self.metadata()?.clone();
         let file = File::open(&self.local).map_err(|e| Error::scratch(&self.local, e))?;
-        let parquet = |e| Error::parquet(self.key.clone(), e);
-        let mut metadata =
-            ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(parquet)?;
-        if let Some(hint) = dictionary_hint(metadata.schema(), &self.dictionaries) {
-            let options = ArrowReaderOptions::new().with_schema(hint);
-            metadata = ArrowReaderMetadata::try_new(Arc::clone(metadata.metadata()), options)
-                .map_err(parquet)?;
-        }
-        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata);
-        if let Some(row_groups) = &self.row_groups {
-            builder = builder.with_row_groups(row_groups.clone());
-        }
-        let reader = builder
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata)
+            .with_row_groups(vec![row_group])
             .with_batch_size(self.batch_rows)
             .with_offset(self.rows_read)
             .build()
-            .map_err(parquet)?;
+            .map_err(|e| Error::parquet(self.key.clone(), e))?;
         self.reader = Some(reader);
         Ok(())
+    }
+
+    /// The current row group is read out: checks it gave the rows its footer declares and
+    /// moves to the next.
+    fn next_group(&mut self) -> Result<()> {
+        if let Some(&(row_group, declared)) = self.row_groups.get(self.group)
+            && self.rows_read != declared
+        {
+            return Err(Error::Invariant {
+                message: format!(
+                    "{}: row group {row_group} decodes to {} rows but its footer declares \
+                     {declared}",
+                    self.key, self.rows_read
+                ),
+            });
+        }
+        self.group += 1;
+        self.rows_read = 0;
+        self.reopen()
     }
 
     fn resize(&mut self, batch: &RecordBatch) -> Result<()> {
@@ -452,11 +515,19 @@ impl Iterator for SizedBatches {
     type Item = Result<RecordBatch>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let batch = match self.reader.as_mut()?.next()? {
-            Ok(batch) => batch,
-            Err(e) => {
-                self.reader = None;
-                return Some(Err(Error::arrow(format!("decoding {}", self.key), e)));
+        let batch = loop {
+            match self.reader.as_mut()?.next() {
+                Some(Ok(batch)) => break batch,
+                Some(Err(e)) => {
+                    self.reader = None;
+                    return Some(Err(Error::arrow(format!("decoding {}", self.key), e)));
+                }
+                None => {
+                    if let Err(e) = self.next_group() {
+                        self.reader = None;
+                        return Some(Err(e));
+                    }
+                }
             }
         };
         self.rows_read += batch.num_rows();
@@ -649,6 +720,105 @@ mod tests {
 
     fn partition() -> PartitionId {
         PartitionId::parse("acme", "2026-11-29T10").expect("partition")
+    }
+
+    /// One row's list: `None` for a null list.
+    type ListRow = Option<Vec<Option<i64>>>;
+
+    /// A file of 300 rows in row groups of 100 with a list column, ZSTD, small pages.
+    fn listed_rows_file() -> (Vec<u8>, Vec<ListRow>) {
+        use arrow::array::ListArray;
+        use arrow::datatypes::Int64Type;
+        use parquet::arrow::ArrowWriter;
+        use parquet::basic::{Compression, ZstdLevel};
+        use parquet::file::properties::WriterProperties;
+        let (start, _) = partition().time_range_nanos();
+        let lists: Vec<ListRow> = (0..300i64)
+            .map(|i| (i % 3 != 0).then(|| vec![Some(i), None, Some(i * 2)]))
+            .collect();
+        let batch = RecordBatch::try_from_iter([
+            (
+                "time_unix_nano",
+                Arc::new(Int64Array::from_iter_values((0..300).map(|r| start + r))) as ArrayRef,
+            ),
+            (
+                "lst",
+                Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(
+                    lists.clone(),
+                )),
+            ),
+        ])
+        .expect("batch");
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_row_count(Some(100))
+            .set_data_page_row_count_limit(40)
+            .set_write_batch_size(20)
+            .set_dictionary_enabled(false)
+            .build();
+        let mut bytes = Vec::new();
+        let mut writer =
+            ArrowWriter::try_new(&mut bytes, batch.schema(), Some(properties)).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+        (bytes, lists)
+    }
+
+    /// Whatever byte of the second row group's list chunk is damaged, the third row group,
+    /// intact, reads back as written (or the file fails to read): a column whose corrupt page
+    /// decodes to more or fewer records than its chunk holds must not shift into the next row
+    /// group, where no error would ever show it.
+    #[test]
+    fn a_corrupt_row_group_never_shifts_a_column_into_the_next() {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (bytes, lists) = listed_rows_file();
+        let metadata = SerializedFileReader::new(bytes::Bytes::from(bytes.clone()))
+            .expect("reader")
+            .metadata()
+            .clone();
+        assert_eq!(metadata.num_row_groups(), 3);
+        let chunk = metadata.row_group(1).column(1);
+        let start = chunk.data_page_offset() as usize;
+        let end = start + chunk.compressed_size() as usize;
+        let (mut read, mut failed) = (0, 0);
+        for position in start..end {
+            let mut damaged = bytes.clone();
+            damaged[position] ^= 0xff;
+            let name = format!("damaged-{position}.parquet");
+            let staged = stage(dir.path(), &name, &damaged);
+            let Ok(checked) = check_input(staged, &partition(), &KeyColumns::default(), 8 << 20)
+            else {
+                failed += 1;
+                continue;
+            };
+            let rows: Result<Vec<RecordBatch>> = catch_reader_panic(|| {
+                SizedBatches::open(&checked, TARGET).and_then(|batches| batches.collect())
+            })
+            .unwrap_or_else(|panic| Err(Error::invariant(panic)));
+            let Ok(rows) = rows else {
+                failed += 1;
+                continue;
+            };
+            read += 1;
+            let all = arrow::compute::concat_batches(&rows[0].schema(), &rows).expect("concat");
+            assert_eq!(all.num_rows(), 300, "byte {position}");
+            let got = all.column(1).as_list::<i32>();
+            for (row, want) in lists.iter().enumerate().skip(200) {
+                let value: ListRow = got.is_valid(row).then(|| {
+                    let item = got.value(row);
+                    let item = item.as_primitive::<arrow::datatypes::Int64Type>();
+                    (0..item.len())
+                        .map(|i| item.is_valid(i).then(|| item.value(i)))
+                        .collect()
+                });
+                assert_eq!(
+                    &value, want,
+                    "byte {position}: row {row} of an intact row group"
+                );
+            }
+        }
+        assert!(read > 0 && failed > 0, "read {read}, failed {failed}");
     }
 
     #[test]

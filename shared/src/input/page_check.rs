@@ -68,8 +68,9 @@ pub struct PageFacts {
     pub row_groups: Vec<Vec<ChunkPages>>,
 }
 
-/// Checks the size of an input's footer from its last eight bytes, before a reader parses
-/// it. `Err` holds the reason the file is a bad input.
+/// Checks the size of an input's footer from its last eight bytes, and how deep its schema
+/// nests ([`check_schema_nesting`]), before a reader parses it. `Err` holds the reason the
+/// file is a bad input.
 pub fn check_footer_size(file: &mut File) -> Result<(), String> {
     let len = file
         .metadata()
@@ -98,7 +99,94 @@ pub fn check_footer_size(file: &mut File) -> Result<(), String> {
             "the footer claims {footer} bytes but the file holds {len}"
         ));
     }
+    let mut bytes = vec![0u8; footer as usize];
+    file.seek(SeekFrom::End(-8 - footer as i64))
+        .and_then(|_| file.read_exact(&mut bytes))
+        .map_err(|e| format!("cannot read the footer: {e}"))?;
+    check_schema_nesting(&bytes)
+}
+
+/// Refuses a footer (the compact-Thrift `FileMetaData`) whose schema nests deeper than
+/// [`MAX_NESTING`], from its flat list of schema elements and their child counts, before a
+/// reader builds the schema tree: readers build it recursively, and a footer of a few megabytes
+/// can declare hundreds of thousands of levels, which overflow a thread's stack (aborting the
+/// process) before any check of the built schema runs. A footer that does not parse passes, for
+/// the reader to report.
+pub fn check_schema_nesting(footer: &[u8]) -> Result<(), String> {
+    let mut r = footer;
+    let Ok(Some(elements)) = schema_list(&mut r) else {
+        return Ok(());
+    };
+    // Per open group, innermost last: its children still to come, and its name.
+    let mut open: Vec<(u64, String)> = Vec::new();
+    for index in 0..elements {
+        let Ok((name, children)) = schema_element(&mut r) else {
+            return Ok(());
+        };
+        if index > 0 {
+            while matches!(open.last(), Some((0, _))) {
+                open.pop();
+            }
+            let Some(parent) = open.last_mut() else {
+                return Ok(());
+            };
+            parent.0 -= 1;
+            if open.len() > MAX_NESTING {
+                let path: Vec<&str> = open[1..].iter().take(4).map(|(_, n)| n.as_str()).collect();
+                return Err(format!(
+                    "column {}… nests more than {MAX_NESTING} levels deep",
+                    path.join(".")
+                ));
+            }
+        }
+        if children > 0 {
+            open.push((children, name));
+        }
+    }
     Ok(())
+}
+
+/// Reads a `FileMetaData` up to its schema list; the number of schema elements, `None`
+/// without one.
+fn schema_list<R: Read>(r: &mut R) -> std::io::Result<Option<u64>> {
+    let mut field = 0i16;
+    while let Some((id, kind)) = field_header(r, &mut field)? {
+        if (id, kind) == (2, T_LIST) {
+            let b = read_byte(r)?;
+            if b & 0x0f != T_STRUCT {
+                return Ok(None);
+            }
+            return Ok(Some(match b >> 4 {
+                15 => read_varint(r)?,
+                n => u64::from(n),
+            }));
+        }
+        skip(r, kind, 0)?;
+    }
+    Ok(None)
+}
+
+/// Reads one `SchemaElement`: its name and its number of children (0 for a leaf).
+fn schema_element<R: Read>(r: &mut R) -> std::io::Result<(String, u64)> {
+    let (mut name, mut children) = (String::new(), 0u64);
+    let mut field = 0i16;
+    while let Some((id, kind)) = field_header(r, &mut field)? {
+        match (id, kind) {
+            (4, T_BINARY) => {
+                let len = read_varint(r)?;
+                let mut bytes = Vec::new();
+                r.by_ref().take(len.min(1 << 16)).read_to_end(&mut bytes)?;
+                std::io::copy(
+                    &mut r.by_ref().take(len.saturating_sub(1 << 16)),
+                    &mut std::io::sink(),
+                )?;
+                name = String::from_utf8_lossy(&bytes).into_owned();
+            }
+            (5, T_I32) => children = u64::try_from(read_i32(r)?).unwrap_or(0),
+            (_, kind) => skip(r, kind, 1)?,
+        }
+    }
+    Ok((name, children))
 }
 
 /// Walks every page header of `metadata`'s column chunks in `file`. `page_cap_bytes` is the
@@ -113,17 +201,6 @@ pub fn check_pages(
         return Err(format!(
             "{} leaf columns, more than the {MAX_LEAF_COLUMNS} an input may have",
             schema.num_columns()
-        ));
-    }
-    if let Some(deep) = schema
-        .columns()
-        .iter()
-        .find(|c| c.path().parts().len() > MAX_NESTING)
-    {
-        return Err(format!(
-            "column {} nests {} levels deep, more than {MAX_NESTING}",
-            deep.path().parts()[..4].join("."),
-            deep.path().parts().len()
         ));
     }
     let file_len = file
@@ -618,5 +695,46 @@ mod tests {
         assert!(!header.is_compressed);
         assert!(!header.is_dictionary);
         assert!(PageHeader::read(&mut &bytes[..5]).is_err(), "truncated");
+    }
+
+    /// The footer of a file whose one leaf's path has `levels` segments.
+    fn footer_of_nesting(levels: usize) -> Vec<u8> {
+        use arrow::array::{Int8Array, StructArray};
+        use arrow::datatypes::{Field, Fields};
+        let mut array: ArrayRef = Arc::new(Int8Array::from(vec![1i8]));
+        for _ in 1..levels {
+            let field = Field::new("n", array.data_type().clone(), true);
+            array = Arc::new(StructArray::new(
+                Fields::from(vec![field]),
+                vec![array],
+                None,
+            ));
+        }
+        let batch = RecordBatch::try_from_iter([("deep", array)]).expect("batch");
+        let mut bytes = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+        let tail = bytes.len() - 8;
+        let len = u32::from_le_bytes(bytes[tail..tail + 4].try_into().expect("length")) as usize;
+        bytes[tail - len..tail].to_vec()
+    }
+
+    #[test]
+    fn a_schema_nests_up_to_the_limit_and_no_deeper() {
+        assert_eq!(check_schema_nesting(&footer_of_nesting(1)), Ok(()));
+        assert_eq!(
+            check_schema_nesting(&footer_of_nesting(MAX_NESTING)),
+            Ok(())
+        );
+        let refused = check_schema_nesting(&footer_of_nesting(MAX_NESTING + 1));
+        assert_eq!(
+            refused,
+            Err(format!(
+                "column deep.n.n.n… nests more than {MAX_NESTING} levels deep"
+            ))
+        );
+        // A footer that does not parse is left to the reader.
+        assert_eq!(check_schema_nesting(&[0x19, 0xff]), Ok(()));
     }
 }

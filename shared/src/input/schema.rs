@@ -76,8 +76,11 @@ pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Res
         ));
     }
     for (name, what) in [(&keys.service, "service"), (&keys.tenant, "tenant")] {
+        // An all-null column that its writer typed as Null (pyarrow's `from_pylist` and pandas
+        // do) holds no value to disagree with: it unifies as strings.
         if let Ok(f) = schema.field_with_name(name)
             && !is_string_like(f.data_type())
+            && f.data_type() != &DataType::Null
         {
             return Err(format!(
                 "{what} column {name:?} has type {}; expected a string type",
@@ -88,10 +91,87 @@ pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Res
     Ok(())
 }
 
-/// Unions the schemas of the inputs, in ordinal order. Returns the union of the accepted
-/// files (`None` when none is accepted) and the rejected ones.
+/// Why the other file's type stands, in a conflict's reason.
+const PRECEDENCE: &str =
+    ", whose types more of the partition's rows agree with (or as many, and it comes first)";
+
+/// Unions the schemas of the inputs, in ordinal order: a file whose types conflict with the
+/// union of the files before it is rejected. Returns the union of the accepted files (`None`
+/// when none is accepted) and the rejected ones.
 pub fn unify(
     schemas: &[(&str, &Schema)],
+    keys: &KeyColumns,
+) -> (Option<UnifiedSchema>, Vec<SchemaRejection>) {
+    let order: Vec<usize> = (0..schemas.len()).collect();
+    unify_in_order(schemas, &order, keys)
+}
+
+/// Unions the schemas of the inputs, each with a weight (its rows; a previous compacted
+/// output weighs most). Where types conflict, the types that more weight agrees with win: each
+/// distinct schema is backed by the weight of every file whose schema unions with it, and the
+/// files are taken in order of that backing, then of their own weight, then of their position.
+/// So one stray file cannot get the many rows around it quarantined because its name sorts
+/// first. The union's columns come in ordinal order, as with [`unify`]; rejections are in
+/// ordinal order.
+pub fn unify_weighted(
+    schemas: &[(&str, &Schema, u64)],
+    keys: &KeyColumns,
+) -> (Option<UnifiedSchema>, Vec<SchemaRejection>) {
+    let plain: Vec<(&str, &Schema)> = schemas.iter().map(|&(n, s, _)| (n, s)).collect();
+    // Distinct schemas (most partitions have one or a few), each with a file and its weight.
+    let mut groups: Vec<(usize, u64)> = Vec::new();
+    let mut group_of = Vec::with_capacity(schemas.len());
+    for (i, &(_, schema, weight)) in schemas.iter().enumerate() {
+        match groups.iter().position(|&(r, _)| schemas[r].1 == schema) {
+            Some(g) => {
+                groups[g].1 = groups[g].1.saturating_add(weight);
+                group_of.push(g);
+            }
+            None => {
+                groups.push((i, weight));
+                group_of.push(groups.len() - 1);
+            }
+        }
+    }
+    let backing: Vec<u64> = if groups.len() <= MAX_SCHEMAS_COMPARED {
+        let agree =
+            |a: usize, b: usize| a == b || unify_in_order(&plain, &[a, b], keys).1.is_empty();
+        (groups.iter())
+            .map(|&(r, _)| {
+                (groups.iter())
+                    .filter(|&&(o, _)| agree(r, o))
+                    .fold(0u64, |sum, &(_, w)| sum.saturating_add(w))
+            })
+            .collect()
+    } else {
+        groups.iter().map(|&(_, w)| w).collect()
+    };
+    let mut order: Vec<usize> = (0..schemas.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            std::cmp::Reverse(backing[group_of[i]]),
+            std::cmp::Reverse(schemas[i].2),
+            i,
+        )
+    });
+    let (_, mut rejected) = unify_in_order(&plain, &order, keys);
+    let accepted: Vec<usize> = (0..schemas.len())
+        .filter(|i| rejected.iter().all(|r| r.position != *i))
+        .collect();
+    let (unified, more) = unify_in_order(&plain, &accepted, keys);
+    rejected.extend(more);
+    rejected.sort_by_key(|r| r.position);
+    (unified, rejected)
+}
+
+/// Distinct schemas compared pairwise to weigh a conflict; beyond it, each schema is backed
+/// by its own files' weight alone.
+const MAX_SCHEMAS_COMPARED: usize = 256;
+
+/// Unions the schemas of the inputs taken in `order` (positions in `schemas`).
+fn unify_in_order(
+    schemas: &[(&str, &Schema)],
+    order: &[usize],
     keys: &KeyColumns,
 ) -> (Option<UnifiedSchema>, Vec<SchemaRejection>) {
     let mut fields: Vec<Field> = Vec::new();
@@ -99,7 +179,10 @@ pub fn unify(
     let mut by_name: HashMap<String, (usize, String)> = HashMap::new();
     let mut rejected = Vec::new();
 
-    'files: for (position, (file, schema)) in schemas.iter().enumerate() {
+    'files: for &position in order {
+        let Some((file, schema)) = schemas.get(position) else {
+            continue;
+        };
         if let Err(reason) = check_key_columns(schema, keys) {
             rejected.push(SchemaRejection { position, reason });
             continue;
@@ -109,6 +192,10 @@ pub fn unify(
         for f in schema.fields() {
             let t = if f.name() == &keys.time {
                 TIME_TYPE
+            } else if f.data_type() == &DataType::Null
+                && (f.name() == &keys.service || f.name() == &keys.tenant)
+            {
+                DataType::Utf8
             } else {
                 canonical_type(f.data_type())
             };
@@ -121,14 +208,14 @@ pub fn unify(
                         Err(conflict) => {
                             let reason = if conflict.path.is_empty() {
                                 format!(
-                                    "column {:?} has type {} here but {} in earlier input {earlier}",
+                                    "column {:?} has type {} here but {} in input {earlier}{PRECEDENCE}",
                                     f.name(),
                                     f.data_type(),
                                     have
                                 )
                             } else {
                                 format!(
-                                    "column {:?}: field {:?} has type {} here but {} in earlier input {earlier}",
+                                    "column {:?}: field {:?} has type {} here but {} in input {earlier}{PRECEDENCE}",
                                     f.name(),
                                     conflict.path,
                                     conflict.found,
@@ -294,6 +381,77 @@ mod tests {
     }
 
     #[test]
+    fn all_null_service_and_tenant_columns_typed_null_are_strings() {
+        let keys = KeyColumns::default();
+        let nulls = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("service.name", DataType::Null),
+            ("tenant_id", DataType::Null),
+        ]);
+        assert_eq!(check_key_columns(&nulls, &keys), Ok(()));
+        let (u, rejected) = unify(&[("a", &nulls)], &keys);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        let u = u.expect("a union");
+        assert_eq!(u.service_index, Some(1));
+        assert_eq!(u.schema.field(1).data_type(), &DataType::Utf8);
+        assert_eq!(u.schema.field(2).data_type(), &DataType::Utf8);
+        let text = schema(vec![
+            ("time_unix_nano", DataType::Int64),
+            ("service.name", DataType::LargeUtf8),
+        ]);
+        let (u, rejected) = unify(&[("a", &nulls), ("b", &text)], &keys);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert_eq!(
+            u.expect("a union").schema.field(1).data_type(),
+            &DataType::Utf8
+        );
+    }
+
+    #[test]
+    fn a_conflict_is_decided_for_the_file_of_more_rows() {
+        let keys = KeyColumns::default();
+        let time = ("time_unix_nano", DataType::Int64);
+        let stray = schema(vec![time.clone(), ("code", DataType::Utf8)]);
+        let many = schema(vec![
+            time.clone(),
+            ("code", DataType::Int64),
+            ("x", DataType::Utf8),
+        ]);
+        let also = schema(vec![time, ("y", DataType::Utf8), ("code", DataType::Int32)]);
+        // The stray file sorts first but holds one row.
+        let (u, rejected) = unify_weighted(
+            &[("0-stray", &stray, 1), ("a", &many, 500), ("b", &also, 500)],
+            &keys,
+        );
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(rejected[0].position, 0);
+        assert!(
+            rejected[0].reason.contains("in input a"),
+            "{}",
+            rejected[0].reason
+        );
+        let u = u.expect("a union");
+        let names: Vec<&str> = u
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        // The columns come in ordinal order of the accepted files.
+        assert_eq!(names, ["time_unix_nano", "code", "x", "y"]);
+        assert_eq!(u.schema.field(1).data_type(), &DataType::Int64);
+        // Files of as many rows: the type more of them agree with wins.
+        let (_, rejected) = unify_weighted(
+            &[("0-stray", &stray, 10), ("a", &many, 10), ("b", &also, 10)],
+            &keys,
+        );
+        assert_eq!(rejected.iter().map(|r| r.position).collect::<Vec<_>>(), [0]);
+        // As heavy and as backed: the earlier file wins, as `unify` decides.
+        let (_, rejected) = unify_weighted(&[("0-stray", &stray, 7), ("a", &many, 7)], &keys);
+        assert_eq!(rejected.iter().map(|r| r.position).collect::<Vec<_>>(), [1]);
+    }
+
+    #[test]
     fn rejects_conflicts_and_bad_keys() {
         let keys = KeyColumns::default();
         let good = schema(vec![
@@ -326,7 +484,7 @@ mod tests {
         let positions: Vec<_> = rejected.iter().map(|r| r.position).collect();
         assert_eq!(positions, [1, 2, 3, 4, 5]);
         assert!(
-            rejected[0].reason.contains("earlier input good"),
+            rejected[0].reason.contains("in input good"),
             "{}",
             rejected[0].reason
         );

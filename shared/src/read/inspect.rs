@@ -20,6 +20,7 @@ use parquet::file::metadata::{
 use parquet::schema::types::SchemaDescriptor;
 
 use crate::error::{Error, Result};
+use crate::input::page_check::{MAX_FOOTER_BYTES, check_schema_nesting};
 use crate::options::KeyColumns;
 use crate::read::prune::{leaf_column_index, service_bounds, time_bounds};
 use crate::store::Store;
@@ -77,6 +78,7 @@ pub async fn inspect_object(store: &Store, key: &Path, keys: &KeyColumns) -> Res
         .head(key)
         .await
         .map_err(|e| Error::store("head", key, e))?;
+    check_nesting(&object_store, key, meta.size).await?;
     let fetch = StoreFetch {
         store: &object_store,
         key,
@@ -134,6 +136,30 @@ impl MetadataFetch for StoreFetch<'_> {
 
 /// A Parquet reader or writer error as the store error it wraps, when it is one (so it is
 /// classified, and retried, as the store's), otherwise as a Parquet error naming the file.
+/// Refuses a file whose schema nests too deep before the footer is parsed
+/// ([`check_schema_nesting`]): parsing it would overflow the stack. A footer that cannot be
+/// located passes, for the reader to report.
+async fn check_nesting(store: &Arc<dyn ObjectStore>, key: &Path, size: u64) -> Result<()> {
+    let get = |e| Error::store("get", key, e);
+    if size < 12 {
+        return Ok(());
+    }
+    let tail = store.get_range(key, size - 8..size).await.map_err(get)?;
+    let footer = match tail.get(..4) {
+        Some(&[a, b, c, d]) => u64::from(u32::from_le_bytes([a, b, c, d])),
+        _ => return Ok(()),
+    };
+    if footer > MAX_FOOTER_BYTES || footer + 12 > size {
+        return Ok(());
+    }
+    let bytes = store
+        .get_range(key, size - 8 - footer..size - 8)
+        .await
+        .map_err(get)?;
+    check_schema_nesting(&bytes)
+        .map_err(|reason| Error::parquet(key.to_string(), ParquetError::General(reason)))
+}
+
 pub(crate) fn parquet_store_error(
     operation: &'static str,
     key: &Path,
