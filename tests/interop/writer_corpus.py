@@ -14,7 +14,8 @@ both format versions (1.0, 2.6) and data page versions; Polars (large strings an
 microsecond times); DuckDB (16-byte ids as BLOB, timestamps with a zone); INT96 times; a
 file with zero rows; nested columns whose encodings differ by file; integer and float
 widths that differ by file; page checksums, one of them not matching its page; service and
-tenant columns of nulls typed Null; a stray conflicting file of few rows whose name sorts first.
+tenant columns of nulls typed Null; a stray conflicting file of few rows whose name sorts first;
+Date32 and Date64 columns.
 
 `verify` reads every input of a partition (still in place: inputs are deleted only after the
 grace period) and its compacted file(s) with pyarrow, normalises values (not types: every
@@ -200,6 +201,11 @@ def write_time_units(store):
         d / "int96.parquet",
         use_deprecated_int96_timestamps=True,
     )
+    # Dates as Date32 in one file and Date64 in another: the output holds Parquet DATEs.
+    day = dt.date(2026, 11, 29)
+    for seed, date_type in ((1, pa.date32()), (2, pa.date64())):
+        table = pyarrow_table(n, 100 + seed).append_column("day", pa.array([day] * n, date_type))
+        pq.write_table(table, d / f"date-{seed}.parquet")
     return [{"tenant": "units", "hour": HOUR, "expect": "compacted"}]
 
 

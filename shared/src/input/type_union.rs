@@ -11,7 +11,7 @@
 //! | signed and unsigned integers | `Int64` (a `UInt64` value above 2^63 − 1 makes its file bad) |
 //! | `Float16`, `Float32`, `Float64` | the wider of them |
 //! | decimals | the precision and scale that hold both (at most 38 digits) |
-//! | `Date32`, `Date64` | `Date64` |
+//! | `Date32`, `Date64` | `Date32`, Parquet's `DATE` (a `Date64` value that is not a whole day makes its file bad) |
 //! | `Time32`, `Time64` of any unit | the finer unit |
 //! | `Duration` of any unit | the finer unit |
 //! | `Timestamp` of any unit and zone, INT96 | the finer unit; the zone when all agree, else `UTC` (values without a zone read as UTC) |
@@ -33,7 +33,7 @@ use arrow::array::{
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::compute::{CastOptions, cast_with_options};
-use arrow::datatypes::{DataType, Field, FieldRef, Fields, TimeUnit};
+use arrow::datatypes::{DataType, Date64Type, Field, FieldRef, Fields, TimeUnit};
 use arrow::error::ArrowError;
 
 /// Two types that do not unify, and where (a dotted path inside the column, empty at its top).
@@ -62,6 +62,9 @@ pub fn canonical_type(t: &DataType) -> DataType {
         DataType::FixedSizeList(f, n) => DataType::FixedSizeList(canonical_field(f), *n),
         DataType::Struct(fields) => DataType::Struct(fields.iter().map(canonical_field).collect()),
         DataType::Map(entries, sorted) => DataType::Map(canonical_field(entries), *sorted),
+        // Parquet's DATE is days: a `Date64` column would be written as plain INT64 (no date
+        // type for other readers).
+        DataType::Date64 => DataType::Date32,
         other => other.clone(),
     }
 }
@@ -101,7 +104,7 @@ fn union_at(path: &str, have: &DataType, found: &DataType) -> Result<DataType, T
         (a, b) if is_decimal(a) && is_decimal(b) => {
             union_decimals(a, b).ok_or_else(|| conflict(path, have, found))?
         }
-        (Date32 | Date64, Date32 | Date64) => Date64,
+        (Date32 | Date64, Date32 | Date64) => Date32,
         (Time32(a), Time32(b)) => Time32(finer(a, b)),
         (Time32(_), Time64(u)) | (Time64(u), Time32(_)) => Time64(*u),
         (Time64(a), Time64(b)) => Time64(finer(a, b)),
@@ -238,6 +241,9 @@ fn finer(a: &TimeUnit, b: &TimeUnit) -> TimeUnit {
     if unit_rank(a) >= unit_rank(b) { *a } else { *b }
 }
 
+/// Milliseconds in a day (a `Date64` value that is a date is a multiple of it).
+const MILLIS_PER_DAY: i64 = 86_400_000;
+
 /// `array` converted to `target`, a type it unifies into (see the module's table). A
 /// timestamp converted to `Int64` becomes nanoseconds since the epoch (the time column).
 /// Fails when a value does not fit (a `UInt64` above `Int64`, a timestamp beyond the
@@ -256,6 +262,15 @@ pub fn conform_array(array: &ArrayRef, target: &DataType) -> Result<ArrayRef, Ar
             conform_array(&plain, target)
         }
         (DataType::Null, _) => Ok(new_null_array(target, array.len())),
+        (DataType::Date64, DataType::Date32) => {
+            let millis = array.as_primitive::<Date64Type>();
+            if let Some(v) = millis.iter().flatten().find(|v| v % MILLIS_PER_DAY != 0) {
+                return Err(ArrowError::CastError(format!(
+                    "a Date64 value of {v} ms is not a whole day (a date holds days)"
+                )));
+            }
+            cast_with_options(array, target, &options)
+        }
         (DataType::Timestamp(_, _), DataType::Int64) => Ok(Arc::new(time_nanos(array)?)),
         (DataType::Timestamp(_, zone), DataType::Timestamp(unit, _)) => {
             // Scale to the unit in the source's own zone, then relabel the zone: the values
@@ -502,7 +517,7 @@ mod tests {
             (Int16, UInt8, Int64),
             (Float32, Float64, Float64),
             (Decimal128(10, 2), Decimal128(12, 4), Decimal128(12, 4)),
-            (Date32, Date64, Date64),
+            (Date32, canonical_type(&Date64), Date32),
             (
                 ts(TimeUnit::Millisecond, Some("UTC")),
                 ts(TimeUnit::Microsecond, Some("UTC")),
@@ -893,5 +908,23 @@ mod tests {
                 proptest::prop_assert_eq!(&back, values, "{} to {}", array.data_type(), union);
             }
         }
+    }
+
+    #[test]
+    fn dates_of_whole_days_become_parquet_dates_and_others_make_the_file_bad() {
+        use arrow::array::{Date32Array, Date64Array};
+        let days: ArrayRef = Arc::new(Date64Array::from(vec![
+            Some(19_844 * MILLIS_PER_DAY),
+            None,
+            Some(-3 * MILLIS_PER_DAY),
+        ]));
+        let target = canonical_type(days.data_type());
+        assert_eq!(target, DataType::Date32);
+        let dates = conform_array(&days, &target).expect("whole days");
+        let want: ArrayRef = Arc::new(Date32Array::from(vec![Some(19_844), None, Some(-3)]));
+        assert_eq!(&dates, &want);
+        let instant: ArrayRef = Arc::new(Date64Array::from(vec![19_844 * MILLIS_PER_DAY + 1]));
+        let refused = conform_array(&instant, &target).expect_err("not a whole day");
+        assert!(refused.to_string().contains("not a whole day"), "{refused}");
     }
 }
