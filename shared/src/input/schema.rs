@@ -4,8 +4,9 @@
 //! (strings become Utf8, binaries Binary, lists List, integers and floats widen, timestamps
 //! take the finer unit). The time column is always Int64 nanoseconds since the epoch in the
 //! union, whatever type each input used. A column missing from a file is null for its rows.
-//! Genuinely conflicting types under one name make the later file (in ordinal order) a bad
-//! input, with a reason naming both types and the earlier file.
+//! Genuinely conflicting types under one name make one of the files a bad input, with a reason
+//! naming both types and the other file: in a job, the file whose types fewer of the
+//! partition's rows agree with ([`unify_weighted`]); among runs, the later one ([`unify`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
