@@ -1,7 +1,8 @@
 //! Hostile files in a partition are quarantined one by one while the rest compacts, and the
 //! process stays inside the memory bound: a 300 MiB value compressed to almost nothing, a
 //! gzip page that inflates far beyond its header, a footer claiming chunks of 2^50 bytes,
-//! 12,000 columns, a schema 2,000 levels deep, a footer declaring 300,000 levels.
+//! 12,000 columns, a schema 2,000 levels deep, a footer declaring 300,000 levels, and two
+//! files whose union is wider than the budget allows.
 
 mod common;
 
@@ -156,6 +157,23 @@ fn many_columns(path: &Path) {
     );
 }
 
+/// One row of `columns` one-byte columns named `{prefix}{i}`: two such files of different
+/// prefixes are each fine alone, but their union is too wide for a small budget.
+fn columns_named(path: &Path, prefix: &str, columns: usize) {
+    let mut all: Vec<(String, ArrayRef)> = vec![(
+        "time_unix_nano".into(),
+        Arc::new(Int64Array::from(vec![HOUR_START_NANOS + 4])),
+    )];
+    for i in 0..columns {
+        all.push((format!("{prefix}{i}"), Arc::new(Int8Array::from(vec![1i8]))));
+    }
+    write(
+        path,
+        &RecordBatch::try_from_iter(all).expect("batch"),
+        Compression::SNAPPY,
+    );
+}
+
 fn deep_nesting(path: &Path) {
     let path = path.to_path_buf();
     // Building and writing the type recurses once per level.
@@ -259,6 +277,10 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     many_columns(&part.join("many-columns.parquet"));
     deep_nesting(&part.join("deep-nesting.parquet"));
     very_deep_footer(&part.join("very-deep-footer.parquet"));
+    // At 32 MiB the union may hold 1,365 leaves: the first file joins, the second would take
+    // it to 1,405.
+    columns_named(&part.join("union-a.parquet"), "a", 700);
+    columns_named(&part.join("union-b.parquet"), "b", 700);
     for name in ["big-value.parquet", "gzip-bomb.parquet"] {
         let size = std::fs::metadata(part.join(name)).expect("file").len();
         assert!(size < 2 * MIB, "{name} is small on disk: {size}");
@@ -279,7 +301,7 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     let report = json(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(report["status"], "partial", "{report:#}\n{stderr}");
-    assert_eq!(report["inputs"]["rows"], 4 * 5000, "{report:#}");
+    assert_eq!(report["inputs"]["rows"], 4 * 5000 + 1, "{report:#}");
     let rss = report["peak_rss_bytes"].as_u64().expect("rss");
     assert!(rss < 256 * MIB, "peak RSS {} MiB", rss / MIB);
     let quarantined = report["quarantined"].as_array().expect("quarantined");
@@ -289,6 +311,10 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
         ("deep-nesting.parquet", "levels deep"),
         ("gzip-bomb.parquet", "decompression bomb"),
         ("many-columns.parquet", "leaf columns"),
+        (
+            "union-b.parquet",
+            "leaves, more than the 1365 the memory budget allows",
+        ),
         ("very-deep-footer.parquet", "levels deep"),
     ];
     assert_eq!(quarantined.len(), expected.len(), "{quarantined:#?}");

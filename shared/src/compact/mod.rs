@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::Expiry;
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
-use crate::input::schema::{UnifiedSchema, unify_weighted};
+use crate::input::schema::{UnifiedSchema, leaf_limit, unify_weighted};
 use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, page_cap_bytes};
 use crate::manifest::gc::collect_garbage_with;
 use crate::manifest::{
@@ -461,7 +461,7 @@ pub(crate) async fn sort_group(
                     (c.staged.name.as_str(), c.schema.as_ref(), weight)
                 })
                 .collect();
-            unify_weighted(&schemas, &options.keys)
+            unify_weighted(&schemas, &options.keys, leaf_limit(options.budget_bytes))
         };
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);
