@@ -180,7 +180,7 @@ const MIN_LEAF_LIMIT: usize = 1024;
 
 /// The most leaf columns the union of a job's inputs may have under `budget_bytes`: their
 /// fixed cost may take up to twice the budget (a function has four times it), and never
-/// fewer than [`MIN_LEAF_LIMIT`]. Without it, 10,000 columns took 460 MiB at an 8 MiB budget.
+/// fewer than 1,024 (`MIN_LEAF_LIMIT`). Without it, 10,000 columns took 460 MiB at an 8 MiB budget.
 pub fn leaf_limit(budget_bytes: u64) -> usize {
     let by_budget = budget_bytes.saturating_mul(2) / LEAF_BYTES;
     usize::try_from(by_budget)
