@@ -482,13 +482,14 @@ impl SizedBatches {
         if let Some(&(row_group, declared)) = self.row_groups.get(self.group)
             && self.rows_read != declared
         {
-            return Err(Error::Invariant {
-                message: format!(
-                    "{}: row group {row_group} decodes to {} rows but its footer declares \
-                     {declared}",
-                    self.key, self.rows_read
-                ),
-            });
+            // The file's fault, not ours: reported like any other decoding error of it.
+            return Err(Error::parquet(
+                self.key.clone(),
+                parquet::errors::ParquetError::General(format!(
+                    "row group {row_group} decodes to {} rows but its footer declares {declared}",
+                    self.rows_read
+                )),
+            ));
         }
         self.group += 1;
         self.rows_read = 0;
