@@ -34,8 +34,8 @@
 //!    order, budget, spill pattern or thread count.
 //! 10. **Keys as themselves.** The key listed is the key read, retired and deleted
 //!     ([`store::key_path`], never a re-encoding); a key the store cannot address is reported
-//!     and skipped ([`store::Store::list_sorted`], [`store::raw_s3`] on S3), and never stops
-//!     other partitions.
+//!     (in the job report when it looks like data) and skipped ([`store::Store::list`],
+//!     [`store::raw_s3`] on S3), and never stops other partitions.
 //! 11. **No resurrection.** A commit based on a version older than the last forgetting of
 //!     retired files ends `conflict` (the manifest's `forgotten_in` watermark).
 //!

@@ -313,7 +313,7 @@ impl KeyLayout {
             return Err(Error::Partition {
                 message: format!(
                     "key {key:?}: file name must end in .parquet, not start with '_' or '.', \
-                     and hold no control characters"
+                     and hold no ASCII control characters"
                 ),
             });
         }
@@ -416,14 +416,17 @@ pub fn staged_input_name(ordinal: usize) -> String {
     format!("input-{ordinal:06}.parquet")
 }
 
-/// True for a base name the reader rule counts as an ingest file.
+/// True for a base name the reader rule counts as an ingest file: `*.parquet`, starting with
+/// neither `_` nor `.` (DESIGN.md's storage layout). Any other character is the writer's
+/// choice (`\`, non-ASCII, C1 controls); a name holding an ASCII control character cannot be
+/// addressed by the object store and is reported, not read ([`crate::store::Store::list`]).
 pub fn is_ingest_file_name(name: &str) -> bool {
     name.len() > ".parquet".len()
         && name.ends_with(".parquet")
         && !name.starts_with('_')
         && !name.starts_with('.')
-        && !name.contains(['/', '\\'])
-        && !name.chars().any(char::is_control)
+        && !name.contains('/')
+        && !name.chars().any(|c| c.is_ascii_control())
 }
 
 /// True for a writer's side file, given its path under the ingest prefix: a segment (directory
@@ -528,6 +531,29 @@ mod tests {
                 layout.parse_ingest_key(key).is_err(),
                 "{key} should be rejected"
             );
+        }
+    }
+
+    #[test]
+    fn ingest_names_are_any_addressable_parquet_name_but_side_files() {
+        for name in [
+            "f.parquet",
+            "back\\slash.parquet",
+            "c1\u{85}.parquet",
+            "é ~%.parquet",
+        ] {
+            assert!(is_ingest_file_name(name), "{name:?} is data");
+        }
+        for name in [
+            ".parquet",
+            "_f.parquet",
+            ".f.parquet",
+            "f.json",
+            "a/f.parquet",
+            "ctl\u{1}.parquet",
+            "tab\t.parquet",
+        ] {
+            assert!(!is_ingest_file_name(name), "{name:?} is not data");
         }
     }
 

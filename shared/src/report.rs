@@ -130,6 +130,9 @@ pub struct CompactionReport {
     pub cost: JobCost,
     /// Inputs quarantined by this job.
     pub quarantined: Vec<Quarantined>,
+    /// `*.parquet` keys in the partition directory the store cannot address (an ASCII control
+    /// character, an empty or `.` segment): left in place and in no live set until renamed.
+    pub unaddressable: Vec<String>,
     /// The attempt's id, written into the manifest (JSON `job_id`).
     #[serde(rename = "job_id")]
     pub attempt_id: String,
@@ -174,6 +177,7 @@ impl CompactionReport {
             cpu_ms: 0,
             cost: JobCost::default(),
             quarantined: Vec::new(),
+            unaddressable: Vec::new(),
             attempt_id: attempt_id.to_string(),
             manifest_version: 0,
             gc_deleted: 0,

@@ -1,8 +1,9 @@
-//! Keys object_store cannot represent (an empty `//` segment, a `.` segment, a control
-//! character) beside real partitions on the S3 test server: they are reported and skipped,
-//! never read, retired or deleted, and no partition or tenant stops because of them (`files`,
-//! `compact`, `query`, `gc` through the CLI; the planner's sweep through its entry point).
-//! invariant 10.
+//! Keys object_store cannot represent (an empty `//` segment, a `.` segment, an ASCII control
+//! character) beside real partitions on the S3 test server: they are reported (in `files` and
+//! `compact` JSON when they sit in the partition) and skipped, never read, retired or deleted,
+//! and no partition or tenant stops because of them (`files`, `compact`, `query`, `gc` through
+//! the CLI; the planner's sweep through its entry point). Names it can address are data
+//! whatever they hold (a backslash, a C1 control character). invariant 10.
 
 use std::collections::BTreeSet;
 
@@ -13,20 +14,32 @@ use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::sweep;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
-use ourios_integration_tests::{assert_exactly_once, cli_json, land_files, live_tags, s3_url};
+use ourios_integration_tests::{
+    assert_exactly_once, cli_json, land_file, land_files, live_tags, s3_url,
+};
 
 const HOUR: &str = "2026-11-29T10";
 
-/// Keys object_store cannot address, inside a partition and beside the tenants.
-fn foreign_keys(layout: &KeyLayout, partition: &PartitionId) -> Vec<String> {
+/// Keys object_store cannot address inside a partition, in key order.
+fn foreign_in_partition(layout: &KeyLayout, partition: &PartitionId) -> Vec<String> {
     let dir = layout.ingest_dir(partition);
     vec![
-        format!("{dir}//empty-segment.parquet"),
         format!("{dir}/./dot-segment.parquet"),
+        format!("{dir}//empty-segment.parquet"),
         format!("{dir}/control\u{1}char.parquet"),
+    ]
+}
+
+/// Keys object_store cannot address, inside a partition (with a side file the reports leave
+/// out) and beside the tenants.
+fn foreign_keys(layout: &KeyLayout, partition: &PartitionId) -> Vec<String> {
+    let mut keys = foreign_in_partition(layout, partition);
+    keys.extend([
+        format!("{}/_control\u{1}side.parquet", layout.ingest_dir(partition)),
         format!("{}//stray.parquet", layout.ingest_prefix()),
         format!("{}/./tenant=ghost/x.parquet", layout.ingest_prefix()),
-    ]
+    ]);
+    keys
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,7 +49,15 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
     let layout = KeyLayout::default();
     let acme = PartitionId::parse("acme", HOUR).expect("partition");
     let beta = PartitionId::parse("beta", HOUR).expect("partition");
-    let acme_tags = land_files(&store, &layout, &acme, 2, 500).await;
+    let mut acme_tags = land_files(&store, &layout, &acme, 2, 500).await;
+    // Names a writer may choose that object_store can address: data like any other.
+    for (i, name) in ["back\\slash.parquet", "c1\u{85}control.parquet"]
+        .into_iter()
+        .enumerate()
+    {
+        acme_tags
+            .extend(land_file(&store, &layout, &acme, name, 2000 + 1000 * i as i64, 500).await);
+    }
     let beta_tags = land_files(&store, &layout, &beta, 2, 500).await;
     let raw = store.raw_s3().expect("the S3 test store has raw S3 access");
     let foreign = foreign_keys(&layout, &acme);
@@ -46,11 +67,12 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
             .expect("a foreign key lands");
     }
 
-    // The live set: the real files, the foreign ones skipped.
+    // The live set: the real files, the foreign ones skipped and named.
     let files = partition_files(&store, &layout, &acme)
         .await
         .expect("a partition with foreign keys lists");
-    assert_eq!(files.live.len(), 2, "{:?}", files.live);
+    assert_eq!(files.live.len(), 4, "{:?}", files.live);
+    assert_eq!(files.unaddressable, foreign_in_partition(&layout, &acme));
 
     // The planner's sweep plans both tenants.
     let now = chrono::Utc
@@ -77,14 +99,23 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
     }
 
     // The CLI: files, compact, query and gc of every partition go on.
-    for (partition, tags) in [(&acme, &acme_tags), (&beta, &beta_tags)] {
+    for (partition, tags, unaddressable) in [
+        (&acme, &acme_tags, foreign_in_partition(&layout, &acme)),
+        (&beta, &beta_tags, Vec::new()),
+    ] {
         let tenant = partition.tenant();
         let base = ["--store", url.as_str(), "--tenant", tenant, "--hour", HOUR];
         let files = cli_json(&[&["files"], &base[..], &["--json"]].concat());
-        assert_eq!(files["live"].as_array().map(Vec::len), Some(2), "{files}");
+        assert_eq!(
+            files["live"].as_array().map(Vec::len),
+            Some(tags.len() / 500),
+            "{files}"
+        );
+        assert_eq!(files["unaddressable"], serde_json::json!(unaddressable));
         let report = cli_json(&[&["compact"], &base[..], &["--json"]].concat());
         assert_eq!(report["status"], "compacted", "{report}");
-        assert_eq!(report["inputs"]["rows"], 1000, "{report}");
+        assert_eq!(report["inputs"]["rows"], tags.len() as u64, "{report}");
+        assert_eq!(report["unaddressable"], serde_json::json!(unaddressable));
         let queried = cli_json(&[
             "query",
             "--store",
@@ -97,13 +128,17 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
             "2026-11-29T11:00:00Z",
             "--json",
         ]);
-        assert_eq!(queried["stats"]["rows_matched"], 1000, "{queried}");
+        assert_eq!(
+            queried["stats"]["rows_matched"],
+            tags.len() as u64,
+            "{queried}"
+        );
         let live = live_tags(&store, &layout, partition).await;
         assert_exactly_once(&live, tags, tenant);
     }
     let gc = cli_json(&["gc", "--store", &url, "--grace", "0s", "--json"]);
     assert_eq!(gc["partitions"].as_array().map(Vec::len), Some(2), "{gc}");
-    assert_eq!(gc["deleted"], 4, "the four retired inputs: {gc}");
+    assert_eq!(gc["deleted"], 6, "the six retired inputs: {gc}");
 
     // The foreign keys are still there: never read, retired or deleted.
     let remaining = raw

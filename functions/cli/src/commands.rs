@@ -59,6 +59,9 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 for q in &files.quarantined {
                     println!("quarantined: {} ({})", q.key, q.reason);
                 }
+                for key in &files.unaddressable {
+                    println!("unaddressable: {key:?} (rename it to compact it)");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -383,6 +386,9 @@ fn print_report(report: &CompactionReport, json: bool) {
     );
     for q in &report.quarantined {
         println!("  quarantined {}: {}", q.file, q.reason);
+    }
+    for key in &report.unaddressable {
+        println!("  unaddressable {key:?}: the store cannot address it; rename it to compact it");
     }
     if let Some(e) = &report.error {
         eprintln!("error: {e}");

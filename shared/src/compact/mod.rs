@@ -35,7 +35,7 @@ use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, p
 use crate::manifest::gc::collect_garbage_with;
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
-    load_latest,
+    load_latest, unaddressable_inputs,
 };
 use crate::options::{CompactOptions, sort_key_label};
 use crate::output::threshold::resolve_row_group_bytes;
@@ -49,7 +49,7 @@ use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
 use crate::sort::{SortFailure, SortJob, SortStats, sort_inputs};
 use crate::store::upload::start_upload;
-use crate::store::{Store, key_path};
+use crate::store::{Listing, Store, key_path};
 
 /// Version of the output format; part of the output name so a format change never reuses one.
 const OUTPUT_FORMAT_VERSION: &str = "ourios-compaction/2";
@@ -184,6 +184,7 @@ async fn run_job(
     // Step 1: read the state.
     let state = read_partition(store, layout, partition).await?;
     report.manifest_version = state.manifest.version;
+    report.unaddressable = state.unaddressable;
     let (manifest, listing) = (state.manifest, state.listing);
     let Some(wanted) = state.wanted else {
         report.status = Status::Noop;
@@ -207,12 +208,14 @@ async fn run_job(
     commit_produced(&job, &manifest, &listing, produced, report).await
 }
 
-/// What step 1 read: the latest manifest, the listing of the ingest directory, and the live
-/// inputs in ordinal order (`None` when there is nothing to merge).
+/// What step 1 read: the latest manifest, the listing of the ingest directory, the live
+/// inputs in ordinal order (`None` when there is nothing to merge) and the data keys the store
+/// cannot address.
 pub(crate) struct PartitionState {
     pub(crate) manifest: Manifest,
     pub(crate) listing: Vec<object_store::ObjectMeta>,
     pub(crate) wanted: Option<Vec<WantedInput>>,
+    pub(crate) unaddressable: Vec<String>,
 }
 
 /// Step 1: the latest manifest and a listing give the live set (the reader rule); nothing
@@ -224,7 +227,10 @@ pub(crate) async fn read_partition(
 ) -> Result<PartitionState> {
     let manifest = load_latest(store, layout, partition).await?;
     let ingest_dir = layout.ingest_dir(partition);
-    let listing = store.list_sorted(&ingest_dir).await?;
+    let Listing {
+        objects: listing,
+        unaddressable,
+    } = store.list(&ingest_dir).await?;
     let live = live_set(&ingest_dir, &listing, &manifest);
     let wanted = if live.ingest.is_empty() && manifest.compacted_in_one_piece() {
         None
@@ -235,6 +241,7 @@ pub(crate) async fn read_partition(
         manifest,
         listing,
         wanted,
+        unaddressable: unaddressable_inputs(&ingest_dir, &unaddressable),
     })
 }
 
@@ -283,7 +290,10 @@ async fn commit_fan_out(
         });
     }
     let produced = fan_out::tasks::gather(&job).await?;
-    let listing = store.list_sorted(&layout.ingest_dir(partition)).await?;
+    let ingest_dir = layout.ingest_dir(partition);
+    let listing = store.list(&ingest_dir).await?;
+    report.unaddressable = unaddressable_inputs(&ingest_dir, &listing.unaddressable);
+    let listing = listing.objects;
     let split = fan_out::tasks::read_split(&job).await.ok();
     let committed = commit_produced(&job, &manifest, &listing, produced, report).await;
     fan_out::tasks::delete_state(&job, &plan, split.as_ref(), false).await;

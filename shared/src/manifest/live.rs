@@ -8,7 +8,7 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 
 use super::Manifest;
-use crate::partition::is_ingest_file_name;
+use crate::partition::{is_ingest_file_name, is_writer_side_file};
 
 /// The files a reader must read for a partition right now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -57,4 +57,42 @@ pub fn live_set(dir: &Path, ingest_listing: &[ObjectMeta], manifest: &Manifest) 
         .collect();
     ingest.sort_by(|a, b| a.location.cmp(&b.location));
     LiveSet { compacted, ingest }
+}
+
+/// The keys of a listing of the partition's ingest directory `dir` that the store cannot
+/// address ([`crate::store::Listing::unaddressable`]) and that look like data: ending in
+/// `.parquet`, not a writer's side file. They are never read, so their rows are in no live
+/// set until the object is renamed; reports name them.
+pub fn unaddressable_inputs(dir: &Path, unaddressable: &[String]) -> Vec<String> {
+    let dir = format!("{dir}/");
+    unaddressable
+        .iter()
+        .filter(|key| {
+            key.strip_prefix(&dir)
+                .is_some_and(|rest| rest.ends_with(".parquet") && !is_writer_side_file(rest))
+        })
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_the_unaddressable_keys_that_look_like_data() {
+        let dir = Path::from("data/tenant=a/year=2026/month=01/day=01/hour=00");
+        let keys = [
+            "data/tenant=a/year=2026/month=01/day=01/hour=00//empty.parquet",
+            "data/tenant=a/year=2026/month=01/day=01/hour=00/./dot.parquet",
+            "data/tenant=a/year=2026/month=01/day=01/hour=00/ctl\u{1}.parquet",
+            "data/tenant=a/year=2026/month=01/day=01/hour=00/_side\u{1}.parquet",
+            "data/tenant=a/year=2026/month=01/day=01/hour=00/_temporary/x\u{1}.parquet",
+            "data/tenant=a/year=2026/month=01/day=01/hour=00/notes\u{1}.txt",
+            "data/tenant=a/year=2026/month=01/day=01/hour=01/ctl\u{1}.parquet",
+            "data/tenant=a/year=2026/month=01/day=01/hour=000/ctl\u{1}.parquet",
+        ]
+        .map(String::from);
+        assert_eq!(unaddressable_inputs(&dir, &keys), keys[..3]);
+    }
 }

@@ -12,7 +12,7 @@ pub mod gc;
 mod live;
 
 pub use commit::{CommitOutcome, CommitRequest, commit, list_versions, load_latest};
-pub use live::{LiveSet, live_set};
+pub use live::{LiveSet, live_set, unaddressable_inputs};
 
 use serde::{Deserialize, Serialize};
 
@@ -311,6 +311,9 @@ pub struct PartitionFiles {
     pub live: Vec<String>,
     /// Bad inputs left in place, with their reasons.
     pub quarantined: Vec<QuarantinedFile>,
+    /// `*.parquet` keys in the partition directory the store cannot address (an ASCII control
+    /// character, an empty or `.` segment): in no live set until renamed.
+    pub unaddressable: Vec<String>,
     /// The manifest version the answer is based on (0: never compacted).
     pub manifest_version: u64,
 }
@@ -323,11 +326,12 @@ pub async fn partition_files(
 ) -> Result<PartitionFiles> {
     let manifest = load_latest(store, layout, partition).await?;
     let dir = layout.ingest_dir(partition);
-    let listing = store.list_sorted(&dir).await?;
-    let live = live_set(&dir, &listing, &manifest);
+    let listing = store.list(&dir).await?;
+    let live = live_set(&dir, &listing.objects, &manifest);
     Ok(PartitionFiles {
         live: live.keys(),
         quarantined: manifest.quarantined.clone(),
+        unaddressable: unaddressable_inputs(&dir, &listing.unaddressable),
         manifest_version: manifest.version,
     })
 }

@@ -92,6 +92,16 @@ impl StoreUrl {
     }
 }
 
+/// A listing of a prefix, sorted by key.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// The objects the store can address.
+    pub objects: Vec<ObjectMeta>,
+    /// Keys under the prefix (relative to the store root) the store cannot address: never
+    /// read, retired or deleted. A directory of them counts as one key.
+    pub unaddressable: Vec<String>,
+}
+
 /// An opened store root: the object store plus where it is, for messages and local reads.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -229,15 +239,16 @@ impl Store {
     /// Lists every object under a prefix, sorted by key.
     ///
     /// A key the object store cannot represent (an empty `//` segment, a `.` or `..` segment,
-    /// a control character) makes object_store 0.14 fail the whole listing, on S3 and on a
-    /// local directory alike. Such a key is reported (a warning naming it) and skipped, and
-    /// the rest is listed: a local directory is listed here entry by entry, and an S3 listing
-    /// that object_store fails is taken again by raw key ([`RawS3::list`]). Skipping is safe:
-    /// a key that cannot be addressed was never read, retired or deleted, so no manifest names
+    /// an ASCII control character, a local name that is not UTF-8) makes object_store 0.14
+    /// fail the whole listing, on S3 and on a local directory alike. Such a key is reported
+    /// (a warning naming it, and [`Listing::unaddressable`]) and skipped, and the rest is
+    /// listed: a local directory is listed here entry by entry, and an S3 listing that
+    /// object_store fails is taken again by raw key ([`RawS3::list`]). Skipping is safe: a
+    /// key that cannot be addressed was never read, retired or deleted, so no manifest names
     /// it. Without raw S3 access (no credentials in the environment, a wrapped store) the
     /// object_store error is returned, naming the key.
-    pub async fn list_sorted(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
-        let mut objects = match &self.local_root {
+    pub async fn list(&self, prefix: &Path) -> Result<Listing> {
+        let mut listing = match &self.local_root {
             Some(root) => {
                 let (root, prefix) = (root.clone(), prefix.clone());
                 let listed = tokio::task::spawn_blocking(move || list_local(&root, &prefix))
@@ -245,27 +256,39 @@ impl Store {
                     .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??;
                 // Walked in place: counted as the listing it stands for on S3.
                 if let Some(requests) = &self.requests {
-                    requests.count_listing(listed.len() as u64);
+                    requests.count_listing(listed.objects.len() as u64);
                 }
                 listed
             }
             None => match self.inner.list(Some(prefix)).try_collect().await {
-                Ok(objects) => objects,
+                Ok(objects) => Listing {
+                    objects,
+                    unaddressable: Vec::new(),
+                },
                 Err(e) => match &self.raw {
                     Some(raw) if may_be_unaddressable(&e) => {
                         tracing::info!(prefix = %prefix, error = %e, "listing again by raw key");
-                        let listed = raw.list(prefix, false).await?.objects;
+                        let listed = raw.list(prefix, false).await?;
                         if let Some(requests) = &self.requests {
-                            requests.count_listing(listed.len() as u64);
+                            requests.count_listing(listed.objects.len() as u64);
                         }
-                        listed
+                        Listing {
+                            objects: listed.objects,
+                            unaddressable: listed.skipped,
+                        }
                     }
                     _ => return Err(Error::store("list", prefix, e)),
                 },
             },
         };
-        objects.sort_by(|a, b| a.location.cmp(&b.location));
-        Ok(objects)
+        listing.objects.sort_by(|a, b| a.location.cmp(&b.location));
+        listing.unaddressable.sort();
+        Ok(listing)
+    }
+
+    /// The objects under a prefix, sorted by key, without the keys skipped ([`Store::list`]).
+    pub async fn list_sorted(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+        Ok(self.list(prefix).await?.objects)
     }
 
     /// The child directories of `prefix` (one delimited listing), sorted. A directory name the
@@ -375,13 +398,14 @@ impl Store {
     }
 }
 
-/// Every file under `prefix` of a local store rooted at `root`, skipping (with a warning) the
-/// names object_store cannot address, and its own staging files (`name#<digits>`).
-fn list_local(root: &FsPath, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+/// Every file under `prefix` of a local store rooted at `root`, except object_store's own
+/// staging files (`name#<digits>`); names object_store cannot address are logged and
+/// returned apart (a name that is not UTF-8 shown with U+FFFD for its bad bytes).
+fn list_local(root: &FsPath, prefix: &Path) -> Result<Listing> {
     let start = prefix
         .parts()
         .fold(root.to_path_buf(), |p, part| p.join(part.as_ref()));
-    let mut objects = Vec::new();
+    let mut listing = Listing::default();
     let mut pending = vec![(start, prefix.as_ref().to_string())];
     while let Some((dir, key)) = pending.pop() {
         let entries = match std::fs::read_dir(&dir) {
@@ -394,18 +418,17 @@ fn list_local(root: &FsPath, prefix: &Path) -> Result<Vec<ObjectMeta>> {
             let entry = entry.map_err(|e| Error::scratch(&dir, e))?;
             let path = entry.path();
             let name = entry.file_name();
-            let child = match name.to_str() {
-                Some(name) if key.is_empty() => name.to_string(),
-                Some(name) => format!("{key}/{name}"),
-                None => {
-                    tracing::warn!(file = %path.display(), "skipping a file whose name is not UTF-8");
-                    continue;
-                }
+            let lossy = name.to_string_lossy();
+            let child = if key.is_empty() {
+                lossy.to_string()
+            } else {
+                format!("{key}/{lossy}")
             };
             let location = match Path::parse(&child) {
-                Ok(location) if location.as_ref() == child => location,
+                Ok(location) if name.to_str().is_some() && location.as_ref() == child => location,
                 _ => {
-                    tracing::warn!(key = ?child, "skipping a key the store cannot address");
+                    tracing::warn!(key = ?child, file = %path.display(), "skipping a key the store cannot address");
+                    listing.unaddressable.push(child);
                     continue;
                 }
             };
@@ -416,7 +439,7 @@ fn list_local(root: &FsPath, prefix: &Path) -> Result<Vec<ObjectMeta>> {
                 pending.push((path, child));
             } else if meta.is_file() && !is_staging_file(&child) {
                 let modified = meta.modified().map_err(|e| Error::scratch(&path, e))?;
-                objects.push(ObjectMeta {
+                listing.objects.push(ObjectMeta {
                     location,
                     last_modified: chrono::DateTime::<chrono::Utc>::from(modified),
                     size: meta.len(),
@@ -426,7 +449,7 @@ fn list_local(root: &FsPath, prefix: &Path) -> Result<Vec<ObjectMeta>> {
             }
         }
     }
-    Ok(objects)
+    Ok(listing)
 }
 
 /// True for the listing errors a key object_store cannot represent causes: an invalid path, or
@@ -522,7 +545,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn local_listings_skip_names_the_store_cannot_address() {
+    async fn local_listings_skip_and_report_names_the_store_cannot_address() {
+        use std::os::unix::ffi::OsStrExt;
+
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().to_string_lossy()).unwrap();
         for name in ["tenant=a", "tenant=b\u{1}"] {
@@ -533,13 +558,27 @@ mod tests {
         }
         let dirs = store.list_dirs(&Path::from("data")).await.unwrap();
         assert_eq!(dirs, [Path::from("data/tenant=a")]);
-        let keys: Vec<String> = store
-            .list_sorted(&Path::from("data"))
-            .await
-            .unwrap()
-            .into_iter()
+        std::fs::write(
+            dir.path()
+                .join("data/tenant=a")
+                .join(std::ffi::OsStr::from_bytes(b"bad\xff.parquet")),
+            b"x",
+        )
+        .unwrap();
+        let listing = store.list(&Path::from("data")).await.unwrap();
+        let keys: Vec<String> = listing
+            .objects
+            .iter()
             .map(|m| m.location.to_string())
             .collect();
         assert_eq!(keys, ["data/tenant=a/f.parquet"]);
+        assert_eq!(
+            listing.unaddressable,
+            [
+                "data/tenant=a/bad\u{fffd}.parquet",
+                "data/tenant=a/g\u{1}.parquet",
+                "data/tenant=b\u{1}",
+            ]
+        );
     }
 }
