@@ -159,18 +159,27 @@ fn many_columns(path: &Path) {
 
 /// One row of `columns` one-byte columns named `{prefix}{i}`: two such files of different
 /// prefixes are each fine alone, but their union is too wide for a small budget.
-fn columns_named(path: &Path, prefix: &str, columns: usize) {
+/// `columns` int64 columns `<prefix><i>` of `rows` distinct values, ZSTD: every leaf's reader
+/// and writer fill their pages, dictionaries and compression contexts.
+fn columns_named(path: &Path, prefix: &str, columns: usize, rows: i64) {
     let mut all: Vec<(String, ArrayRef)> = vec![(
         "time_unix_nano".into(),
-        Arc::new(Int64Array::from(vec![HOUR_START_NANOS + 4])),
+        Arc::new(Int64Array::from_iter_values(
+            (0..rows).map(|r| HOUR_START_NANOS + r),
+        )),
     )];
-    for i in 0..columns {
-        all.push((format!("{prefix}{i}"), Arc::new(Int8Array::from(vec![1i8]))));
+    for i in 0..columns as i64 {
+        all.push((
+            format!("{prefix}{i}"),
+            Arc::new(Int64Array::from_iter_values(
+                (0..rows).map(|r| i * 1_000_003 + r),
+            )),
+        ));
     }
     write(
         path,
         &RecordBatch::try_from_iter(all).expect("batch"),
-        Compression::SNAPPY,
+        Compression::ZSTD(ZstdLevel::default()),
     );
 }
 
@@ -277,10 +286,10 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     many_columns(&part.join("many-columns.parquet"));
     deep_nesting(&part.join("deep-nesting.parquet"));
     very_deep_footer(&part.join("very-deep-footer.parquet"));
-    // At 32 MiB the union may hold 1,365 leaves: the first file joins, the second would take
-    // it to 1,405.
-    columns_named(&part.join("union-a.parquet"), "a", 700);
-    columns_named(&part.join("union-b.parquet"), "b", 700);
+    // At 32 MiB the union may hold 341 leaves: the first file (3,000 rows) joins, the second
+    // would take it past.
+    columns_named(&part.join("union-a.parquet"), "a", 300, 3000);
+    columns_named(&part.join("union-b.parquet"), "b", 100, 10);
     for name in ["big-value.parquet", "gzip-bomb.parquet"] {
         let size = std::fs::metadata(part.join(name)).expect("file").len();
         assert!(size < 2 * MIB, "{name} is small on disk: {size}");
@@ -301,9 +310,10 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     let report = json(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(report["status"], "partial", "{report:#}\n{stderr}");
-    assert_eq!(report["inputs"]["rows"], 4 * 5000 + 1, "{report:#}");
+    assert_eq!(report["inputs"]["rows"], 4 * 5000 + 3000, "{report:#}");
+    // Within the 128 MiB function a 32 MiB budget stands for (a quarter of it).
     let rss = report["peak_rss_bytes"].as_u64().expect("rss");
-    assert!(rss < 256 * MIB, "peak RSS {} MiB", rss / MIB);
+    assert!(rss < 128 * MIB, "peak RSS {} MiB", rss / MIB);
     let quarantined = report["quarantined"].as_array().expect("quarantined");
     let expected = [
         ("absurd-footer.parquet", "the footer claims"),
@@ -313,7 +323,7 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
         ("many-columns.parquet", "leaf columns"),
         (
             "union-b.parquet",
-            "leaves, more than the 1365 the memory budget allows",
+            "leaves, more than the 341 the memory budget allows",
         ),
         ("very-deep-footer.parquet", "levels deep"),
     ];

@@ -171,16 +171,21 @@ pub fn unify_weighted(
     (unified, rejected)
 }
 
-/// Memory a leaf column of the union takes beside the budget, about: its reader (a page and
-/// a decompressor) and its writer (page buffers, statistics, a compressor). Measured at
-/// 44-48 KB a leaf on files of 1,000 to 10,000 columns of a few rows.
-const LEAF_BYTES: u64 = 48 << 10;
+/// Memory a leaf column of the union takes beside the budget, about: its reader (a page, a
+/// ZSTD decompression context of about 95 KB) and its writer (page buffers, statistics, a
+/// dictionary's hash table of about 70 KB, a ZSTD codec, which in parquet 60 holds a
+/// decompression context too). Measured on ZSTD files of 250 to 1,000 int64 columns of
+/// 3,000 rows at a 64 MiB budget: 160 to 214 KB of peak RSS a leaf. Files of a few rows show
+/// a quarter of it (44-48 KB): most of those contexts and tables are allocated whole but
+/// touched only as pages pass through them.
+const LEAF_BYTES: u64 = 192 << 10;
 /// Leaf columns a job may always hold, whatever its budget.
-const MIN_LEAF_LIMIT: usize = 1024;
+const MIN_LEAF_LIMIT: usize = 256;
 
 /// The most leaf columns the union of a job's inputs may have under `budget_bytes`: their
 /// fixed cost may take up to twice the budget (a function has four times it), and never
-/// fewer than 1,024 (`MIN_LEAF_LIMIT`). Without it, 10,000 columns took 460 MiB at an 8 MiB budget.
+/// fewer than 256 (`MIN_LEAF_LIMIT`): 682 at 64 MiB (a 256 MB function), 4,714 at
+/// 442 MiB (1,769 MB). Without it, 2,000 columns took 389 MiB at a 64 MiB budget.
 pub fn leaf_limit(budget_bytes: u64) -> usize {
     let by_budget = budget_bytes.saturating_mul(2) / LEAF_BYTES;
     usize::try_from(by_budget)
@@ -469,7 +474,7 @@ mod tests {
         let keys = KeyColumns::default();
         let wide = |prefix: &str| {
             let mut columns = vec![("time_unix_nano".to_string(), DataType::Int64)];
-            columns.extend((0..600).map(|i| (format!("{prefix}{i}"), DataType::Int64)));
+            columns.extend((0..400).map(|i| (format!("{prefix}{i}"), DataType::Int64)));
             Schema::new(
                 columns
                     .into_iter()
@@ -478,24 +483,25 @@ mod tests {
             )
         };
         let (a, b, again) = (wide("a"), wide("b"), wide("a"));
-        let limit = leaf_limit(8 << 20);
-        assert_eq!(limit, MIN_LEAF_LIMIT);
-        assert_eq!(leaf_limit(64 << 20), 2730);
+        let limit = leaf_limit(64 << 20);
+        assert_eq!(limit, 682);
+        assert_eq!(leaf_limit(8 << 20), MIN_LEAF_LIMIT);
+        assert_eq!(leaf_limit(442 << 20), 4714);
         let (u, rejected) = unify_weighted(
             &[("a", &a, 10), ("b", &b, 20), ("c", &again, 10)],
             &keys,
             limit,
         );
-        // b holds more rows and goes first; a would take the union to 1,201 leaves, and so
+        // b holds more rows and goes first; a would take the union to 801 leaves, and so
         // would c, which has a's columns.
         let positions: Vec<usize> = rejected.iter().map(|r| r.position).collect();
         assert_eq!(positions, [0, 2], "{rejected:?}");
         assert!(
-            rejected[0].reason.contains("1201 leaves"),
+            rejected[0].reason.contains("801 leaves"),
             "{}",
             rejected[0].reason
         );
-        assert_eq!(u.expect("a union").schema.fields().len(), 601);
+        assert_eq!(u.expect("a union").schema.fields().len(), 401);
         // Nested columns count their leaves.
         let nested = DataType::Struct(Fields::from(vec![
             Field::new("x", DataType::Int64, true),
