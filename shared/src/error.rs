@@ -187,6 +187,22 @@ pub enum Error {
         message: String,
     },
 
+    /// An earlier compacted output of the partition cannot be compacted again here (most often
+    /// a smaller budget than the one that wrote it: too many columns, too large a page). It is
+    /// never quarantined, since its rows are live only through it: the job fails and commits
+    /// nothing, so it and the newer files all stay live.
+    #[error(
+        "the compacted file {file} cannot be compacted again with this job's memory budget: \
+         {reason}; nothing was committed and every file of the partition stays live (give the \
+         compactor more memory)"
+    )]
+    CompactedInput {
+        /// The compacted file.
+        file: String,
+        /// Why it could not be read or merged.
+        reason: String,
+    },
+
     /// The job ran out of time before it could commit.
     #[error("deadline reached while compacting {partition}; nothing was committed")]
     Deadline {
@@ -241,7 +257,9 @@ impl Error {
                 ErrorKind::ResourceExhausted
             }
             Error::Scratch { .. } => ErrorKind::Transient,
-            Error::ScratchFull { .. } | Error::Deadline { .. } => ErrorKind::ResourceExhausted,
+            Error::ScratchFull { .. } | Error::Deadline { .. } | Error::CompactedInput { .. } => {
+                ErrorKind::ResourceExhausted
+            }
             Error::Parquet { .. } => ErrorKind::InvalidInput,
             Error::Arrow { .. } | Error::Invariant { .. } | Error::Encode { .. } => ErrorKind::Bug,
             Error::Conflict { .. } => ErrorKind::Conflict,

@@ -250,3 +250,72 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
     let error = report.error.expect("an error");
     assert!(error.contains("refused to read every input"), "{error}");
 }
+
+/// An earlier compacted output is never quarantined, whatever stops a job from reading it
+/// again: its rows are live only through it. Here it is wider than a smaller budget allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays_live() {
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let layout = KeyLayout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let dir = layout.ingest_dir(&partition);
+    let (start, _) = partition.time_range_nanos();
+    let mut columns: Vec<(String, arrow::array::ArrayRef)> = vec![(
+        "time_unix_nano".into(),
+        Arc::new(Int64Array::from_iter_values((0..20).map(|r| start + r))),
+    )];
+    for c in 0..300 {
+        columns.push((
+            format!("attr{c}"),
+            Arc::new(Int64Array::from_iter_values((0..20).map(|r| c * 100 + r))),
+        ));
+    }
+    let wide = arrow::array::RecordBatch::try_from_iter(columns).expect("a wide batch");
+    put_bytes(
+        &store,
+        &format!("{dir}/wide.parquet"),
+        parquet_bytes(&[wide], 100),
+    )
+    .await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut large = CompactOptions::new(scratch.path());
+    large.budget_bytes = 64 << 20;
+    let first = compact_partition(&store, &layout, &partition, &large)
+        .await
+        .expect("runs");
+    assert_eq!(first.status, Status::Compacted, "{:?}", first.error);
+
+    let late = vec![(Some("a".to_string()), start + 7, 1)];
+    put_bytes(
+        &store,
+        &format!("{dir}/late.parquet"),
+        parquet_bytes(&[rows_batch(&late)], 10),
+    )
+    .await;
+    // At 8 MiB the union may hold 256 leaves; the compacted output has 301.
+    let mut small = CompactOptions::new(scratch.path());
+    small.budget_bytes = 8 << 20;
+    let second = compact_partition(&store, &layout, &partition, &small)
+        .await
+        .expect("runs");
+    assert_eq!(second.status, Status::Failed);
+    assert!(second.quarantined.is_empty(), "{:?}", second.quarantined);
+    let error = second.error.expect("an error");
+    assert!(
+        error.contains("cannot be compacted again") && error.contains("301 leaves"),
+        "{error}"
+    );
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
+    assert_eq!(files.live.len(), 2, "{:?}", files.live);
+    assert_eq!(files.manifest_version, first.manifest_version);
+
+    // With the budget that wrote it, the partition compacts again, every row kept.
+    let third = compact_partition(&store, &layout, &partition, &large)
+        .await
+        .expect("runs");
+    assert_eq!(third.status, Status::Compacted, "{:?}", third.error);
+    assert_eq!(third.inputs.rows, 21);
+}

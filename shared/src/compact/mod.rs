@@ -475,7 +475,7 @@ pub(crate) async fn sort_group(
         };
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);
-            quarantined.push(quarantine(&bad.staged, &rejection.reason));
+            quarantined.push(quarantine(&bad.staged, &rejection.reason)?);
         }
         let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
             break None;
@@ -502,7 +502,7 @@ pub(crate) async fn sort_group(
             Ok(written) => break Some(written),
             Err((position, reason)) => {
                 let bad = checked.remove(position);
-                quarantined.push(quarantine(&bad.staged, &reason));
+                quarantined.push(quarantine(&bad.staged, &reason)?);
             }
         }
     };
@@ -662,8 +662,16 @@ async fn delete_outputs(store: &Store, written: &[Written], manifest: Option<&Ma
     }
 }
 
-fn quarantine(staged: &StagedInput, reason: &str) -> Quarantined {
-    quarantine_key(&staged.key, reason)
+/// Quarantines a bad input; an earlier compacted output is never quarantined (its rows are
+/// live only through it), so the job fails instead ([`Error::CompactedInput`]).
+fn quarantine(staged: &StagedInput, reason: &str) -> Result<Quarantined> {
+    if staged.is_compacted {
+        return Err(Error::CompactedInput {
+            file: staged.key.to_string(),
+            reason: reason.to_string(),
+        });
+    }
+    Ok(quarantine_key(&staged.key, reason))
 }
 
 fn quarantine_key(key: &Path, reason: &str) -> Quarantined {
@@ -806,10 +814,10 @@ async fn check_inputs(
             let result = catch_reader_panic(|| check_input(s.clone(), &partition, &keys, page_cap));
             match result.and_then(|c| c) {
                 Ok(c) => checked.push(c),
-                Err(reason) => quarantined.push(quarantine(&s, &reason)),
+                Err(reason) => quarantined.push(quarantine(&s, &reason)?),
             }
         }
-        (checked, quarantined)
+        Ok((checked, quarantined))
     };
     tokio::task::spawn_blocking(move || {
         std::thread::Builder::new()
@@ -818,7 +826,7 @@ async fn check_inputs(
             .spawn(check)
             .map_err(|e| Error::invariant(format!("input check thread: {e}")))?
             .join()
-            .map_err(|_| Error::invariant("input check thread panicked"))
+            .map_err(|_| Error::invariant("input check thread panicked"))?
     })
     .await
     .map_err(|e| Error::invariant(format!("input check task failed: {e}")))?
