@@ -1,8 +1,9 @@
 //! Hostile files in a partition are quarantined one by one while the rest compacts, and the
 //! process stays inside the memory bound: a 300 MiB value compressed to almost nothing, a
 //! gzip page that inflates far beyond its header, a footer claiming chunks of 2^50 bytes,
-//! 12,000 columns, a schema 2,000 levels deep, a footer declaring 300,000 levels, and two
-//! files whose union is wider than the budget allows.
+//! 12,000 columns, a schema 2,000 levels deep, a footer declaring 300,000 levels; a wide file
+//! of 3,000 rows compacts beside them. Good files whose union is wider than the budget allows
+//! fail the job instead, and stay live.
 
 mod common;
 
@@ -286,10 +287,8 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     many_columns(&part.join("many-columns.parquet"));
     deep_nesting(&part.join("deep-nesting.parquet"));
     very_deep_footer(&part.join("very-deep-footer.parquet"));
-    // At 32 MiB the union may hold 341 leaves: the first file (3,000 rows) joins, the second
-    // would take it past.
+    // At 32 MiB the union may hold 341 leaves: a wide file of 3,000 rows fills most of them.
     columns_named(&part.join("union-a.parquet"), "a", 300, 3000);
-    columns_named(&part.join("union-b.parquet"), "b", 100, 10);
     for name in ["big-value.parquet", "gzip-bomb.parquet"] {
         let size = std::fs::metadata(part.join(name)).expect("file").len();
         assert!(size < 2 * MIB, "{name} is small on disk: {size}");
@@ -321,10 +320,6 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
         ("deep-nesting.parquet", "levels deep"),
         ("gzip-bomb.parquet", "decompression bomb"),
         ("many-columns.parquet", "leaf columns"),
-        (
-            "union-b.parquet",
-            "leaves, more than the 341 the memory budget allows",
-        ),
         ("very-deep-footer.parquet", "levels deep"),
     ];
     assert_eq!(quarantined.len(), expected.len(), "{quarantined:#?}");
@@ -337,4 +332,45 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
             "{name}: {words:?} not in {reason:?}"
         );
     }
+}
+
+/// Good files whose union is wider than the budget's leaf limit are not quarantined: the job
+/// fails, naming the file, and every file stays live until a larger budget compacts them.
+#[test]
+fn a_union_wider_than_the_budget_fails_the_job_and_keeps_every_file_live() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().to_string();
+    let part = partition_dir(dir.path(), "wide");
+    std::fs::create_dir_all(&part).expect("partition dir");
+    // At 32 MiB the union may hold 341 leaves: the file of more rows joins, the second would
+    // take it to 401.
+    columns_named(&part.join("union-a.parquet"), "a", 300, 3000);
+    columns_named(&part.join("union-b.parquet"), "b", 100, 10);
+    let base = ["--store", &store, "--tenant", "wide", "--hour", HOUR];
+    let compact = |budget: &str| {
+        json(&run(&[
+            &["compact"],
+            &base[..],
+            &["--memory-budget", budget, "--json"],
+        ]
+        .concat()))
+    };
+
+    let report = compact("32MiB");
+    assert_eq!(report["status"], "failed", "{report:#}");
+    assert_eq!(report["error_kind"], "ResourceExhausted", "{report:#}");
+    let error = report["error"].as_str().expect("an error");
+    assert!(
+        error.contains("union-b.parquet")
+            && error.contains("401 leaves, more than the 341 the memory budget allows")
+            && error.contains("stays live"),
+        "{error}"
+    );
+    let files = json(&run(&[&["files"], &base[..], &["--json"]].concat()));
+    assert_eq!(files["live"].as_array().map(Vec::len), Some(2), "{files:#}");
+    assert_eq!(files["quarantined"], serde_json::json!([]), "{files:#}");
+
+    let report = compact("64MiB");
+    assert_eq!(report["status"], "compacted", "{report:#}");
+    assert_eq!(report["inputs"]["rows"], 3010, "{report:#}");
 }

@@ -475,6 +475,12 @@ pub(crate) async fn sort_group(
         };
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);
+            if rejection.over_budget && !bad.staged.is_compacted {
+                return Err(Error::OverBudget {
+                    file: bad.staged.key.to_string(),
+                    reason: rejection.reason.clone(),
+                });
+            }
             quarantined.push(quarantine(&bad.staged, &rejection.reason)?);
         }
         let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
