@@ -203,8 +203,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// An ingest file is good but needs more memory than the job's budget gives (its columns
-    /// would widen the partition's union past the budget's leaf limit). It is not quarantined,
+    /// An ingest file is good but needs more memory than the job's budget gives (a page larger
+    /// than the budget lets one page take, or columns that would widen the partition's union
+    /// past the budget's leaf limit). It is not quarantined,
     /// since nothing is wrong with it: the job fails and commits nothing, so every file stays
     /// live until a compactor with more memory runs.
     #[error(

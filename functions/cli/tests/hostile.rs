@@ -1,9 +1,9 @@
 //! Hostile files in a partition are quarantined one by one while the rest compacts, and the
-//! process stays inside the memory bound: a 300 MiB value compressed to almost nothing, a
-//! gzip page that inflates far beyond its header, a footer claiming chunks of 2^50 bytes,
-//! 12,000 columns, a schema 2,000 levels deep, a footer declaring 300,000 levels; a wide file
-//! of 3,000 rows compacts beside them. Good files whose union is wider than the budget allows
-//! fail the job instead, and stay live.
+//! process stays inside the memory bound: a gzip page that inflates far beyond its header, a
+//! footer claiming chunks of 2^50 bytes, 12,000 columns, a schema 2,000 levels deep, a footer
+//! declaring 300,000 levels; a wide file of 3,000 rows compacts beside them. Good files the
+//! budget is too small for (a union wider than it allows, a 300 MiB value compressed to almost
+//! nothing) fail the job instead, and stay live.
 
 mod common;
 
@@ -277,11 +277,6 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
         String::from_utf8_lossy(&out.stderr)
     );
     let part = partition_dir(dir.path(), "hostile");
-    write(
-        &part.join("big-value.parquet"),
-        &one_row_with_body("x".repeat(300 << 20)),
-        Compression::ZSTD(ZstdLevel::default()),
-    );
     gzip_bomb(&part.join("gzip-bomb.parquet"));
     absurd_footer(&part.join("absurd-footer.parquet"));
     many_columns(&part.join("many-columns.parquet"));
@@ -289,10 +284,10 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     very_deep_footer(&part.join("very-deep-footer.parquet"));
     // At 32 MiB the union may hold 341 leaves: a wide file of 3,000 rows fills most of them.
     columns_named(&part.join("union-a.parquet"), "a", 300, 3000);
-    for name in ["big-value.parquet", "gzip-bomb.parquet"] {
-        let size = std::fs::metadata(part.join(name)).expect("file").len();
-        assert!(size < 2 * MIB, "{name} is small on disk: {size}");
-    }
+    let size = std::fs::metadata(part.join("gzip-bomb.parquet"))
+        .expect("file")
+        .len();
+    assert!(size < 2 * MIB, "the gzip bomb is small on disk: {size}");
 
     let out = run(&[
         "compact",
@@ -316,7 +311,6 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     let quarantined = report["quarantined"].as_array().expect("quarantined");
     let expected = [
         ("absurd-footer.parquet", "the footer claims"),
-        ("big-value.parquet", "more than the"),
         ("deep-nesting.parquet", "levels deep"),
         ("gzip-bomb.parquet", "decompression bomb"),
         ("many-columns.parquet", "leaf columns"),
@@ -334,10 +328,12 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
     }
 }
 
-/// Good files whose union is wider than the budget's leaf limit are not quarantined: the job
-/// fails, naming the file, and every file stays live until a larger budget compacts them.
+/// Good files the budget is too small for are not quarantined: the job fails, naming the file,
+/// and every file stays live until a larger budget compacts them. Here a union wider than the
+/// budget's leaf limit, and a 300 MiB value (compressed to almost nothing) in a page larger
+/// than the budget lets one page take.
 #[test]
-fn a_union_wider_than_the_budget_fails_the_job_and_keeps_every_file_live() {
+fn files_too_large_for_the_budget_fail_the_job_and_keep_every_file_live() {
     let dir = tempfile::tempdir().expect("dir");
     let store = dir.path().to_string_lossy().to_string();
     let part = partition_dir(dir.path(), "wide");
@@ -373,4 +369,41 @@ fn a_union_wider_than_the_budget_fails_the_job_and_keeps_every_file_live() {
     let report = compact("64MiB");
     assert_eq!(report["status"], "compacted", "{report:#}");
     assert_eq!(report["inputs"]["rows"], 3010, "{report:#}");
+
+    let part = partition_dir(dir.path(), "big");
+    std::fs::create_dir_all(&part).expect("partition dir");
+    write(
+        &part.join("big-value.parquet"),
+        &one_row_with_body("x".repeat(300 << 20)),
+        Compression::ZSTD(ZstdLevel::default()),
+    );
+    write(
+        &part.join("small.parquet"),
+        &one_row_with_body("small".into()),
+        Compression::SNAPPY,
+    );
+    let size = std::fs::metadata(part.join("big-value.parquet"))
+        .expect("file")
+        .len();
+    assert!(size < 2 * MIB, "the 300 MiB value is small on disk: {size}");
+    let base = ["--store", &store, "--tenant", "big", "--hour", HOUR];
+    let out = run(&[
+        &["compact"],
+        &base[..],
+        &["--memory-budget", "32MiB", "--json"],
+    ]
+    .concat());
+    let report = json(&out);
+    assert_eq!(report["status"], "failed", "{report:#}");
+    assert_eq!(report["error_kind"], "ResourceExhausted", "{report:#}");
+    let error = report["error"].as_str().expect("an error");
+    assert!(
+        error.contains("big-value.parquet")
+            && error.contains("one page may take under the memory budget")
+            && error.contains("stays live"),
+        "{error}"
+    );
+    let files = json(&run(&[&["files"], &base[..], &["--json"]].concat()));
+    assert_eq!(files["live"].as_array().map(Vec::len), Some(2), "{files:#}");
+    assert_eq!(files["quarantined"], serde_json::json!([]), "{files:#}");
 }

@@ -818,8 +818,15 @@ async fn check_inputs(
             let size = std::fs::metadata(&s.local).map(|m| m.len()).unwrap_or(0);
             let s = StagedInput { size, ..s };
             let result = catch_reader_panic(|| check_input(s.clone(), &partition, &keys, page_cap));
-            match result.and_then(|c| c) {
-                Ok(c) => checked.push(c),
+            match result {
+                Ok(Ok(c)) => checked.push(c),
+                Ok(Err(rejection)) if rejection.over_budget && !s.is_compacted => {
+                    return Err(Error::OverBudget {
+                        file: s.key.to_string(),
+                        reason: rejection.reason,
+                    });
+                }
+                Ok(Err(rejection)) => quarantined.push(quarantine(&s, &rejection.reason)?),
                 Err(reason) => quarantined.push(quarantine(&s, &reason)?),
             }
         }
