@@ -336,14 +336,8 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
 fn files_too_large_for_the_budget_fail_the_job_and_keep_every_file_live() {
     let dir = tempfile::tempdir().expect("dir");
     let store = dir.path().to_string_lossy().to_string();
-    let part = partition_dir(dir.path(), "wide");
-    std::fs::create_dir_all(&part).expect("partition dir");
-    // At 32 MiB the union may hold 341 leaves: the file of more rows joins, the second would
-    // take it to 401.
-    columns_named(&part.join("union-a.parquet"), "a", 300, 3000);
-    columns_named(&part.join("union-b.parquet"), "b", 100, 10);
-    let base = ["--store", &store, "--tenant", "wide", "--hour", HOUR];
-    let compact = |budget: &str| {
+    let compact = |tenant: &str, budget: &str| {
+        let base = ["--store", &store, "--tenant", tenant, "--hour", HOUR];
         json(&run(&[
             &["compact"],
             &base[..],
@@ -351,22 +345,34 @@ fn files_too_large_for_the_budget_fail_the_job_and_keep_every_file_live() {
         ]
         .concat()))
     };
+    // At 32 MiB the job fails naming `file` for `words`; both files stay live.
+    let fails_and_keeps_both = |tenant: &str, file: &str, words: &str| {
+        let report = compact(tenant, "32MiB");
+        assert_eq!(report["status"], "failed", "{report:#}");
+        assert_eq!(report["error_kind"], "ResourceExhausted", "{report:#}");
+        let error = report["error"].as_str().expect("an error");
+        assert!(
+            error.contains(file) && error.contains(words) && error.contains("stays live"),
+            "{error}"
+        );
+        let base = ["--store", &store, "--tenant", tenant, "--hour", HOUR];
+        let files = json(&run(&[&["files"], &base[..], &["--json"]].concat()));
+        assert_eq!(files["live"].as_array().map(Vec::len), Some(2), "{files:#}");
+        assert_eq!(files["quarantined"], serde_json::json!([]), "{files:#}");
+    };
 
-    let report = compact("32MiB");
-    assert_eq!(report["status"], "failed", "{report:#}");
-    assert_eq!(report["error_kind"], "ResourceExhausted", "{report:#}");
-    let error = report["error"].as_str().expect("an error");
-    assert!(
-        error.contains("union-b.parquet")
-            && error.contains("401 leaves, more than the 341 the memory budget allows")
-            && error.contains("stays live"),
-        "{error}"
+    // At 32 MiB the union may hold 341 leaves: the file of more rows joins, the second would
+    // take it to 401. At 64 MiB both compact.
+    let part = partition_dir(dir.path(), "wide");
+    std::fs::create_dir_all(&part).expect("partition dir");
+    columns_named(&part.join("union-a.parquet"), "a", 300, 3000);
+    columns_named(&part.join("union-b.parquet"), "b", 100, 10);
+    fails_and_keeps_both(
+        "wide",
+        "union-b.parquet",
+        "401 leaves, more than the 341 the memory budget allows",
     );
-    let files = json(&run(&[&["files"], &base[..], &["--json"]].concat()));
-    assert_eq!(files["live"].as_array().map(Vec::len), Some(2), "{files:#}");
-    assert_eq!(files["quarantined"], serde_json::json!([]), "{files:#}");
-
-    let report = compact("64MiB");
+    let report = compact("wide", "64MiB");
     assert_eq!(report["status"], "compacted", "{report:#}");
     assert_eq!(report["inputs"]["rows"], 3010, "{report:#}");
 
@@ -386,24 +392,9 @@ fn files_too_large_for_the_budget_fail_the_job_and_keep_every_file_live() {
         .expect("file")
         .len();
     assert!(size < 2 * MIB, "the 300 MiB value is small on disk: {size}");
-    let base = ["--store", &store, "--tenant", "big", "--hour", HOUR];
-    let out = run(&[
-        &["compact"],
-        &base[..],
-        &["--memory-budget", "32MiB", "--json"],
-    ]
-    .concat());
-    let report = json(&out);
-    assert_eq!(report["status"], "failed", "{report:#}");
-    assert_eq!(report["error_kind"], "ResourceExhausted", "{report:#}");
-    let error = report["error"].as_str().expect("an error");
-    assert!(
-        error.contains("big-value.parquet")
-            && error.contains("one page may take under the memory budget")
-            && error.contains("stays live"),
-        "{error}"
+    fails_and_keeps_both(
+        "big",
+        "big-value.parquet",
+        "one page may take under the memory budget",
     );
-    let files = json(&run(&[&["files"], &base[..], &["--json"]].concat()));
-    assert_eq!(files["live"].as_array().map(Vec::len), Some(2), "{files:#}");
-    assert_eq!(files["quarantined"], serde_json::json!([]), "{files:#}");
 }
