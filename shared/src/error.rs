@@ -203,22 +203,6 @@ pub enum Error {
         reason: String,
     },
 
-    /// An ingest file is good but needs more memory than the job's budget gives (a page larger
-    /// than the budget lets one page take, or columns that would widen the partition's union
-    /// past the budget's leaf limit). It is not quarantined,
-    /// since nothing is wrong with it: the job fails and commits nothing, so every file stays
-    /// live until a compactor with more memory runs.
-    #[error(
-        "the file {file} needs more memory than this job's budget gives: {reason}; nothing was \
-         committed and every file of the partition stays live (give the compactor more memory)"
-    )]
-    OverBudget {
-        /// The file.
-        file: String,
-        /// What it needs.
-        reason: String,
-    },
-
     /// The job ran out of time before it could commit.
     #[error("deadline reached while compacting {partition}; nothing was committed")]
     Deadline {
@@ -273,10 +257,9 @@ impl Error {
                 ErrorKind::ResourceExhausted
             }
             Error::Scratch { .. } => ErrorKind::Transient,
-            Error::ScratchFull { .. }
-            | Error::Deadline { .. }
-            | Error::CompactedInput { .. }
-            | Error::OverBudget { .. } => ErrorKind::ResourceExhausted,
+            Error::ScratchFull { .. } | Error::Deadline { .. } | Error::CompactedInput { .. } => {
+                ErrorKind::ResourceExhausted
+            }
             Error::Parquet { .. } => ErrorKind::InvalidInput,
             Error::Arrow { .. } | Error::Invariant { .. } | Error::Encode { .. } => ErrorKind::Bug,
             Error::Conflict { .. } => ErrorKind::Conflict,

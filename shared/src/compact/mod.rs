@@ -475,12 +475,6 @@ pub(crate) async fn sort_group(
         };
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);
-            if rejection.over_budget && !bad.staged.is_compacted {
-                return Err(Error::OverBudget {
-                    file: bad.staged.key.to_string(),
-                    reason: rejection.reason.clone(),
-                });
-            }
             quarantined.push(quarantine(&bad.staged, &rejection.reason)?);
         }
         let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
@@ -818,15 +812,8 @@ async fn check_inputs(
             let size = std::fs::metadata(&s.local).map(|m| m.len()).unwrap_or(0);
             let s = StagedInput { size, ..s };
             let result = catch_reader_panic(|| check_input(s.clone(), &partition, &keys, page_cap));
-            match result {
-                Ok(Ok(c)) => checked.push(c),
-                Ok(Err(rejection)) if rejection.over_budget && !s.is_compacted => {
-                    return Err(Error::OverBudget {
-                        file: s.key.to_string(),
-                        reason: rejection.reason,
-                    });
-                }
-                Ok(Err(rejection)) => quarantined.push(quarantine(&s, &rejection.reason)?),
+            match result.and_then(|c| c) {
+                Ok(c) => checked.push(c),
                 Err(reason) => quarantined.push(quarantine(&s, &reason)?),
             }
         }

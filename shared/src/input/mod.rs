@@ -20,7 +20,6 @@ use parquet::arrow::arrow_reader::{
 use parquet::file::metadata::ParquetMetaData;
 
 use crate::error::{Error, Result};
-pub use crate::input::page_check::InputRejection;
 use crate::input::page_check::{PageFacts, check_footer_size, check_pages};
 use crate::input::schema::{check_key_columns, map_with_child_types};
 use crate::input::type_union::time_nanos;
@@ -128,8 +127,7 @@ fn size_facts(metadata: &ParquetMetaData, pages: &PageFacts) -> (u64, u64) {
 /// Checks one input against its partition: readable footer, key columns present and typed,
 /// every time inside the hour and every tenant value equal to the partition's. A file with
 /// a readable footer and no rows passes whatever its columns (it holds nothing to lose and
-/// is consumed with the other inputs). `Err` holds the reason the file cannot be compacted, and
-/// whether only the page cap (the budget) is at fault.
+/// is consumed with the other inputs). `Err` holds the reason the file is a bad input.
 ///
 /// Before any page is decoded, the footer's size and every page header are checked (see
 /// [`crate::input::page_check`]): no page may decode to more than `page_cap_bytes` (see
@@ -139,23 +137,6 @@ pub fn check_input(
     partition: &PartitionId,
     keys: &KeyColumns,
     page_cap_bytes: u64,
-) -> std::result::Result<CheckedInput, InputRejection> {
-    let mut over_budget = false;
-    check_input_reporting(staged, partition, keys, page_cap_bytes, &mut over_budget).map_err(
-        |reason| InputRejection {
-            reason,
-            over_budget,
-        },
-    )
-}
-
-/// [`check_input`], setting `over_budget` when a page is larger than the cap.
-fn check_input_reporting(
-    staged: StagedInput,
-    partition: &PartitionId,
-    keys: &KeyColumns,
-    page_cap_bytes: u64,
-    over_budget: &mut bool,
 ) -> std::result::Result<CheckedInput, String> {
     if staged.size == 0 {
         return Err("empty object (0 bytes)".into());
@@ -163,10 +144,7 @@ fn check_input_reporting(
     let mut file = File::open(&staged.local).map_err(|e| format!("cannot open local copy: {e}"))?;
     check_footer_size(&mut file)?;
     let builder = open(&staged)?;
-    let pages = check_pages(&file, builder.metadata(), page_cap_bytes).map_err(|r| {
-        *over_budget = r.over_budget;
-        r.reason
-    })?;
+    let pages = check_pages(&file, builder.metadata(), page_cap_bytes)?;
     let schema = builder.schema().clone();
     let metadata = builder.metadata().clone();
     let rows: u64 = metadata
@@ -920,16 +898,10 @@ mod tests {
         // the hour after this one, in microseconds, is outside.
         let late = TimestampMicrosecondArray::from(vec![end / 1_000]);
         let reason = file("late.parquet", Arc::new(late)).expect_err("outside the hour");
-        assert!(
-            reason.reason.contains("outside the partition's hour"),
-            "{reason}"
-        );
+        assert!(reason.contains("outside the partition's hour"), "{reason}");
         let overflow = TimestampSecondArray::from(vec![i64::MAX / 10]);
         let reason = file("overflow.parquet", Arc::new(overflow)).expect_err("overflow");
-        assert!(
-            reason.reason.contains("outside the partition's hour"),
-            "{reason}"
-        );
+        assert!(reason.contains("outside the partition's hour"), "{reason}");
     }
 
     #[test]
@@ -947,7 +919,7 @@ mod tests {
         let staged = stage(dir.path(), "zero-bytes.parquet", &[]);
         let reason =
             check_input(staged, &partition(), &KeyColumns::default(), 8 << 20).expect_err("bad");
-        assert!(reason.reason.contains("0 bytes"), "{reason}");
+        assert!(reason.contains("0 bytes"), "{reason}");
     }
 
     #[test]

@@ -189,45 +189,19 @@ fn schema_element<R: Read>(r: &mut R) -> std::io::Result<(String, u64)> {
     Ok((name, children))
 }
 
-/// Why a file cannot be compacted: its reason, and whether only the job's budget is at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputRejection {
-    /// The reason, naming what is wrong.
-    pub reason: String,
-    /// True when the file is good but a page of it is larger than the budget lets one page
-    /// take: a larger budget would compact it.
-    pub over_budget: bool,
-}
-
-impl From<String> for InputRejection {
-    fn from(reason: String) -> Self {
-        Self {
-            reason,
-            over_budget: false,
-        }
-    }
-}
-
-impl std::fmt::Display for InputRejection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.reason)
-    }
-}
-
 /// Walks every page header of `metadata`'s column chunks in `file`. `page_cap_bytes` is the
-/// most one page may decode to. `Err` holds the reason the file cannot be compacted.
+/// most one page may decode to. `Err` holds the reason the file is a bad input.
 pub fn check_pages(
     file: &File,
     metadata: &ParquetMetaData,
     page_cap_bytes: u64,
-) -> Result<PageFacts, InputRejection> {
+) -> Result<PageFacts, String> {
     let schema = metadata.file_metadata().schema_descr();
     if schema.num_columns() > MAX_LEAF_COLUMNS {
         return Err(format!(
             "{} leaf columns, more than the {MAX_LEAF_COLUMNS} an input may have",
             schema.num_columns()
-        )
-        .into());
+        ));
     }
     let file_len = file
         .metadata()
@@ -250,10 +224,7 @@ pub fn check_pages(
                     ))
                 })?;
             let walked = walk_chunk(&mut reader, start, end, chunk.compression(), page_cap_bytes)
-                .map_err(|r| InputRejection {
-                reason: at(r.reason),
-                ..r
-            })?;
+                .map_err(at)?;
             // Writers count page headers in; twice the pages and headers is far beyond any.
             let plausible = walked
                 .decoded_bytes
@@ -265,8 +236,7 @@ pub fn check_pages(
                 return Err(at(format!(
                     "the footer claims {claimed} decoded bytes, but the chunk's pages declare {}",
                     walked.decoded_bytes
-                ))
-                .into());
+                )));
             }
             chunks.push(walked);
         }
@@ -281,7 +251,7 @@ fn walk_chunk<R: Read + Seek>(
     end: u64,
     codec: Compression,
     page_cap_bytes: u64,
-) -> Result<ChunkPages, InputRejection> {
+) -> Result<ChunkPages, String> {
     let mut walk = ChunkPages {
         stored_bytes: end - start,
         ..Default::default()
@@ -302,36 +272,29 @@ fn walk_chunk<R: Read + Seek>(
             u64::try_from(header.compressed_page_size),
             u64::try_from(header.uncompressed_page_size),
         ) else {
-            return Err(format!("a page at byte {at} declares a negative size").into());
+            return Err(format!("a page at byte {at} declares a negative size"));
         };
         let body = at + header_bytes;
         if body.saturating_add(compressed) > end {
             return Err(format!(
                 "a page at byte {at} declares {compressed} bytes, beyond its chunk's end at {end}"
-            )
-            .into());
+            ));
         }
         if compressed > page_cap_bytes.saturating_add(page_cap_bytes / 8) {
-            return Err(InputRejection {
-                reason: format!(
-                    "a page at byte {at} holds {compressed} bytes, more than a page may (the cap is {page_cap_bytes} decoded bytes)"
-                ),
-                over_budget: true,
-            });
+            return Err(format!(
+                "a page at byte {at} holds {compressed} bytes, more than a page may (the cap is {page_cap_bytes} decoded bytes)"
+            ));
         }
         if decoded > page_cap_bytes {
-            return Err(InputRejection {
-                reason: format!(
-                    "a page decodes to {decoded} bytes, more than the {page_cap_bytes} one page may take under the memory budget (a value or row too large for it)"
-                ),
-                over_budget: true,
-            });
+            return Err(format!(
+                "a page decodes to {decoded} bytes, more than the {page_cap_bytes} one page may take under the memory budget (a value or row too large for it)"
+            ));
         }
         let levels = header.v2_levels_bytes.unwrap_or(0);
         if levels > compressed || levels > decoded {
-            return Err(
-                format!("a page at byte {at} declares more level bytes than it holds").into(),
-            );
+            return Err(format!(
+                "a page at byte {at} declares more level bytes than it holds"
+            ));
         }
         if header.is_compressed {
             reader
@@ -343,8 +306,7 @@ fn walk_chunk<R: Read + Seek>(
         } else if compressed != decoded {
             return Err(format!(
                 "an uncompressed page at byte {at} holds {compressed} bytes but declares {decoded}"
-            )
-            .into());
+            ));
         }
         walk.decoded_bytes = walk.decoded_bytes.saturating_add(decoded);
         if header.is_dictionary {
@@ -702,11 +664,9 @@ mod tests {
                 // A cap below the pages' size refuses the file.
                 let refused = check_pages(&file, metadata, 1_000).expect_err("too large");
                 assert!(
-                    refused.reason.contains("cap is 1000")
-                        || refused.reason.contains("more than the 1000"),
+                    refused.contains("cap is 1000") || refused.contains("more than the 1000"),
                     "{refused}"
                 );
-                assert!(refused.over_budget, "{refused}");
             }
         }
     }

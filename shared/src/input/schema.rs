@@ -36,9 +36,6 @@ pub struct SchemaRejection {
     pub position: usize,
     /// Why it cannot join the union.
     pub reason: String,
-    /// True when only the budget's leaf limit keeps it out ([`leaf_limit`]): the file is not
-    /// bad, the job is too small for it.
-    pub over_budget: bool,
 }
 
 fn is_string_like(t: &DataType) -> bool {
@@ -236,11 +233,7 @@ fn unify_in_order(
             continue;
         };
         if let Err(reason) = check_key_columns(schema, keys) {
-            rejected.push(SchemaRejection {
-                position,
-                reason,
-                over_budget: false,
-            });
+            rejected.push(SchemaRejection { position, reason });
             continue;
         }
         // First pass: the file's contribution, or its conflict, without changing the union.
@@ -278,11 +271,7 @@ fn unify_in_order(
                                     conflict.have
                                 )
                             };
-                            rejected.push(SchemaRejection {
-                                position,
-                                reason,
-                                over_budget: false,
-                            });
+                            rejected.push(SchemaRejection { position, reason });
                             continue 'files;
                         }
                     }
@@ -305,11 +294,7 @@ fn unify_in_order(
                 "with this file the partition's columns would number {leaves} leaves, more than \
                  the {max_leaves} the memory budget allows (each leaf holds a reader and a writer)"
             );
-            rejected.push(SchemaRejection {
-                position,
-                reason,
-                over_budget: true,
-            });
+            rejected.push(SchemaRejection { position, reason });
             continue 'files;
         }
         union_leaves = leaves;
