@@ -203,6 +203,24 @@ pub enum Error {
         reason: String,
     },
 
+    /// The runs of a fanned-out job hold more distinct leaf columns between them than the
+    /// budget's leaf limit: each group's inputs kept within it, but their union does not, and
+    /// merging it would take more memory than the function has. Nothing is committed.
+    #[error(
+        "the runs of the fanned-out job of {partition} hold {leaves} distinct leaf columns \
+         between them, more than the {limit} the memory budget allows (each leaf holds a reader \
+         and a writer); nothing was committed and every file stays live (give the compactor more \
+         memory)"
+    )]
+    TooWide {
+        /// The partition.
+        partition: String,
+        /// Distinct leaf columns of the runs.
+        leaves: usize,
+        /// The budget's leaf limit.
+        limit: usize,
+    },
+
     /// The job ran out of time before it could commit.
     #[error("deadline reached while compacting {partition}; nothing was committed")]
     Deadline {
@@ -257,9 +275,10 @@ impl Error {
                 ErrorKind::ResourceExhausted
             }
             Error::Scratch { .. } => ErrorKind::Transient,
-            Error::ScratchFull { .. } | Error::Deadline { .. } | Error::CompactedInput { .. } => {
-                ErrorKind::ResourceExhausted
-            }
+            Error::ScratchFull { .. }
+            | Error::Deadline { .. }
+            | Error::CompactedInput { .. }
+            | Error::TooWide { .. } => ErrorKind::ResourceExhausted,
             Error::Parquet { .. } => ErrorKind::InvalidInput,
             Error::Arrow { .. } | Error::Invariant { .. } | Error::Encode { .. } => ErrorKind::Bug,
             Error::Conflict { .. } => ErrorKind::Conflict,

@@ -452,3 +452,57 @@ fn a_group_without_services_merges_into_the_ranges() {
         assert!(rows.iter().filter(|r| r.0.is_none()).count() >= 2 * 3000);
     });
 }
+
+/// Each group keeps its inputs' columns within the budget's leaf limit, but groups of
+/// different columns may not: the split step refuses a union of runs wider than the limit
+/// before any range is merged, and every file stays live.
+#[test]
+fn runs_wider_together_than_the_leaf_limit_fail_before_the_merge() {
+    use arrow::array::{ArrayRef, Int64Array};
+    use ourios_compaction::testing::named_batch;
+    multi_thread_runtime(2).block_on(async {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        let layout = KeyLayout::default();
+        let dir = layout.ingest_dir(&partition());
+        let (start, _) = partition().time_range_nanos();
+        // At the tests' 256 KiB budget the union may hold 256 leaves: each file has 151.
+        for (i, prefix) in ["a", "b"].into_iter().enumerate() {
+            let mut columns: Vec<(String, ArrayRef)> = vec![(
+                "time_unix_nano".into(),
+                Arc::new(Int64Array::from_iter_values((0..50).map(|r| start + r))),
+            )];
+            for c in 0..150 {
+                columns.push((
+                    format!("{prefix}{c}"),
+                    Arc::new(Int64Array::from_iter_values((0..50).map(|r| r * c))),
+                ));
+            }
+            let columns = columns
+                .iter()
+                .map(|(n, a)| (n.as_str(), Arc::clone(a)))
+                .collect();
+            let key = format!("{dir}/wide-{i}.parquet");
+            put_bytes(&store, &key, parquet_bytes(&[named_batch(columns)], 700)).await;
+        }
+        let scratch = tempfile::tempdir().expect("scratch");
+        let report = compact_partition(
+            &store,
+            &layout,
+            &partition(),
+            &options(scratch.path(), FanOut::Ranges(2), 2),
+        )
+        .await
+        .expect("runs");
+        assert_eq!(report.status, Status::Failed);
+        let error = report.error.expect("an error");
+        assert!(
+            error.contains("301 distinct leaf columns") && error.contains("more than the 256"),
+            "{error}"
+        );
+        let files = partition_files(&store, &layout, &partition())
+            .await
+            .expect("files");
+        assert_eq!(files.live.len(), 2, "{:?}", files.live);
+        assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
+    });
+}

@@ -26,7 +26,7 @@ use crate::compact::{
 };
 use crate::error::{Error, Result};
 use crate::input::StagedInput;
-use crate::input::schema::unify;
+use crate::input::schema::{leaf_limit, unify};
 use crate::output::threshold::resolve_row_group_bytes;
 use crate::read::planned_reader::PlannedReader;
 use crate::read::split::{row_group_spans, row_groups_in_range, split_points};
@@ -242,12 +242,24 @@ pub(crate) async fn split(job: &JobContext<'_>) -> Result<Split> {
         consumed.extend(run.consumed);
     }
     let mut spans = Vec::new();
+    let mut leaves = std::collections::BTreeSet::new();
     for run in &runs {
         let metadata =
             PlannedReader::new(Arc::clone(job.store.object_store()), key_path(&run.key)?)
                 .load_metadata()
                 .await?;
         spans.extend(row_group_spans(&metadata, &job.options.keys));
+        let schema = metadata.file_metadata().schema_descr();
+        leaves.extend(schema.columns().iter().map(|c| c.path().string()));
+    }
+    // Each group kept its inputs' union within the leaf limit; the ranges merge every run.
+    let limit = leaf_limit(job.options.budget_bytes);
+    if leaves.len() > limit {
+        return Err(Error::TooWide {
+            partition: job.partition.to_string(),
+            leaves: leaves.len(),
+            limit,
+        });
     }
     let input_bytes: u64 = consumed.iter().map(|c| c.bytes).sum();
     let row_group_bytes = resolve_row_group_bytes(job.options.row_group_bytes, input_bytes);
