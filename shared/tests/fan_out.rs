@@ -408,6 +408,19 @@ fn a_crash_in_any_task_converges_on_rerun() {
     }
 }
 
+/// Compacts the test partition fanned out into two ranges, on two workers.
+async fn compact_in_two_ranges(store: &Store, layout: &KeyLayout) -> CompactionReport {
+    let scratch = tempfile::tempdir().expect("scratch");
+    compact_partition(
+        store,
+        layout,
+        &partition(),
+        &options(scratch.path(), FanOut::Ranges(2), 2),
+    )
+    .await
+    .expect("runs")
+}
+
 /// A group whose inputs have no service column sorts into a run by time alone; its rows (a null
 /// service) still merge into the ranges of the (service, time) order.
 #[test]
@@ -427,15 +440,7 @@ fn a_group_without_services_merges_into_the_ranges() {
             let key = format!("{dir}/no-service-{i}.parquet");
             put_bytes(&store, &key, parquet_bytes(&[batch], 700)).await;
         }
-        let scratch = tempfile::tempdir().expect("scratch");
-        let report = compact_partition(
-            &store,
-            &layout,
-            &partition(),
-            &options(scratch.path(), FanOut::Ranges(2), 2),
-        )
-        .await
-        .expect("runs");
+        let report = compact_in_two_ranges(&store, &layout).await;
         assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
         assert_eq!(report.fan_out.map(|f| f.groups), Some(2));
         let mut rows: Vec<TestRow> = Vec::new();
@@ -484,15 +489,7 @@ fn runs_wider_together_than_the_leaf_limit_fail_before_the_merge() {
             let key = format!("{dir}/wide-{i}.parquet");
             put_bytes(&store, &key, parquet_bytes(&[named_batch(columns)], 700)).await;
         }
-        let scratch = tempfile::tempdir().expect("scratch");
-        let report = compact_partition(
-            &store,
-            &layout,
-            &partition(),
-            &options(scratch.path(), FanOut::Ranges(2), 2),
-        )
-        .await
-        .expect("runs");
+        let report = compact_in_two_ranges(&store, &layout).await;
         assert_eq!(report.status, Status::Failed);
         let error = report.error.expect("an error");
         assert!(
