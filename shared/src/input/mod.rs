@@ -604,7 +604,7 @@ fn decoded_bytes(batch: &RecordBatch) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::parquet_bytes;
+    use crate::testing::{parquet_bytes, parquet_bytes_with};
     use arrow::array::{ArrayRef, Int64Array, StringArray};
 
     const TARGET: u64 = 256 << 10;
@@ -730,7 +730,6 @@ mod tests {
     fn listed_rows_file() -> (Vec<u8>, Vec<ListRow>) {
         use arrow::array::ListArray;
         use arrow::datatypes::Int64Type;
-        use parquet::arrow::ArrowWriter;
         use parquet::basic::{Compression, ZstdLevel};
         use parquet::file::properties::WriterProperties;
         let (start, _) = partition().time_range_nanos();
@@ -757,12 +756,7 @@ mod tests {
             .set_write_batch_size(20)
             .set_dictionary_enabled(false)
             .build();
-        let mut bytes = Vec::new();
-        let mut writer =
-            ArrowWriter::try_new(&mut bytes, batch.schema(), Some(properties)).expect("writer");
-        writer.write(&batch).expect("write");
-        writer.close().expect("close");
-        (bytes, lists)
+        (parquet_bytes_with(&[batch], properties).to_vec(), lists)
     }
 
     /// Whatever byte of the second row group's list chunk is damaged, the third row group,
@@ -824,7 +818,6 @@ mod tests {
 
     #[test]
     fn every_parquet_codec_reads() {
-        use parquet::arrow::ArrowWriter;
         use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
         use parquet::file::properties::{WriterProperties, WriterVersion};
         let dir = tempfile::tempdir().expect("tempdir");
@@ -858,11 +851,7 @@ mod tests {
                     .set_compression(codec)
                     .set_writer_version(version)
                     .build();
-                let mut bytes = Vec::new();
-                let mut writer =
-                    ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props)).expect("writer");
-                writer.write(&batch).expect("write");
-                writer.close().expect("close");
+                let bytes = parquet_bytes_with(std::slice::from_ref(&batch), props);
                 let name = format!("{codec:?}-{version:?}.parquet");
                 let staged = stage(dir.path(), &name, &bytes);
                 let checked = check_input(staged, &partition(), &KeyColumns::default(), 8 << 20)

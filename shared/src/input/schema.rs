@@ -473,13 +473,13 @@ mod tests {
     fn a_file_that_would_widen_the_union_past_the_leaf_limit_is_rejected() {
         let keys = KeyColumns::default();
         let wide = |prefix: &str| {
-            let mut columns = vec![("time_unix_nano".to_string(), DataType::Int64)];
-            columns.extend((0..400).map(|i| (format!("{prefix}{i}"), DataType::Int64)));
-            Schema::new(
-                columns
-                    .into_iter()
-                    .map(|(n, t)| Field::new(n, t, true))
-                    .collect::<Vec<_>>(),
+            let mut names = vec!["time_unix_nano".to_string()];
+            names.extend((0..400).map(|i| format!("{prefix}{i}")));
+            schema(
+                names
+                    .iter()
+                    .map(|n| (n.as_str(), DataType::Int64))
+                    .collect(),
             )
         };
         let (a, b, again) = (wide("a"), wide("b"), wide("a"));

@@ -90,12 +90,17 @@ pub fn named_batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
 
 /// Encodes batches as one Parquet file (one row group per `rows_per_group` rows).
 pub fn parquet_bytes(batches: &[RecordBatch], rows_per_group: usize) -> Bytes {
-    let Some(first) = batches.first() else {
-        return Bytes::new();
-    };
     let props = WriterProperties::builder()
         .set_max_row_group_row_count(Some(rows_per_group.max(1)))
         .build();
+    parquet_bytes_with(batches, props)
+}
+
+/// Encodes batches as a Parquet file written with `props` (empty for no batches).
+pub fn parquet_bytes_with(batches: &[RecordBatch], props: WriterProperties) -> Bytes {
+    let Some(first) = batches.first() else {
+        return Bytes::new();
+    };
     let mut buf = Vec::new();
     let mut writer =
         ArrowWriter::try_new(&mut buf, first.schema(), Some(props)).expect("test writer opens");
