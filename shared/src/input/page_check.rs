@@ -23,6 +23,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::ops::Range;
 
 use parquet::basic::Compression;
 use parquet::file::metadata::ParquetMetaData;
@@ -85,6 +86,18 @@ pub fn check_footer_size(file: &mut File) -> Result<(), String> {
     file.seek(SeekFrom::End(-8))
         .and_then(|_| file.read_exact(&mut tail))
         .map_err(|e| format!("cannot read the footer: {e}"))?;
+    let footer = footer_range(&tail, len)?;
+    let mut bytes = vec![0u8; (footer.end - footer.start) as usize];
+    file.seek(SeekFrom::Start(footer.start))
+        .and_then(|_| file.read_exact(&mut bytes))
+        .map_err(|e| format!("cannot read the footer: {e}"))?;
+    check_schema_nesting(&bytes)
+}
+
+/// Where the footer of a file of `len` bytes (at least 12) lies, from its last eight bytes
+/// `tail`: the footer's length and the `PAR1` magic. `Err` holds the reason the file is a bad
+/// input.
+pub fn footer_range(tail: &[u8; 8], len: u64) -> Result<Range<u64>, String> {
     let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
     if &tail[4..] != b"PAR1" {
         return Err("not a readable Parquet file: no PAR1 magic at its end".into());
@@ -99,11 +112,7 @@ pub fn check_footer_size(file: &mut File) -> Result<(), String> {
             "the footer claims {footer} bytes but the file holds {len}"
         ));
     }
-    let mut bytes = vec![0u8; footer as usize];
-    file.seek(SeekFrom::End(-8 - footer as i64))
-        .and_then(|_| file.read_exact(&mut bytes))
-        .map_err(|e| format!("cannot read the footer: {e}"))?;
-    check_schema_nesting(&bytes)
+    Ok(len - 8 - footer..len - 8)
 }
 
 /// Refuses a footer (the compact-Thrift `FileMetaData`) whose schema nests deeper than

@@ -20,7 +20,7 @@ use parquet::file::metadata::{
 use parquet::schema::types::SchemaDescriptor;
 
 use crate::error::{Error, Result};
-use crate::input::page_check::{MAX_FOOTER_BYTES, check_schema_nesting};
+use crate::input::page_check::{check_schema_nesting, footer_range};
 use crate::options::KeyColumns;
 use crate::read::prune::{leaf_column_index, service_bounds, time_bounds};
 use crate::store::Store;
@@ -134,8 +134,6 @@ impl MetadataFetch for StoreFetch<'_> {
     }
 }
 
-/// A Parquet reader or writer error as the store error it wraps, when it is one (so it is
-/// classified, and retried, as the store's), otherwise as a Parquet error naming the file.
 /// Refuses a file whose schema nests too deep before the footer is parsed
 /// ([`check_schema_nesting`]): parsing it would overflow the stack. A footer that cannot be
 /// located passes, for the reader to report.
@@ -145,21 +143,19 @@ async fn check_nesting(store: &Arc<dyn ObjectStore>, key: &Path, size: u64) -> R
         return Ok(());
     }
     let tail = store.get_range(key, size - 8..size).await.map_err(get)?;
-    let footer = match tail.get(..4) {
-        Some(&[a, b, c, d]) => u64::from(u32::from_le_bytes([a, b, c, d])),
-        _ => return Ok(()),
-    };
-    if footer > MAX_FOOTER_BYTES || footer + 12 > size {
+    let Some(Ok(footer)) = <[u8; 8]>::try_from(tail.as_ref())
+        .ok()
+        .map(|tail| footer_range(&tail, size))
+    else {
         return Ok(());
-    }
-    let bytes = store
-        .get_range(key, size - 8 - footer..size - 8)
-        .await
-        .map_err(get)?;
+    };
+    let bytes = store.get_range(key, footer).await.map_err(get)?;
     check_schema_nesting(&bytes)
         .map_err(|reason| Error::parquet(key.to_string(), ParquetError::General(reason)))
 }
 
+/// A Parquet reader or writer error as the store error it wraps, when it is one (so it is
+/// classified, and retried, as the store's), otherwise as a Parquet error naming the file.
 pub(crate) fn parquet_store_error(
     operation: &'static str,
     key: &Path,
