@@ -277,8 +277,9 @@ impl PackedKeys<'_, '_> {
         K: Copy + Ord + From<u64> + Shl<u32, Output = K> + BitOr<Output = K> + BitAnd<Output = K>,
         u64: TryFrom<K>,
     {
-        let mut positions: Vec<(u32, u32)> = Vec::new();
-        let mut packed: Vec<K> = Vec::new();
+        let rows = self.batches.iter().map(|(_, r)| r.row_ranks.len()).sum();
+        let mut positions: Vec<(u32, u32)> = Vec::with_capacity(rows);
+        let mut packed: Vec<K> = Vec::with_capacity(rows);
         for (b, (keys, ranks)) in self.batches.iter().enumerate() {
             let global = &self.global[b];
             for (r, &local) in ranks.row_ranks.iter().enumerate() {
