@@ -26,7 +26,8 @@ pub const ALLOCATOR_MMAP_BYTES: i32 = 8 << 20;
 /// [`ALLOCATOR_MMAP_BYTES`] the run and chunk buffers of a merge, the writer's pages and the
 /// upload's parts are reused from the arenas instead: at 8 MiB rather than 1 MiB, a third
 /// fewer page faults on the benchmark hour and a fifth less time on the bloat partition, for
-/// 0-8 MB more RSS (`shared/BENCHMARKS.md`, memory). Binaries call this first thing in
+/// 0-8 MB more RSS (10-17 MB on a 1 GiB file of wide rows, which stays under 180 MB;
+/// `shared/BENCHMARKS.md`, where the instructions go). Binaries call this first thing in
 /// `main`; off glibc it does nothing.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
