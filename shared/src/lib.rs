@@ -81,6 +81,7 @@
 //! | | [`rng`] | the seeded random numbers of generated data and tests (SplitMix64) |
 //! | | [`gauge`] | the memory gauge: decoded bytes held against the budget, with their peak |
 //! | | [`scratch`] | a job's local scratch directory |
+//! | | [`two_threads`] | independent items worked on two threads, their results in order (the input checks, the output's columns) |
 //! | | `logging` | the tracing subscriber the binaries install (feature `logging`) |
 //! | store | [`store`] | store URLs and object-store helpers |
 //! | | [`store::aws_env`] | the S3 endpoint, region and object_store builder from the AWS environment, empty variables unset |
@@ -177,5 +178,6 @@ pub mod sort;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod two_threads;
 
 pub use error::{Error, ErrorKind, Result};

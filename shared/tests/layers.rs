@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "rng",
             "scratch",
             "settings",
+            "two_threads",
         ],
     ),
     ("store", &["store"]),

@@ -8,7 +8,7 @@ use object_store::path::Path;
 
 use crate::error::{Error, Result};
 use crate::input::schema::{conform, unify};
-use crate::input::{DictionaryColumns, RowWidth, SizedBatches, StagedInput, check_input};
+use crate::input::{DictionaryColumns, RowWidth, SizedBatches, StagedInput, check_inputs};
 use crate::manifest::{live_set, load_latest};
 use crate::options::{CompactOptions, read_target_bytes};
 use crate::output::threshold::resolve_row_group_bytes;
@@ -43,30 +43,28 @@ pub async fn rewrite_plain(
     let dir = layout.ingest_dir(partition);
     let listing = store.list_sorted(&dir).await?;
     let live = live_set(&dir, &listing, &manifest);
-    let mut checked = Vec::new();
+    let mut staged = Vec::new();
     for meta in &live.ingest {
         let local = store
             .read_in_place(&meta.location)
             .ok_or_else(|| Error::Config {
                 message: "the plain rewrite reads a local directory store".into(),
             })?;
-        let staged = StagedInput {
+        staged.push(StagedInput {
             key: meta.location.clone(),
             name: meta.location.filename().unwrap_or_default().to_string(),
             size: meta.size,
             local,
             is_compacted: false,
-        };
-        let c = check_input(
-            staged,
-            partition,
-            &options.keys,
-            crate::input::page_cap_bytes(options.budget_bytes),
-        )
-        .map_err(|reason| Error::Config {
-            message: format!("{}: {reason}", meta.location),
-        })?;
-        checked.push(c);
+        });
+    }
+    // Checked as the compactor checks them (on two threads), so both sides pay the same.
+    let page_cap = crate::input::page_cap_bytes(options.budget_bytes);
+    let mut checked = Vec::new();
+    for (staged, verdict) in check_inputs(staged, partition, &options.keys, page_cap)? {
+        checked.push(verdict.map_err(|reason| Error::Config {
+            message: format!("{}: {reason}", staged.key),
+        })?);
     }
     let schemas: Vec<_> = checked
         .iter()

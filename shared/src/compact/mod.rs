@@ -31,7 +31,7 @@ use crate::clock::Expiry;
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
 use crate::input::schema::{UnifiedSchema, leaf_limit, unify_weighted};
-use crate::input::{CheckedInput, StagedInput, catch_reader_panic, check_input, page_cap_bytes};
+use crate::input::{CheckedInput, StagedInput, page_cap_bytes};
 use crate::manifest::gc::collect_garbage_with;
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
@@ -53,8 +53,6 @@ use crate::store::{Listing, Store, key_path};
 
 /// Version of the output format; part of the output name so a format change never reuses one.
 const OUTPUT_FORMAT_VERSION: &str = "ourios-compaction/2";
-/// Stack of the thread that checks inputs (reserved, not resident until used).
-const CHECK_STACK_BYTES: usize = 256 << 20;
 
 /// Compacts one partition and reports what happened. Errors that leave nothing committed
 /// are reported as `failed` or `timeout` rather than returned; an `Err` means the job could
@@ -795,6 +793,8 @@ fn is_refusal(error: &object_store::Error) -> bool {
     )
 }
 
+/// Checks the staged inputs ([`crate::input::check_inputs`]) off the runtime's threads and
+/// quarantines the bad ones, in the inputs' order.
 async fn check_inputs(
     staged: Vec<StagedInput>,
     partition: &PartitionId,
@@ -803,33 +803,20 @@ async fn check_inputs(
     let partition = partition.clone();
     let keys = options.keys.clone();
     let page_cap = page_cap_bytes(options.budget_bytes);
-    // Footers are parsed recursively by the reader; a hostile one nesting thousands of levels
-    // deep must meet a stack deep enough to be refused (the check caps nesting for the rest).
-    let check = move || {
-        let mut checked = Vec::new();
-        let mut quarantined = Vec::new();
-        for s in staged {
-            let size = std::fs::metadata(&s.local).map(|m| m.len()).unwrap_or(0);
-            let s = StagedInput { size, ..s };
-            let result = catch_reader_panic(|| check_input(s.clone(), &partition, &keys, page_cap));
-            match result.and_then(|c| c) {
-                Ok(c) => checked.push(c),
-                Err(reason) => quarantined.push(quarantine(&s, &reason)?),
-            }
-        }
-        Ok((checked, quarantined))
-    };
-    tokio::task::spawn_blocking(move || {
-        std::thread::Builder::new()
-            .name("input-check".into())
-            .stack_size(CHECK_STACK_BYTES)
-            .spawn(check)
-            .map_err(|e| Error::invariant(format!("input check thread: {e}")))?
-            .join()
-            .map_err(|_| Error::invariant("input check thread panicked"))?
+    let verdicts = tokio::task::spawn_blocking(move || {
+        crate::input::check_inputs(staged, &partition, &keys, page_cap)
     })
     .await
-    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))?
+    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))??;
+    let mut checked = Vec::new();
+    let mut quarantined = Vec::new();
+    for (staged, verdict) in verdicts {
+        match verdict {
+            Ok(c) => checked.push(c),
+            Err(reason) => quarantined.push(quarantine(&staged, &reason)?),
+        }
+    }
+    Ok((checked, quarantined))
 }
 
 /// The name of an output: a hash of its input set and the settings that shape its bytes,

@@ -25,6 +25,7 @@ use crate::input::schema::{check_key_columns, map_with_child_types};
 use crate::input::type_union::time_nanos;
 use crate::options::{KeyColumns, SORT_KEY_METADATA};
 use crate::partition::PartitionId;
+use crate::two_threads::{on_two_threads, two_cores};
 
 /// An input file with a local copy the engine can read page by page.
 #[derive(Debug, Clone)]
@@ -122,6 +123,57 @@ fn size_facts(metadata: &ParquetMetaData, pages: &PageFacts) -> (u64, u64) {
         }
     }
     (total, per_row.max(1))
+}
+
+/// Stack of each thread that checks inputs (reserved, not resident until used). Footers are
+/// parsed recursively by the reader; a hostile one nesting thousands of levels deep must meet
+/// a stack deep enough to be refused (the check caps nesting for the rest).
+pub const CHECK_STACK_BYTES: usize = 256 << 20;
+
+/// A staged input and the verdict of its check: `Err` holds the reason it is a bad input.
+pub type CheckVerdict = (StagedInput, std::result::Result<CheckedInput, String>);
+
+/// Checks every staged input ([`check_input`], a reader panic counting as a bad input), on two
+/// threads of [`CHECK_STACK_BYTES`] when the process has two cores, the largest files first;
+/// each input's size is read from its local copy. The verdicts come back in the inputs' order,
+/// so which thread checked a file changes nothing. An `Err` means no thread could be started.
+pub fn check_inputs(
+    staged: Vec<StagedInput>,
+    partition: &PartitionId,
+    keys: &KeyColumns,
+    page_cap_bytes: u64,
+) -> Result<Vec<CheckVerdict>> {
+    let staged: Vec<StagedInput> = staged
+        .into_iter()
+        .map(|s| {
+            let size = std::fs::metadata(&s.local).map(|m| m.len()).unwrap_or(0);
+            StagedInput { size, ..s }
+        })
+        .collect();
+    let weights: Vec<usize> = staged.iter().map(|s| s.size as usize).collect();
+    let check = move || {
+        on_two_threads(
+            staged,
+            &weights,
+            two_cores(),
+            Some(CHECK_STACK_BYTES),
+            |s: StagedInput| {
+                let verdict =
+                    catch_reader_panic(|| check_input(s.clone(), partition, keys, page_cap_bytes))
+                        .and_then(|c| c);
+                Ok((s, verdict))
+            },
+        )
+    };
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("input-check".into())
+            .stack_size(CHECK_STACK_BYTES)
+            .spawn_scoped(scope, check)
+            .map_err(|e| Error::invariant(format!("input check thread: {e}")))?
+            .join()
+            .map_err(|_| Error::invariant("input check thread panicked"))?
+    })
 }
 
 /// Checks one input against its partition: readable footer, key columns present and typed,
@@ -909,6 +961,48 @@ mod tests {
         let reason =
             check_input(staged, &partition(), &KeyColumns::default(), 8 << 20).expect_err("bad");
         assert!(reason.contains("0 bytes"), "{reason}");
+    }
+
+    #[test]
+    fn inputs_checked_on_two_threads_keep_their_order_and_sizes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (start, end) = partition().time_range_nanos();
+        let mut staged = Vec::new();
+        for i in 0..24i64 {
+            let name = format!("f{i:02}.parquet");
+            // Every third file has a row outside the hour; sizes differ so the largest-first
+            // hand-out differs from the inputs' order.
+            let times: Vec<i64> = (0..=i * 40)
+                .map(|r| if i % 3 == 2 && r == 0 { end } else { start + r })
+                .collect();
+            let batch = RecordBatch::try_from_iter([(
+                "time_unix_nano",
+                Arc::new(Int64Array::from(times)) as ArrayRef,
+            )])
+            .expect("batch");
+            let mut input = stage(dir.path(), &name, &parquet_bytes(&[batch], 100));
+            input.size = 0; // read again from the local copy
+            staged.push(input);
+        }
+        let verdicts =
+            check_inputs(staged, &partition(), &KeyColumns::default(), 8 << 20).expect("threads");
+        assert_eq!(verdicts.len(), 24);
+        for (i, (input, verdict)) in verdicts.iter().enumerate() {
+            assert_eq!(input.name, format!("f{i:02}.parquet"));
+            let on_disk = std::fs::metadata(&input.local).expect("file").len();
+            assert_eq!(input.size, on_disk, "{}", input.name);
+            match verdict {
+                Ok(checked) => {
+                    assert_ne!(i % 3, 2, "{} passed", input.name);
+                    assert_eq!(checked.rows, i as u64 * 40 + 1);
+                    assert_eq!(checked.staged.name, input.name);
+                }
+                Err(reason) => {
+                    assert_eq!(i % 3, 2, "{}: {reason}", input.name);
+                    assert!(reason.contains("outside the partition's hour"), "{reason}");
+                }
+            }
+        }
     }
 
     #[test]

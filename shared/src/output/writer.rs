@@ -21,6 +21,7 @@ use crate::output::blocks::{BlockOptions, BlockWriter};
 use crate::output::dictionary_choice::DICTIONARY_SAMPLE_ROWS;
 use crate::scratch::ScratchDir;
 use crate::sort::sink::{ChunkSink, values_bytes};
+use crate::two_threads::two_cores;
 
 /// Distinct values a row group's service bloom filter is sized for (row groups are
 /// clustered by service, so few distinct services fall in one).
@@ -110,12 +111,6 @@ pub fn output_properties(
         nulls_first: true,
     });
     Ok(builder.set_sorting_columns(Some(sorting)).build())
-}
-
-/// Whether this process may run on two cores or more (then each row group's columns are encoded
-/// on two threads, which costs a few percent more CPU for a shorter job).
-fn two_cores() -> bool {
-    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
 }
 
 /// The writer settings of one partition's output: properties for `unified` under `options`
