@@ -9,7 +9,10 @@
 #   bash tests/bench_limited.sh LIMIT --exec COMMAND [ARGS...]
 #
 # With --exec it runs COMMAND in the limit instead of the bench (tests/bench_peers.sh uses it to
-# give each sorter its memory).
+# give each sorter its memory). The command runs as a Lambda function of that memory does:
+# AWS_LAMBDA_FUNCTION_MEMORY_SIZE is the limit in MiB unless already set, so this project's
+# binary gives free memory back above half of it, as the compactor function does, and reckons
+# its cost at that memory.
 #
 # LIMIT is bytes or a number with KiB, MiB or GiB. The binary is target/release/ourios-compact
 # (build it with `cargo build --release -p ourios-compact`), or $OURIOS_BENCH_BIN. It creates a
@@ -57,6 +60,7 @@ if [[ "${command[0]}" == "$bin" && ! -x "$bin" ]]; then
     exit 2
 fi
 
+export AWS_LAMBDA_FUNCTION_MEMORY_SIZE="${AWS_LAMBDA_FUNCTION_MEMORY_SIZE:-$((limit >> 20))}"
 name="ourios-bench-$$"
 version=""
 group=""

@@ -174,6 +174,11 @@ pub struct CompactOptions {
     pub fan_out: FanOut,
     /// Tasks of a fanned-out job run at once here (each holds up to the budget B).
     pub workers: usize,
+    /// The merge gives the allocator's free memory back only while the resident set is at
+    /// least this (`None`: every half budget of merged rows, whatever it is). Set to half the
+    /// memory of the function the job runs in, where that is known: freed pages below it stay
+    /// for reuse instead of being faulted in again.
+    pub release_memory_above_bytes: Option<u64>,
 }
 
 impl CompactOptions {
@@ -199,6 +204,7 @@ impl CompactOptions {
             parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
             fan_out: FanOut::Off,
             workers: 1,
+            release_memory_above_bytes: None,
         }
     }
 

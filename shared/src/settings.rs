@@ -135,6 +135,10 @@ pub struct CompactSettings {
     pub fan_out: FanOut,
     /// Tasks of a fanned-out job run at once (`OURIOS_WORKERS`, else 1).
     pub workers: usize,
+    /// Half the function's memory when `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` is set: the merge
+    /// gives free memory back only while the resident set is above it (see
+    /// [`CompactOptions::release_memory_above_bytes`]); else `None`, at every interval.
+    pub release_memory_above_bytes: Option<u64>,
 }
 
 impl CompactSettings {
@@ -181,6 +185,8 @@ impl CompactSettings {
             workers: get_or(lookup, "OURIOS_WORKERS", 1, |s| {
                 positive(parse_count(s)?).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
             })?,
+            release_memory_above_bytes: function_memory_mb
+                .map(|mib| mib.saturating_mul(1 << 20) / 2),
         })
     }
 
@@ -198,6 +204,7 @@ impl CompactSettings {
         options.prices = self.prices;
         options.fan_out = self.fan_out;
         options.workers = self.workers;
+        options.release_memory_above_bytes = self.release_memory_above_bytes;
         options.deadline = deadline.map(|d| {
             d.checked_sub(self.deadline_margin)
                 .unwrap_or_else(Instant::now)
@@ -248,6 +255,11 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(s.budget_bytes, 32 << 20);
+        // Free memory goes back only above half the function's memory, whatever B is.
+        assert_eq!(s.release_memory_above_bytes, Some(512 << 20));
+        assert_eq!(s.options(None).release_memory_above_bytes, Some(512 << 20));
+        let unset = CompactSettings::from_lookup(&lookup(&[])).unwrap();
+        assert_eq!(unset.release_memory_above_bytes, None);
         assert_eq!(s.scratch_dir, std::path::PathBuf::from("/tmp"));
         assert_eq!(s.row_groups_per_block, DEFAULT_ROW_GROUPS_PER_BLOCK);
         assert_eq!(s.max_rows_per_row_group, None);

@@ -77,6 +77,7 @@ async fn setup(scratch: &Path) -> Compactor {
             prices: Prices::default(),
             fan_out: FanOut::Off,
             workers: 1,
+            release_memory_above_bytes: None,
         },
         readiness: ourios_compaction::serverless::readiness::ReadinessConfig::default(),
         state_machine: None,
@@ -261,6 +262,7 @@ fn options_follow_the_settings_and_the_deadline() {
             },
             fan_out: FanOut::Auto,
             workers: 3,
+            release_memory_above_bytes: Some(1769 << 20),
         },
         readiness: ourios_compaction::serverless::readiness::ReadinessConfig::default(),
         state_machine: None,
@@ -278,6 +280,7 @@ fn options_follow_the_settings_and_the_deadline() {
     assert_eq!(options.function_memory_mb, 3538);
     assert_eq!(options.prices.lambda_gb_second, 0.000_016_666_7);
     assert_eq!((options.fan_out, options.workers), (FanOut::Auto, 3));
+    assert_eq!(options.release_memory_above_bytes, Some(1769 << 20));
 }
 
 /// The job's cost in a compactor's answer, with the function memory the settings read from

@@ -961,6 +961,7 @@ pub(crate) async fn sort_and_write(
             )),
             progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
             range: write.range,
+            release_above_bytes: options.release_memory_above_bytes,
         };
         let sorted = with_sink_thread(&mut writer, |sink| sort_inputs(&job, sink));
         let stats = match sorted {

@@ -75,6 +75,9 @@ pub struct SortJob<'a> {
     /// Only the rows of presorted inputs whose key is in this range (one range of a fanned-out
     /// merge; `None`: every row).
     pub range: Option<&'a KeyRange>,
+    /// The merge gives free memory back only while the resident set is at least this (`None`:
+    /// at every interval; see [`MemoryRelease::above`](crate::sort::resources::MemoryRelease::above)).
+    pub release_above_bytes: Option<u64>,
 }
 
 /// What the sort did.
@@ -243,6 +246,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         run_batch_target_bytes: share,
         compression,
         release_interval_bytes: rows_budget / RELEASE_SHARE,
+        release_above_bytes: job.release_above_bytes,
     };
     let merged = merge_runs(
         sources,

@@ -58,10 +58,12 @@ pub fn release_free_memory() {
 
 /// Calls [`release_free_memory`] each time another `interval_bytes` have passed through a
 /// loop that allocates and frees as it goes (a merge), so the resident set follows the live
-/// heap at the cost of one walk over the free lists per interval.
+/// heap at the cost of one walk over the free lists per interval; with a floor
+/// ([`MemoryRelease::above`]), only while the resident set is at least that large.
 #[derive(Debug)]
 pub struct MemoryRelease {
     interval_bytes: u64,
+    above_bytes: Option<u64>,
     since_bytes: u64,
     num_releases: u64,
 }
@@ -71,8 +73,19 @@ impl MemoryRelease {
     pub fn every(interval_bytes: u64) -> Self {
         Self {
             interval_bytes,
+            above_bytes: None,
             since_bytes: 0,
             num_releases: 0,
+        }
+    }
+
+    /// The same, releasing only when the resident set is at least `resident_bytes` (`None`:
+    /// whatever it is). Each release hands back pages that the next allocations fault in
+    /// again; below the floor they stay for reuse.
+    pub fn above(self, resident_bytes: Option<u64>) -> Self {
+        Self {
+            above_bytes: resident_bytes,
+            ..self
         }
     }
 
@@ -81,7 +94,8 @@ impl MemoryRelease {
         self.num_releases
     }
 
-    /// Notes `bytes` more passing through; releases free memory when the interval is full.
+    /// Notes `bytes` more passing through; releases free memory when the interval is full
+    /// (and the resident set is above the floor).
     pub fn note(&mut self, bytes: u64) {
         if self.interval_bytes == 0 {
             return;
@@ -89,10 +103,36 @@ impl MemoryRelease {
         self.since_bytes += bytes;
         if self.since_bytes >= self.interval_bytes {
             self.since_bytes = 0;
+            if self
+                .above_bytes
+                .is_some_and(|floor| resident_bytes() < floor)
+            {
+                return;
+            }
             self.num_releases += 1;
             release_free_memory();
         }
     }
+}
+
+/// Resident set size of this process now, in bytes (`/proc/self/statm`), or 0 where
+/// unavailable.
+pub fn resident_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    pages * page_bytes()
+}
+
+/// The system's page size.
+fn page_bytes() -> u64 {
+    #[cfg(unix)]
+    // SAFETY: `sysconf` only reads a system setting.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    #[cfg(not(unix))]
+    let size = 4096;
+    u64::try_from(size).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
 /// Peak resident set size of this process in bytes (`VmHWM`), or 0 where unavailable.
@@ -134,6 +174,27 @@ mod tests {
         let mut never = MemoryRelease::every(0);
         never.note(u64::MAX);
         assert_eq!(never.num_releases(), 0);
+    }
+
+    #[test]
+    fn releases_only_above_the_floor() {
+        let mut below = MemoryRelease::every(100).above(Some(u64::MAX));
+        below.note(1_000);
+        below.note(1_000);
+        assert_eq!(below.num_releases(), 0);
+        let mut above = MemoryRelease::every(100).above(Some(0));
+        above.note(1_000);
+        above.note(1_000);
+        assert_eq!(above.num_releases(), 2);
+    }
+
+    #[test]
+    fn reads_a_plausible_resident_set() {
+        let rss = super::resident_bytes();
+        if cfg!(target_os = "linux") {
+            assert!(rss > 1 << 20, "{rss}");
+            assert!(rss <= super::peak_rss_bytes() + (64 << 20), "{rss}");
+        }
     }
 
     #[test]

@@ -49,6 +49,15 @@ pub struct MergeSettings {
     /// Bytes of merged rows between two releases of the allocator's free memory (see
     /// [`MemoryRelease`]; 0: never).
     pub release_interval_bytes: u64,
+    /// Release only while the resident set is at least this (`None`: whatever it is).
+    pub release_above_bytes: Option<u64>,
+}
+
+impl MergeSettings {
+    /// The release of free memory these settings ask for.
+    fn release(&self) -> MemoryRelease {
+        MemoryRelease::every(self.release_interval_bytes).above(self.release_above_bytes)
+    }
 }
 
 /// Merges spilled runs into `sink`, in passes of at most `fan_in` runs; earlier sources in
@@ -118,7 +127,7 @@ pub fn merge_runs(
     merge_pass(
         sources,
         key,
-        (settings.chunk_rows, settings.release_interval_bytes),
+        (settings.chunk_rows, settings.release()),
         gauge,
         &mut decoding,
         decoder,
@@ -148,7 +157,7 @@ fn merge_to_run(
         .max()
         .unwrap_or(1);
     let rows = (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, 1024);
-    let chunking = (rows as usize, settings.release_interval_bytes);
+    let chunking = (rows as usize, settings.release());
     merge_pass(group, key, chunking, gauge, &mut writer, decoder)?;
     let run = writer.finish()?;
     for path in removable {
@@ -193,12 +202,12 @@ impl ChunkSink for DecodingSink<'_> {
 }
 
 /// One merge of at most fan-in runs into a sink, in chunks of `chunk_rows`, releasing the
-/// allocator's free memory every `release_interval_bytes` of chunks. Runs of one schema are
+/// allocator's free memory as `release` says (noting every chunk). Runs of one schema are
 /// merged as they are; otherwise `decoder` decodes them as they are read.
 fn merge_pass(
     sources: Vec<RunSource>,
     key: &SortKey,
-    (chunk_rows, release_interval_bytes): (usize, u64),
+    (chunk_rows, mut release): (usize, MemoryRelease),
     gauge: &MemoryGauge,
     sink: &mut dyn ChunkSink,
     decoder: &Arc<StringDecoder>,
@@ -232,7 +241,6 @@ fn merge_pass(
         }
     };
     build_heap(&mut heap, |a, b| less(&cursors, a, b));
-    let mut release = MemoryRelease::every(release_interval_bytes);
 
     while let Some(&top) = heap.first() {
         picks.push((cursors[top].slot, cursors[top].position()));
@@ -386,6 +394,7 @@ mod tests {
             run_batch_target_bytes: 1 << 10,
             compression: SpillCompression::None,
             release_interval_bytes: 1 << 10,
+            release_above_bytes: None,
         };
         let mut sink = VecSink::default();
         let sources = runs(&scratch, &schema, count, batch_rows);
