@@ -204,8 +204,10 @@ pub enum Error {
     },
 
     /// The runs of a fanned-out job hold more distinct leaf columns between them than the
-    /// budget's leaf limit: each group's inputs kept within it, but their union does not, and
-    /// merging it would take more memory than the function has. Nothing is committed.
+    /// budget's leaf limit, and merging them would take more memory than the function has.
+    /// The plan admits the inputs into one union within the limit, so only a file whose footer
+    /// the plan could not read (refused or gone then) and its group could gets here. Nothing is
+    /// committed.
     #[error(
         "the runs of the fanned-out job of {partition} hold {leaves} distinct leaf columns \
          between them, more than the {limit} the memory budget allows (each leaf holds a reader \

@@ -121,6 +121,7 @@
 //! | | [`compact::fan_out`] | one partition fanned out into key ranges: the shape, the groups, the tasks run here, the task entry point of the state machine |
 //! | | [`compact::fan_out::tasks`] | the tasks (plan, run, split, merge, gather), each a function of the job's records in the store |
 //! | | `compact::fan_out::range_read` | one range of a run: its row groups by range requests, its rows counted |
+//! | | `compact::fan_out::admission` | the plan's union of columns: every input's footer read, the files it refuses quarantined as a one-output job would |
 //! | serverless | [`serverless`] | the functions' library side |
 //! | | [`serverless::events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
 //! | | [`serverless::readiness`] | readiness and dispatch decisions (pure) |

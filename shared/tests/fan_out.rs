@@ -421,6 +421,31 @@ async fn compact_in_two_ranges(store: &Store, layout: &KeyLayout) -> CompactionR
     .expect("runs")
 }
 
+/// A fresh in-memory store holding the first two of the test files; also returns every test
+/// file's rows and the partition's ingest directory.
+async fn two_files_ingested() -> (Store, KeyLayout, Vec<Vec<TestRow>>, String) {
+    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+    let layout = KeyLayout::default();
+    let files = inputs(&partition());
+    ingest(&store, &layout, &files[..2], 0).await;
+    let dir = layout.ingest_dir(&partition()).to_string();
+    (store, layout, files, dir)
+}
+
+/// The rows of every output of `report`, in output order.
+async fn output_rows(store: &Store, report: &CompactionReport) -> Vec<TestRow> {
+    let mut rows = Vec::new();
+    for output in &report.outputs {
+        rows.extend(
+            read_parquet(store, &output.key)
+                .await
+                .iter()
+                .flat_map(rows_of),
+        );
+    }
+    rows
+}
+
 /// A group whose inputs have no service column sorts into a run by time alone; its rows (a null
 /// service) still merge into the ranges of the (service, time) order.
 #[test]
@@ -428,11 +453,7 @@ fn a_group_without_services_merges_into_the_ranges() {
     use arrow::array::{ArrayRef, Int64Array};
     use ourios_compaction::testing::named_batch;
     multi_thread_runtime(2).block_on(async {
-        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-        let layout = KeyLayout::default();
-        let files = inputs(&partition());
-        ingest(&store, &layout, &files[..2], 0).await;
-        let dir = layout.ingest_dir(&partition());
+        let (store, layout, files, dir) = two_files_ingested().await;
         for (i, rows) in files[2..4].iter().enumerate() {
             let times: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1)));
             let tags: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2)));
@@ -443,26 +464,19 @@ fn a_group_without_services_merges_into_the_ranges() {
         let report = compact_in_two_ranges(&store, &layout).await;
         assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
         assert_eq!(report.fan_out.map(|f| f.groups), Some(2));
-        let mut rows: Vec<TestRow> = Vec::new();
-        for output in &report.outputs {
-            rows.extend(
-                read_parquet(&store, &output.key)
-                    .await
-                    .iter()
-                    .flat_map(rows_of),
-            );
-        }
+        let rows = output_rows(&store, &report).await;
         assert_eq!(rows.len(), 4 * 3000, "every row exactly once");
         assert!(rows.windows(2).all(|w| key_of(&w[0]) <= key_of(&w[1])));
         assert!(rows.iter().filter(|r| r.0.is_none()).count() >= 2 * 3000);
     });
 }
 
-/// Each group keeps its inputs' columns within the budget's leaf limit, but groups of
-/// different columns may not: the split step refuses a union of runs wider than the limit
-/// before any range is merged, and every file stays live.
+/// Each group sees only its own inputs, so groups of different columns could each stay within
+/// the budget's leaf limit and together pass it. The plan admits the partition's inputs into one
+/// union as an unfanned job does: the file that would widen it past the limit is quarantined
+/// with the unfanned job's reason, and the other is compacted.
 #[test]
-fn runs_wider_together_than_the_leaf_limit_fail_before_the_merge() {
+fn a_file_that_widens_the_union_past_the_leaf_limit_is_quarantined_by_the_plan() {
     use arrow::array::{ArrayRef, Int64Array};
     use ourios_compaction::testing::named_batch;
     multi_thread_runtime(2).block_on(async {
@@ -490,16 +504,84 @@ fn runs_wider_together_than_the_leaf_limit_fail_before_the_merge() {
             put_bytes(&store, &key, parquet_bytes(&[named_batch(columns)], 700)).await;
         }
         let report = compact_in_two_ranges(&store, &layout).await;
-        assert_eq!(report.status, Status::Failed);
-        let error = report.error.expect("an error");
+        assert_eq!(report.status, Status::Partial, "{:?}", report.error);
+        assert_eq!(report.fan_out.map(|f| f.groups), Some(1), "one group left");
+        assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
+        let refused = &report.quarantined[0];
+        assert!(refused.file.ends_with("wide-1.parquet"), "{refused:?}");
         assert!(
-            error.contains("301 distinct leaf columns") && error.contains("more than the 256"),
-            "{error}"
+            refused
+                .reason
+                .contains("more than the 256 the memory budget allows"),
+            "{refused:?}"
         );
+        let written: u64 = report.outputs.iter().map(|o| o.rows).sum();
+        assert_eq!(written, 50);
         let files = partition_files(&store, &layout, &partition())
             .await
             .expect("files");
-        assert_eq!(files.live.len(), 2, "{:?}", files.live);
-        assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
+        assert_eq!(files.quarantined.len(), 1, "{:?}", files.quarantined);
+        assert!(
+            files.live.iter().all(|k| !k.contains("wide-")),
+            "{:?}",
+            files.live
+        );
+    });
+}
+
+/// Groups that disagree on a column's type would each sort a run of their own type, and the
+/// runs would not unify. The plan decides the conflict for the whole partition (the type more
+/// rows hold wins), so the file of the other type is quarantined, the rest is compacted into
+/// ranges, and a file that is not Parquet is left to its group, whose check quarantines it.
+#[test]
+fn groups_that_disagree_on_a_type_compact_after_the_plan_quarantines_the_minority() {
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use ourios_compaction::testing::named_batch;
+    multi_thread_runtime(2).block_on(async {
+        let (store, layout, files, dir) = two_files_ingested().await;
+        // Last in ordinal order, so in the second group with nothing to outweigh it there:
+        // `tag` as text, in fewer rows than the two files of the first group.
+        let rows = &files[2][..2000];
+        let services: ArrayRef = Arc::new(StringArray::from(
+            rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+        ));
+        let times: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1)));
+        let tags: ArrayRef = Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.2.to_string()),
+        ));
+        let batch = named_batch(vec![
+            ("service.name", services),
+            ("time_unix_nano", times),
+            ("tag", tags),
+        ]);
+        put_bytes(
+            &store,
+            &format!("{dir}/text-tags.parquet"),
+            parquet_bytes(&[batch], 700),
+        )
+        .await;
+        put_bytes(
+            &store,
+            &format!("{dir}/not-parquet.parquet"),
+            vec![7u8; 4096].into(),
+        )
+        .await;
+        let report = compact_in_two_ranges(&store, &layout).await;
+        assert_eq!(report.status, Status::Partial, "{:?}", report.error);
+        let refused: Vec<(&str, &str)> = (report.quarantined.iter())
+            .map(|q| (q.file.rsplit('/').next().unwrap_or(""), q.reason.as_str()))
+            .collect();
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert_eq!(refused[0].0, "not-parquet.parquet", "{refused:?}");
+        assert!(refused[0].1.contains("PAR1"), "{refused:?}");
+        assert_eq!(refused[1].0, "text-tags.parquet", "{refused:?}");
+        assert!(refused[1].1.contains("tag"), "{refused:?}");
+        let rows = output_rows(&store, &report).await;
+        assert_eq!(
+            rows.len(),
+            2 * 3000,
+            "every row of the two files exactly once"
+        );
+        assert!(rows.windows(2).all(|w| key_of(&w[0]) <= key_of(&w[1])));
     });
 }

@@ -262,10 +262,10 @@ fn very_deep_footer(path: &Path) {
     std::fs::write(path, file).expect("very deep footer written");
 }
 
-#[test]
-fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
-    let dir = tempfile::tempdir().expect("dir");
-    let store = dir.path().to_string_lossy().to_string();
+/// Writes the hostile partition into the store at `dir`: four generated files of 5,000 rows
+/// and the hostile ones beside them.
+fn hostile_partition(dir: &Path) {
+    let store = dir.to_string_lossy().to_string();
     let out = run(&[
         "generate", "--store", &store, "--tenant", "hostile", "--hour", HOUR, "--files", "4",
         "--rows", "5000",
@@ -275,7 +275,7 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let part = partition_dir(dir.path(), "hostile");
+    let part = partition_dir(dir, "hostile");
     write(
         &part.join("big-value.parquet"),
         &one_row_with_body("x".repeat(300 << 20)),
@@ -294,8 +294,16 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
         let size = std::fs::metadata(part.join(name)).expect("file").len();
         assert!(size < 2 * MIB, "{name} is small on disk: {size}");
     }
+}
 
-    let out = run(&[
+/// Compacts the hostile partition at a 32 MiB budget with `extra` arguments and checks that
+/// every hostile file is quarantined with its reason, every good row compacted, inside the
+/// memory bound.
+fn compact_hostile_partition(extra: &[&str]) {
+    let dir = tempfile::tempdir().expect("dir");
+    hostile_partition(dir.path());
+    let store = dir.path().to_string_lossy().to_string();
+    let mut args = vec![
         "compact",
         "--store",
         &store,
@@ -306,7 +314,9 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
         "--memory-budget",
         "32MiB",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args);
     let report = json(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(report["status"], "partial", "{report:#}\n{stderr}");
@@ -337,4 +347,17 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
             "{name}: {words:?} not in {reason:?}"
         );
     }
+}
+
+#[test]
+fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
+    compact_hostile_partition(&[]);
+}
+
+/// The same partition fanned out into groups that each see only some of the files: the plan
+/// reads every footer (on a stack deep enough for the hostile ones) and refuses the file that
+/// would widen the partition's union, as the unfanned job does; the groups quarantine the rest.
+#[test]
+fn stress_hostile_files_are_quarantined_the_same_when_the_job_fans_out() {
+    compact_hostile_partition(&["--fan-out", "3"]);
 }

@@ -786,7 +786,7 @@ async fn stage_input(
 }
 
 /// A store answer that refuses this object for good (403), as opposed to a transient error.
-fn is_refusal(error: &object_store::Error) -> bool {
+pub(crate) fn is_refusal(error: &object_store::Error) -> bool {
     matches!(
         error,
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }

@@ -17,6 +17,7 @@
 //! the unfanned job: a range holds every row of a key, and the merge breaks ties by run, which
 //! is by input.
 
+mod admission;
 mod range_read;
 pub mod tasks;
 
@@ -128,7 +129,7 @@ pub async fn run_fan_out_task(
                 shape(&wanted, &auto).map_or(1, |s| s.ranges)
             });
             let groups = group_inputs(wanted, ranges.max(1));
-            let plan = tasks::plan(&job, state.manifest.version, &groups, ranges.max(1)).await?;
+            let plan = tasks::plan(&job, state.manifest.version, groups, ranges.max(1)).await?;
             let indexes: Vec<usize> = (0..plan.groups.len()).collect();
             json!({ "tenant": task.tenant, "hour": task.hour, "job": job_id, "groups": indexes })
         }
@@ -352,9 +353,9 @@ pub(crate) async fn produce(
 ) -> Result<Produced> {
     let owned = OwnedJob::new(job);
     let groups = group_inputs(wanted, shape.groups);
-    let plan = tasks::plan(job, manifest_version, &groups, shape.ranges).await?;
+    let plan = tasks::plan(job, manifest_version, groups, shape.ranges).await?;
     let mut split = None;
-    let produced = run_steps(job, &owned, groups.len(), &mut split).await;
+    let produced = run_steps(job, &owned, plan.groups.len(), &mut split).await;
     tasks::delete_state(job, &plan, split.as_ref(), produced.is_err()).await;
     produced
 }

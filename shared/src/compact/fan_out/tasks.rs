@@ -18,6 +18,7 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::admission::admit;
 use super::range_read::{range_input, stage_row_groups};
 use crate::clock::Expiry;
 use crate::compact::{
@@ -56,6 +57,10 @@ pub struct FanOutPlan {
     pub ranges: usize,
     /// The inputs of each group, in ordinal order.
     pub groups: Vec<Vec<PlannedInput>>,
+    /// Inputs the partition's union of columns refused (see [`admit`]), quarantined by the
+    /// commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<Quarantined>,
 }
 
 /// What a group's task did (`run-<g>.json`).
@@ -173,19 +178,22 @@ impl PlannedInput {
     }
 }
 
-/// Step 1: records the plan of `groups` of the live inputs and `ranges` ranges.
+/// Step 1: records the plan of `groups` of the live inputs and `ranges` ranges, without the
+/// inputs the partition's union of columns refuses ([`admit`]).
 pub(crate) async fn plan(
     job: &JobContext<'_>,
     manifest_version: u64,
-    groups: &[Vec<WantedInput>],
+    groups: Vec<Vec<WantedInput>>,
     ranges: usize,
 ) -> Result<FanOutPlan> {
+    let admission = admit(job, groups).await?;
     let plan = FanOutPlan {
         manifest_version,
         ranges,
-        groups: (groups.iter())
+        groups: (admission.groups.iter())
             .map(|g| g.iter().map(PlannedInput::from).collect())
             .collect(),
+        rejected: admission.rejected,
     };
     write_state(job, "plan.json", &plan).await?;
     Ok(plan)
@@ -396,6 +404,7 @@ pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
         add_stats(&mut stats, &run.stats);
     }
     let consumed: Vec<WantedInput> = consumed.into_iter().collect::<Result<_>>()?;
+    quarantined.extend(plan.rejected.iter().cloned());
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
     let mut outputs = Vec::new();
     for range in 0..split.ranges() {
