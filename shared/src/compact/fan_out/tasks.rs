@@ -57,8 +57,8 @@ pub struct FanOutPlan {
     pub ranges: usize,
     /// The inputs of each group, in ordinal order.
     pub groups: Vec<Vec<PlannedInput>>,
-    /// Inputs the partition's union of columns refused (see [`admit`]), quarantined by the
-    /// commit.
+    /// Inputs the partition's union of columns refused (see `fan_out::admission`), quarantined
+    /// by the commit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<Quarantined>,
 }
