@@ -36,6 +36,8 @@ use crate::report::Quarantined;
 
 /// Footers read at once.
 const FOOTER_READS: usize = 16;
+/// Footers parsed at once (each on a thread of its own).
+const FOOTER_PARSES: usize = 2;
 
 /// The groups with only the admitted inputs (groups left empty dropped), and the refused ones.
 #[derive(Debug)]
@@ -62,13 +64,17 @@ pub(crate) async fn admit(
     let inputs: Vec<&WantedInput> = groups.iter().flatten().collect();
     // The footers being read hold at most half the budget (one footer may pass it alone).
     let units = footer_units(job.options.budget_bytes / 2).max(1);
-    let room = Arc::new(tokio::sync::Semaphore::new(units));
+    let limits = FooterLimits {
+        room: Arc::new(tokio::sync::Semaphore::new(units)),
+        units,
+        parsers: Arc::new(tokio::sync::Semaphore::new(FOOTER_PARSES)),
+    };
     let reads: Vec<_> = (inputs.iter())
         .map(|input| {
             let store = Arc::clone(job.store.object_store());
             let (key, size) = (input.key.clone(), input.bytes);
-            let (room, keys) = (Arc::clone(&room), job.options.keys.clone());
-            async move { read_footer(store, key, size, (room, units), keys).await }
+            let (limits, keys) = (limits.clone(), job.options.keys.clone());
+            async move { read_footer(store, key, size, limits, keys).await }
         })
         .collect();
     let read: Vec<Footer> = futures::stream::iter(reads)
@@ -132,18 +138,26 @@ pub(crate) async fn admit(
     })
 }
 
+/// What bounds the footers read at once: the bytes they hold (`room`, in KiB units, of which
+/// there are `units`) and the threads parsing them.
+#[derive(Clone)]
+struct FooterLimits {
+    room: Arc<tokio::sync::Semaphore>,
+    units: usize,
+    parsers: Arc<tokio::sync::Semaphore>,
+}
+
 /// Units of the footers' semaphore that `bytes` take (KiB, at least one).
 fn footer_units(bytes: u64) -> usize {
     usize::try_from(bytes.div_ceil(1 << 10)).unwrap_or(usize::MAX)
 }
 
-/// What the footer of `key` (of `size` bytes) declares, read within the room of `room` (a
-/// semaphore of so many units).
+/// What the footer of `key` (of `size` bytes) declares, read within `limits`.
 async fn read_footer(
     store: Arc<dyn ObjectStore>,
     key: Path,
     size: u64,
-    room: (Arc<tokio::sync::Semaphore>, usize),
+    limits: FooterLimits,
     keys: KeyColumns,
 ) -> Result<Footer> {
     if size < 12 {
@@ -158,16 +172,14 @@ async fn read_footer(
     let Ok(range) = footer_range(&tail, size) else {
         return Ok(Footer::Unread);
     };
-    let (room, total) = room;
-    let units = footer_units(range.end - range.start).clamp(1, total);
+    let units = footer_units(range.end - range.start).clamp(1, limits.units);
     let units = u32::try_from(units).unwrap_or(u32::MAX);
-    let _room = room
-        .acquire_many(units)
-        .await
-        .map_err(|_| Error::invariant("the footers' semaphore closed"))?;
+    let closed = |_| Error::invariant("the footers' semaphore closed");
+    let _room = limits.room.acquire_many(units).await.map_err(closed)?;
     let Some(bytes) = get_range(&store, &key, range).await? else {
         return Ok(Footer::Unread);
     };
+    let _parser = limits.parsers.acquire().await.map_err(closed)?;
     decode_on_deep_stack(bytes, keys).await
 }
 
