@@ -78,10 +78,11 @@ pub async fn inspect_object(store: &Store, key: &Path, keys: &KeyColumns) -> Res
         .head(key)
         .await
         .map_err(|e| Error::store("head", key, e))?;
-    check_nesting(&object_store, key, meta.size).await?;
+    let read = check_nesting(&object_store, key, meta.size).await?;
     let fetch = StoreFetch {
         store: &object_store,
         key,
+        read,
     };
     let metadata = ParquetMetaDataReader::new()
         .with_page_index_policy(PageIndexPolicy::Optional)
@@ -115,14 +116,25 @@ pub async fn inspect_object(store: &Store, key: &Path, keys: &KeyColumns) -> Res
     })
 }
 
-/// Ranged reads of one object, for the footer and page-index reader.
+/// Ranged reads of one object, for the footer and page-index reader; ranges inside the bytes
+/// the nesting check already read (`read`: where they start, and them) are served from them.
 struct StoreFetch<'a> {
     store: &'a Arc<dyn ObjectStore>,
     key: &'a Path,
+    read: Option<(u64, Bytes)>,
 }
 
 impl MetadataFetch for StoreFetch<'_> {
     fn fetch(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        if let Some((start, bytes)) = &self.read
+            && range.start >= *start
+            && range.end <= start + bytes.len() as u64
+        {
+            let from = (range.start - start) as usize;
+            let to = (range.end - start) as usize;
+            let held = bytes.slice(from..to);
+            return async move { Ok(held) }.boxed();
+        }
         let (store, key) = (self.store, self.key);
         async move {
             store
@@ -136,22 +148,32 @@ impl MetadataFetch for StoreFetch<'_> {
 
 /// Refuses a file whose schema nests too deep before the footer is parsed
 /// ([`check_schema_nesting`]): parsing it would overflow the stack. A footer that cannot be
-/// located passes, for the reader to report.
-async fn check_nesting(store: &Arc<dyn ObjectStore>, key: &Path, size: u64) -> Result<()> {
+/// located passes, for the reader to report. Returns the bytes it read from the footer to the
+/// end of the file, and where they start, for the reader to use again.
+async fn check_nesting(
+    store: &Arc<dyn ObjectStore>,
+    key: &Path,
+    size: u64,
+) -> Result<Option<(u64, Bytes)>> {
     let get = |e| Error::store("get", key, e);
     if size < 12 {
-        return Ok(());
+        return Ok(None);
     }
     let tail = store.get_range(key, size - 8..size).await.map_err(get)?;
     let Some(Ok(footer)) = <[u8; 8]>::try_from(tail.as_ref())
         .ok()
         .map(|tail| footer_range(&tail, size))
     else {
-        return Ok(());
+        return Ok(None);
     };
+    let start = footer.start;
     let bytes = store.get_range(key, footer).await.map_err(get)?;
     check_schema_nesting(&bytes)
-        .map_err(|reason| Error::parquet(key.to_string(), ParquetError::General(reason)))
+        .map_err(|reason| Error::parquet(key.to_string(), ParquetError::General(reason)))?;
+    let mut read = Vec::with_capacity(bytes.len() + tail.len());
+    read.extend_from_slice(&bytes);
+    read.extend_from_slice(&tail);
+    Ok(Some((start, Bytes::from(read))))
 }
 
 /// A Parquet reader or writer error as the store error it wraps, when it is one (so it is
@@ -416,6 +438,23 @@ mod tests {
             .await
             .unwrap();
         Store::from_object_store(memory, "memory://")
+    }
+
+    #[tokio::test]
+    async fn reads_the_footer_once() {
+        let bytes = sorted_file();
+        let key = Path::from("compacted/part-1.parquet");
+        let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        memory.put(&key, PutPayload::from(bytes)).await.unwrap();
+        let (counting, counters) = crate::store::counting::CountingStore::new(memory);
+        let store = Store::from_object_store(Arc::new(counting), "memory://");
+        let summary = inspect_object(&store, &key, &KeyColumns::default())
+            .await
+            .unwrap();
+        assert!(summary.row_groups.iter().all(|g| g.column_index));
+        // The tail and the footer for the nesting check, then the page indexes: the reader
+        // takes the footer from what the check read.
+        assert_eq!(counters.requests(), 3);
     }
 
     #[tokio::test]
