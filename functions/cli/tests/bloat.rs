@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use cgroup::run_limited;
-use common::{command, json};
+use common::{command, compact_json, json};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -100,18 +100,7 @@ fn stress_the_bloat_partition_compacts_under_256_mib_at_32_and_64_mib_budgets() 
     assert!(encoded < 20_000_000, "tiny files: {encoded} bytes");
     let store = dir.path().to_string_lossy().to_string();
     for (tenant, budget, function_mb) in runs {
-        let mut compact = command(&[
-            "compact",
-            "--store",
-            &store,
-            "--tenant",
-            tenant,
-            "--hour",
-            HOUR,
-            "--memory-budget",
-            budget,
-            "--json",
-        ]);
+        let mut compact = command(&compact_json(&store, tenant, HOUR, budget));
         if let Some(mb) = function_mb {
             compact.env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", mb);
         }

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{json, run, run_with_env};
+use common::{compact_json, json, run, run_with_env};
 use serde_json::Value;
 
 const HOUR: &str = "2026-11-29T10";
@@ -610,18 +610,7 @@ fn compact_json_report_carries_cpu_time_and_cost() {
             tenant,
             &["--files", "6", "--rows", "2000", "--services", "5"],
         );
-        let mut args = vec![
-            "compact",
-            "--store",
-            &store,
-            "--tenant",
-            tenant,
-            "--hour",
-            HOUR,
-            "--memory-budget",
-            "256KiB",
-            "--json",
-        ];
+        let mut args = compact_json(&store, tenant, HOUR, "256KiB");
         args.extend_from_slice(case.flags);
         let out = run_with_env(&args, case.env);
         let report = json(&out);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray, StructArray};
 use arrow::datatypes::{DataType, Field, Fields, Schema};
-use common::{json, run};
+use common::{compact_json, json, run};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
@@ -303,18 +303,7 @@ fn compact_hostile_partition(extra: &[&str]) {
     let dir = tempfile::tempdir().expect("dir");
     hostile_partition(dir.path());
     let store = dir.path().to_string_lossy().to_string();
-    let mut args = vec![
-        "compact",
-        "--store",
-        &store,
-        "--tenant",
-        "hostile",
-        "--hour",
-        HOUR,
-        "--memory-budget",
-        "32MiB",
-        "--json",
-    ];
+    let mut args = compact_json(&store, "hostile", HOUR, "32MiB");
     args.extend_from_slice(extra);
     let out = run(&args);
     let report = json(&out);

@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{json, run};
+use common::{compact_json, json, run};
 use serde_json::Value;
 
 fn python() -> String {
@@ -48,18 +48,7 @@ fn files_of_real_writers_compact_and_read_back_equal() {
     for partition in &partitions {
         let tenant = partition["tenant"].as_str().expect("tenant");
         let hour = partition["hour"].as_str().expect("hour");
-        let out = run(&[
-            "compact",
-            "--store",
-            &store,
-            "--tenant",
-            tenant,
-            "--hour",
-            hour,
-            "--memory-budget",
-            "32MiB",
-            "--json",
-        ]);
+        let out = run(&compact_json(&store, tenant, hour, "32MiB"));
         let report = json(&out);
         let expect = partition["expect"].as_str().expect("expect");
         assert_eq!(

@@ -21,6 +21,28 @@ pub fn command(args: &[&str]) -> Command {
     command
 }
 
+/// The arguments of `compact` of the partition (`tenant`, `hour`) in `store` at a memory
+/// `budget`, reporting in JSON, as a user types them; callers add their own flags.
+pub fn compact_json<'a>(
+    store: &'a str,
+    tenant: &'a str,
+    hour: &'a str,
+    budget: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "compact",
+        "--store",
+        store,
+        "--tenant",
+        tenant,
+        "--hour",
+        hour,
+        "--memory-budget",
+        budget,
+        "--json",
+    ]
+}
+
 /// Runs [`command`].
 pub fn run(args: &[&str]) -> Output {
     run_with_env(args, &[])
