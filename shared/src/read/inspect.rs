@@ -146,6 +146,24 @@ impl MetadataFetch for StoreFetch<'_> {
     }
 }
 
+/// Where the footer of the stored object `key` (of `size` bytes) lies, and the object's last
+/// eight bytes that say so (one GET); `None` when it is too short or its tail is not a Parquet
+/// footer within [`footer_range`]'s limits (a reader then reports why).
+pub(crate) async fn stored_footer_range(
+    store: &Arc<dyn ObjectStore>,
+    key: &Path,
+    size: u64,
+) -> std::result::Result<Option<(Range<u64>, Bytes)>, object_store::Error> {
+    if size < 12 {
+        return Ok(None);
+    }
+    let tail = store.get_range(key, size - 8..size).await?;
+    let footer = <[u8; 8]>::try_from(tail.as_ref())
+        .ok()
+        .and_then(|eight| footer_range(&eight, size).ok());
+    Ok(footer.map(|footer| (footer, tail)))
+}
+
 /// Refuses a file whose schema nests too deep before the footer is parsed
 /// ([`check_schema_nesting`]): parsing it would overflow the stack. A footer that cannot be
 /// located passes, for the reader to report. Returns the bytes it read from the footer to the
@@ -156,14 +174,7 @@ async fn check_nesting(
     size: u64,
 ) -> Result<Option<(u64, Bytes)>> {
     let get = |e| Error::store("get", key, e);
-    if size < 12 {
-        return Ok(None);
-    }
-    let tail = store.get_range(key, size - 8..size).await.map_err(get)?;
-    let Some(Ok(footer)) = <[u8; 8]>::try_from(tail.as_ref())
-        .ok()
-        .map(|tail| footer_range(&tail, size))
-    else {
+    let Some((footer, tail)) = stored_footer_range(store, key, size).await.map_err(get)? else {
         return Ok(None);
     };
     let start = footer.start;

@@ -28,10 +28,11 @@ use parquet::file::metadata::ParquetMetaDataReader;
 
 use crate::compact::{JobContext, WantedInput, is_refusal};
 use crate::error::{Error, Result};
-use crate::input::page_check::{MAX_LEAF_COLUMNS, check_schema_nesting, footer_range};
+use crate::input::page_check::{MAX_LEAF_COLUMNS, check_schema_nesting};
 use crate::input::schema::{check_key_columns, leaf_limit, unify_weighted};
 use crate::input::{CHECK_STACK_BYTES, catch_reader_panic};
 use crate::options::KeyColumns;
+use crate::read::inspect::stored_footer_range;
 use crate::report::Quarantined;
 
 /// Footers read at once.
@@ -160,17 +161,10 @@ async fn read_footer(
     limits: FooterLimits,
     keys: KeyColumns,
 ) -> Result<Footer> {
-    if size < 12 {
-        return Ok(Footer::Unread);
-    }
-    let Some(tail) = get_range(&store, &key, size - 8..size).await? else {
-        return Ok(Footer::Unread);
-    };
-    let Ok(tail) = <[u8; 8]>::try_from(tail.as_ref()) else {
-        return Ok(Footer::Unread);
-    };
-    let Ok(range) = footer_range(&tail, size) else {
-        return Ok(Footer::Unread);
+    let range = match stored_footer_range(&store, &key, size).await {
+        Ok(Some((range, _))) => range,
+        Ok(None) => return Ok(Footer::Unread),
+        Err(e) => return unread_unless_failed(&key, e).map(|()| Footer::Unread),
     };
     let units = footer_units(range.end - range.start).clamp(1, limits.units);
     let units = u32::try_from(units).unwrap_or(u32::MAX);
@@ -192,10 +186,17 @@ async fn get_range(
 ) -> Result<Option<Bytes>> {
     let wanted = range.end - range.start;
     match store.get_range(key, range).await {
-        Ok(bytes) if bytes.len() as u64 == wanted => Ok(Some(bytes)),
-        Ok(_) => Ok(None),
-        Err(e) if is_refusal(&e) || matches!(e, object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(Error::store("get", key, e)),
+        Ok(bytes) => Ok((bytes.len() as u64 == wanted).then_some(bytes)),
+        Err(e) => unread_unless_failed(key, e).map(|()| None),
+    }
+}
+
+/// `Ok` when the store's answer for `key` leaves the file to its group (refused for good, or
+/// gone: staging says so again), the store's error otherwise (the plan fails, to be retried).
+fn unread_unless_failed(key: &Path, e: object_store::Error) -> Result<()> {
+    match is_refusal(&e) || matches!(e, object_store::Error::NotFound { .. }) {
+        true => Ok(()),
+        false => Err(Error::store("get", key, e)),
     }
 }
 
