@@ -1,6 +1,7 @@
 //! Partitions written by real writers (pyarrow with every codec and format version, Polars,
 //! DuckDB, INT96 and zoned times, nested columns, a file without rows, a conflicting file)
-//! compact, and read back equal to their inputs (`tests/interop/writer_corpus.py`).
+//! compact, and read back equal to their inputs (`tests/interop/writer_corpus.py`), in one
+//! output and fanned out over ranges.
 //!
 //! Needs Python with pyarrow, DuckDB and Polars (`$OURIOS_INTEROP_PYTHON`, else `python3`);
 //! without them the test fails, naming what to install.
@@ -38,6 +39,25 @@ fn corpus(command: &str, store: &Path) -> String {
 
 #[test]
 fn files_of_real_writers_compact_and_read_back_equal() {
+    let outputs = compact_corpus(&[]);
+    assert!(outputs.iter().all(|&n| n == 1), "{outputs:?}");
+}
+
+#[test]
+fn files_of_real_writers_fanned_out_compact_and_read_back_equal() {
+    // The plan reads every footer (its admission) before the groups' own checks: other
+    // writers' footers must pass it, and its quarantines must be the unfanned job's.
+    let outputs = compact_corpus(&["--fan-out", "2"]);
+    assert!(
+        outputs.iter().any(|&n| n > 1),
+        "no partition split: {outputs:?}"
+    );
+}
+
+/// Writes the corpus into a fresh store, compacts each partition with `extra` flags, checks
+/// each report against what the corpus expects and the outputs against the inputs; returns
+/// each partition's number of output files.
+fn compact_corpus(extra: &[&str]) -> Vec<usize> {
     let dir = tempfile::tempdir().expect("dir");
     let store = dir.path().to_string_lossy().to_string();
     let partitions: Vec<Value> = corpus("write", dir.path())
@@ -45,18 +65,22 @@ fn files_of_real_writers_compact_and_read_back_equal() {
         .map(|l| serde_json::from_str(l).expect("a partition line"))
         .collect();
     assert!(partitions.len() >= 7, "{partitions:?}");
+    let mut outputs = Vec::new();
     for partition in &partitions {
         let tenant = partition["tenant"].as_str().expect("tenant");
         let hour = partition["hour"].as_str().expect("hour");
-        let out = run(&compact_json(&store, tenant, hour, "32MiB"));
+        let mut args = compact_json(&store, tenant, hour, "32MiB");
+        args.extend_from_slice(extra);
+        let out = run(&args);
         let report = json(&out);
         let expect = partition["expect"].as_str().expect("expect");
         assert_eq!(
             report["status"],
             expect,
-            "{tenant}: {report:#}\nstderr: {}",
+            "{tenant} {extra:?}: {report:#}\nstderr: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        outputs.push(report["outputs"].as_array().expect("outputs").len());
         let quarantined = report["quarantined"].as_array().expect("quarantined");
         match partition["quarantined"].as_str() {
             None => assert!(quarantined.is_empty(), "{tenant}: {quarantined:?}"),
@@ -72,7 +96,7 @@ fn files_of_real_writers_compact_and_read_back_equal() {
                     let word = word.as_str().expect("word");
                     assert!(
                         reason.contains(word),
-                        "{tenant}: {word:?} not in {reason:?}"
+                        "{tenant} {extra:?}: {word:?} not in {reason:?}"
                     );
                 }
             }
@@ -84,4 +108,5 @@ fn files_of_real_writers_compact_and_read_back_equal() {
         partitions.len(),
         "every partition verified:\n{verified}"
     );
+    outputs
 }
