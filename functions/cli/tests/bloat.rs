@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use cgroup::run_limited;
-use common::{command, compact_json, json};
+use common::{command, compact_json, report_with_status};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -110,13 +110,7 @@ fn stress_the_bloat_partition_compacts_under_256_mib_at_32_and_64_mib_budgets() 
         );
         let limited = run_limited(&compact, LIMIT_BYTES);
         let out = &limited.output;
-        let report = json(out);
-        assert_eq!(
-            report["status"],
-            "compacted",
-            "{report:#}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let report = report_with_status(out, "compacted");
         assert!(out.status.success(), "{:?}", out.status);
         assert_eq!(report["inputs"]["rows"], (FILES * ROWS) as u64);
         assert!(

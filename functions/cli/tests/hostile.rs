@@ -288,7 +288,7 @@ fn hostile_partition(dir: &Path) {
     very_deep_footer(&part.join("very-deep-footer.parquet"));
     // At 32 MiB the union may hold 341 leaves: the first file (3,000 rows) joins, the second
     // would take it past.
-    columns_named(&part.join("union-a.parquet"), "a", 300, 3000);
+    columns_named(&part.join("union-a.parquet"), "a", 200, 3000);
     columns_named(&part.join("union-b.parquet"), "b", 100, 10);
     for name in ["big-value.parquet", "gzip-bomb.parquet"] {
         let size = std::fs::metadata(part.join(name)).expect("file").len();
@@ -322,7 +322,7 @@ fn compact_hostile_partition(extra: &[&str]) {
         ("many-columns.parquet", "leaf columns"),
         (
             "union-b.parquet",
-            "leaves, more than the 341 the memory budget allows",
+            "leaves, more than the 256 the memory budget allows",
         ),
         ("very-deep-footer.parquet", "levels deep"),
     ];

@@ -59,9 +59,8 @@ pub async fn rewrite_plain(
         });
     }
     // Checked as the compactor checks them (on two threads), so both sides pay the same.
-    let page_cap = crate::input::page_cap_bytes(options.budget_bytes);
     let mut checked = Vec::new();
-    for (staged, verdict) in check_inputs(staged, partition, &options.keys, page_cap)? {
+    for (staged, verdict) in check_inputs(staged, partition, &options.keys, options.budget_bytes)? {
         checked.push(verdict.map_err(|reason| Error::Config {
             message: format!("{}: {reason}", staged.key),
         })?);

@@ -31,7 +31,7 @@ use crate::clock::Expiry;
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
 use crate::input::schema::{UnifiedSchema, leaf_limit, unify_weighted};
-use crate::input::{CheckedInput, StagedInput, page_cap_bytes};
+use crate::input::{CheckedInput, StagedInput};
 use crate::manifest::gc::collect_garbage_with;
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
@@ -802,9 +802,9 @@ async fn check_inputs(
 ) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
     let partition = partition.clone();
     let keys = options.keys.clone();
-    let page_cap = page_cap_bytes(options.budget_bytes);
+    let budget = options.budget_bytes;
     let verdicts = tokio::task::spawn_blocking(move || {
-        crate::input::check_inputs(staged, &partition, &keys, page_cap)
+        crate::input::check_inputs(staged, &partition, &keys, budget)
     })
     .await
     .map_err(|e| Error::invariant(format!("input check task failed: {e}")))??;

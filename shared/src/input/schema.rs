@@ -174,17 +174,18 @@ pub fn unify_weighted(
 /// Memory a leaf column of the union takes beside the budget, about: its reader (a page, a
 /// ZSTD decompression context of about 95 KB) and its writer (page buffers, statistics, a
 /// dictionary's hash table of about 70 KB, a ZSTD codec, which in parquet 60 holds a
-/// decompression context too). Measured on ZSTD files of 250 to 1,000 int64 columns of
-/// 3,000 rows at a 64 MiB budget: 160 to 214 KB of peak RSS a leaf. Files of a few rows show
-/// a quarter of it (44-48 KB): most of those contexts and tables are allocated whole but
-/// touched only as pages pass through them.
-const LEAF_BYTES: u64 = 192 << 10;
+/// decompression context too, and, while a page is compressed before its row group closes, a
+/// compression context of 0.7 MB at 64 KiB pages, of which the writer's row groups let at most
+/// 48 chunks hold one at a time). Measured on ZSTD files of 300 and 650 int64 columns of
+/// 200,000 and 50,000 distinct rows at a 64 MiB budget: 140 to 210 KB of peak RSS a leaf above
+/// a narrow file's; files of 250 to 1,000 columns of 3,000 rows showed 160 to 214 KB.
+pub(crate) const LEAF_BYTES: u64 = 256 << 10;
 /// Leaf columns a job may always hold, whatever its budget.
 const MIN_LEAF_LIMIT: usize = 256;
 
 /// The most leaf columns the union of a job's inputs may have under `budget_bytes`: their
 /// fixed cost may take up to twice the budget (a function has four times it), and never
-/// fewer than 256 (`MIN_LEAF_LIMIT`): 682 at 64 MiB (a 256 MB function), 4,714 at
+/// fewer than 256 (`MIN_LEAF_LIMIT`): 512 at 64 MiB (a 256 MB function), 3,536 at
 /// 442 MiB (1,769 MB). Without it, 2,000 columns took 389 MiB at a 64 MiB budget.
 pub fn leaf_limit(budget_bytes: u64) -> usize {
     let by_budget = budget_bytes.saturating_mul(2) / LEAF_BYTES;
@@ -484,9 +485,9 @@ mod tests {
         };
         let (a, b, again) = (wide("a"), wide("b"), wide("a"));
         let limit = leaf_limit(64 << 20);
-        assert_eq!(limit, 682);
+        assert_eq!(limit, 512);
         assert_eq!(leaf_limit(8 << 20), MIN_LEAF_LIMIT);
-        assert_eq!(leaf_limit(442 << 20), 4714);
+        assert_eq!(leaf_limit(442 << 20), 3536);
         let (u, rejected) = unify_weighted(
             &[("a", &a, 10), ("b", &b, 20), ("c", &again, 10)],
             &keys,

@@ -17,10 +17,12 @@
 //! about a quarter less compression time and match tables several times smaller to clear for
 //! every page.
 //!
-//! The choice is made from the file's first [`DICTIONARY_SAMPLE_ROWS`] rows when a row group
-//! closes with the sample ready (usually the first row group; several for wide rows), and holds
-//! from the next row group on. It depends only on the rows and where row groups close, never on
-//! how the rows were chunked: the same rows give the same bytes.
+//! The choice is made from the file's first [`DICTIONARY_SAMPLE_ROWS`] rows (fewer for a schema
+//! of more than 256 sampled columns, so the sample holds at most [`MAX_SAMPLED_VALUES`] values)
+//! when a row group closes with the sample ready (usually the first row group; several for wide
+//! rows), and holds from the next row group on. It depends only on the schema, the rows and where
+//! row groups close, never on how the rows were chunked or on the memory budget: the same rows
+//! give the same bytes.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
@@ -33,6 +35,10 @@ use parquet::schema::types::ColumnPath;
 pub const DICTIONARY_SAMPLE_ROWS: usize = 4096;
 /// Fewer sampled values than this keep the dictionary (too few to judge).
 const MIN_SAMPLED_VALUES: usize = 256;
+/// The most values a sample takes over all its columns: each distinct one is a hash held until
+/// the choice is made (about 16 bytes with the set's slack), so a schema of hundreds of columns
+/// samples fewer rows instead of holding tens of megabytes beside the budget.
+pub const MAX_SAMPLED_VALUES: usize = 1 << 20;
 
 /// Value hashes with a fixed hasher, so a sample counts the same on every run.
 type Hashes = HashSet<u64, BuildHasherDefault<DefaultHasher>>;
@@ -45,10 +51,14 @@ struct ColumnSample {
 }
 
 impl ColumnSample {
-    fn add(&mut self, value: &[u8]) {
-        let mut hasher = DefaultHasher::new();
-        value.hash(&mut hasher);
-        self.distinct.insert(hasher.finish());
+    /// Adds a value of a sample of at most `sample_rows` values. Once more than half of them
+    /// are distinct the verdict cannot change, so no more hashes are kept.
+    fn add(&mut self, value: &[u8], sample_rows: usize) {
+        if self.distinct.len() <= sample_rows / 2 {
+            let mut hasher = DefaultHasher::new();
+            value.hash(&mut hasher);
+            self.distinct.insert(hasher.finish());
+        }
         self.values += 1;
     }
 
@@ -64,6 +74,7 @@ impl ColumnSample {
 /// variable width). Nested, boolean and dictionary-typed columns keep the writer's setting.
 #[derive(Debug)]
 pub struct DictionaryChoice {
+    sample_rows: usize,
     rows_left: usize,
     samples: Vec<SampledColumn>,
 }
@@ -81,9 +92,11 @@ struct SampledColumn {
 }
 
 impl DictionaryChoice {
-    /// A choice from the first `sample_rows` rows of files of `schema`.
+    /// A choice from the first `sample_rows` rows of files of `schema`, or fewer, so that the
+    /// sample takes at most [`MAX_SAMPLED_VALUES`] values (and never fewer than twice
+    /// the 256 values a column needs to be judged).
     pub fn new(schema: &Schema, sample_rows: usize) -> Self {
-        let samples = (schema.fields().iter().enumerate())
+        let samples: Vec<SampledColumn> = (schema.fields().iter().enumerate())
             .filter(|(_, f)| sampled(f.data_type()))
             .map(|(i, f)| SampledColumn {
                 index: i,
@@ -92,7 +105,10 @@ impl DictionaryChoice {
                 sample: ColumnSample::default(),
             })
             .collect();
+        let by_values = (MAX_SAMPLED_VALUES / samples.len().max(1)).max(2 * MIN_SAMPLED_VALUES);
+        let sample_rows = sample_rows.min(by_values);
         Self {
+            sample_rows,
             rows_left: sample_rows,
             samples,
         }
@@ -107,7 +123,7 @@ impl DictionaryChoice {
         self.rows_left -= rows;
         for column in &mut self.samples {
             if let Some(values) = batch.columns().get(column.index) {
-                add_values(values.as_ref(), rows, &mut column.sample);
+                add_values(values.as_ref(), rows, self.sample_rows, &mut column.sample);
             }
         }
     }
@@ -150,23 +166,25 @@ fn sampled(data_type: &DataType) -> bool {
     ) || data_type.primitive_width().is_some()
 }
 
-/// Adds the non-null values of the first `rows` rows of `array` to `sample`.
-fn add_values(array: &dyn Array, rows: usize, sample: &mut ColumnSample) {
+/// Adds the non-null values of the first `rows` rows of `array` to `sample`, a sample of at
+/// most `sample_rows` values.
+fn add_values(array: &dyn Array, rows: usize, sample_rows: usize, sample: &mut ColumnSample) {
     let valid = (0..rows).filter(|&i| array.is_valid(i));
+    let mut add = |value: &[u8]| sample.add(value, sample_rows);
     if let Some(a) = array.as_string_opt::<i32>() {
-        valid.for_each(|i| sample.add(a.value(i).as_bytes()));
+        valid.for_each(|i| add(a.value(i).as_bytes()));
     } else if let Some(a) = array.as_string_opt::<i64>() {
-        valid.for_each(|i| sample.add(a.value(i).as_bytes()));
+        valid.for_each(|i| add(a.value(i).as_bytes()));
     } else if let Some(a) = array.as_string_view_opt() {
-        valid.for_each(|i| sample.add(a.value(i).as_bytes()));
+        valid.for_each(|i| add(a.value(i).as_bytes()));
     } else if let Some(a) = array.as_binary_opt::<i32>() {
-        valid.for_each(|i| sample.add(a.value(i)));
+        valid.for_each(|i| add(a.value(i)));
     } else if let Some(a) = array.as_binary_opt::<i64>() {
-        valid.for_each(|i| sample.add(a.value(i)));
+        valid.for_each(|i| add(a.value(i)));
     } else if let Some(a) = array.as_binary_view_opt() {
-        valid.for_each(|i| sample.add(a.value(i)));
+        valid.for_each(|i| add(a.value(i)));
     } else if let Some(a) = array.as_fixed_size_binary_opt() {
-        valid.for_each(|i| sample.add(a.value(i)));
+        valid.for_each(|i| add(a.value(i)));
     } else if let Some(width) = array.data_type().primitive_width() {
         let data = array.to_data();
         let Some(values) = data.buffers().first() else {
@@ -176,7 +194,7 @@ fn add_values(array: &dyn Array, rows: usize, sample: &mut ColumnSample) {
         for i in valid {
             let start = (data.offset() + i) * width;
             if let Some(value) = bytes.get(start..start + width) {
-                sample.add(value);
+                add(value);
             }
         }
     }
@@ -276,6 +294,34 @@ mod tests {
         assert!(!small.ready());
         small.observe(&batch(50, 50));
         assert!(small.ready());
+    }
+
+    #[test]
+    fn a_wide_schema_samples_fewer_rows_and_keeps_no_more_hashes_than_decide() {
+        let fields: Vec<Field> = (0..1000)
+            .map(|i| Field::new(format!("c{i}"), DataType::Int64, false))
+            .collect();
+        let wide = Arc::new(Schema::new(fields));
+        let columns: Vec<Arc<dyn Array>> = (0..1000i64)
+            .map(|c| {
+                Arc::new(Int64Array::from_iter_values(
+                    (0..3000).map(|r| c * 10_000 + r),
+                )) as _
+            })
+            .collect();
+        let batch = RecordBatch::try_new(Arc::clone(&wide), columns).expect("batch");
+        let mut choice = DictionaryChoice::new(&wide, DICTIONARY_SAMPLE_ROWS);
+        choice.observe(&batch);
+        // 2^20 values over 1,000 columns: 1,048 rows each, of which 525 hashes decide.
+        assert_eq!(choice.samples[0].sample.values, 1048);
+        assert_eq!(choice.samples[0].sample.distinct.len(), 525);
+        assert!(choice.ready());
+        assert_eq!(choice.plain_columns().len(), 1000);
+        // A narrow schema samples the full 4,096 rows.
+        assert_eq!(
+            DictionaryChoice::new(&schema(), DICTIONARY_SAMPLE_ROWS).rows_left,
+            4096
+        );
     }
 
     #[test]

@@ -32,6 +32,13 @@ const OPEN_PAGES_BYTES: usize = 16 << 20;
 /// Page and dictionary size limits stay within these bounds.
 const PAGE_BYTES_RANGE: (usize, usize) = (64 << 10, 1 << 20);
 
+/// Column chunks of a row group that may have compressed a page before the row group closes.
+/// Each keeps a ZSTD compression context sized for its pages (0.7 MB at 64 KiB, 1.3 MB at
+/// 1 MiB, at level 3) until the row group closes, while chunks that only compress when it
+/// closes do so one after another. A schema of more leaves than this gets row groups of at most
+/// this many of its pages: no more than that many of its chunks can fill a page early.
+const OPEN_COMPRESSORS: usize = 48;
+
 /// Rows of consecutive chunks the writer encodes in one call, at most (see [`OutputWriter`]).
 const WRITE_GROUP_ROWS: usize = 8192;
 /// Decoded bytes of consecutive chunks the writer encodes in one call, at most (one chunk of
@@ -41,6 +48,16 @@ const WRITE_GROUP_BYTES: usize = 4 << 20;
 /// The data page and dictionary page size limit for a schema of `leaves` leaf columns.
 fn page_bytes_limit(leaves: usize) -> usize {
     (OPEN_PAGES_BYTES / leaves.max(1)).clamp(PAGE_BYTES_RANGE.0, PAGE_BYTES_RANGE.1)
+}
+
+/// The most bytes a row group of a schema of `leaves` leaf columns may hold (see
+/// [`OPEN_COMPRESSORS`]): no limit up to that many leaves.
+fn row_group_bytes_cap(leaves: usize) -> u64 {
+    if leaves <= OPEN_COMPRESSORS {
+        u64::MAX
+    } else {
+        (OPEN_COMPRESSORS * page_bytes_limit(leaves)) as u64
+    }
 }
 
 /// The Parquet schema of `schema`.
@@ -60,7 +77,8 @@ fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
 }
 
 /// Writer properties of a compacted file: row groups rotate at `row_group_bytes` of estimated encoded
-/// size or at `max_rows` rows, whichever comes first. Leaves of lists and maps carry no min/max
+/// size (at most 48 pages of each column, for a schema of more than 48 leaf columns) or at
+/// `max_rows` rows, whichever comes first. Leaves of lists and maps carry no min/max
 /// statistics: their range spans every row's elements, which prunes no row.
 pub fn output_properties(
     schema: &Schema,
@@ -72,6 +90,7 @@ pub fn output_properties(
     let time_leaf = leaf_index(schema, &keys.time)?;
     let descr = parquet_schema(schema)?;
     let page_bytes = page_bytes_limit(descr.num_columns());
+    let row_group_bytes = row_group_bytes.min(row_group_bytes_cap(descr.num_columns()));
     let mut sorting = Vec::new();
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
@@ -214,5 +233,21 @@ impl<W: Write + Send> ChunkSink for OutputWriter<W> {
     fn end_row_group(&mut self) -> Result<()> {
         self.write_pending()?;
         self.writer.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_schemas_get_smaller_pages_and_row_groups_of_a_few_dozen_pages() {
+        assert_eq!(page_bytes_limit(16), 1 << 20);
+        assert_eq!(page_bytes_limit(64), 256 << 10);
+        assert_eq!(page_bytes_limit(1000), 64 << 10);
+        assert_eq!(row_group_bytes_cap(48), u64::MAX);
+        assert_eq!(row_group_bytes_cap(64), 12 << 20);
+        assert_eq!(row_group_bytes_cap(256), 3 << 20);
+        assert_eq!(row_group_bytes_cap(10_000), 3 << 20);
     }
 }

@@ -65,3 +65,16 @@ pub fn json(output: &Output) -> Value {
         )
     })
 }
+
+/// The JSON report on stdout, after checking its status is `status` (the report and stderr in
+/// the panic message when it is not).
+pub fn report_with_status(output: &Output, status: &str) -> Value {
+    let report = json(output);
+    assert_eq!(
+        report["status"],
+        status,
+        "{report:#}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    report
+}
