@@ -71,7 +71,7 @@ pub struct SettingsArgs {
     #[arg(long)]
     pub scratch: Option<PathBuf>,
     /// Row-group threshold, e.g. 4MiB (default: OURIOS_COMPACTED_RG_BYTES, else adaptive); a
-    /// schema of more than 48 leaf columns gets at most 48 of its pages a row group.
+    /// schema of more than 32 leaf columns gets at most 32 of its pages a row group.
     #[arg(long = "rg-bytes", value_parser = positive_size)]
     pub row_group_bytes: Option<u64>,
     #[command(flatten)]

@@ -27,17 +27,21 @@ use crate::two_threads::two_cores;
 /// clustered by service, so few distinct services fall in one).
 const SERVICE_BLOOM_NDV: u64 = 1024;
 /// What the open data pages and dictionaries of all columns may hold together, so a wide
-/// schema gets smaller pages instead of one megabyte per column.
+/// schema gets smaller pages instead of one megabyte per column (beyond 64 columns, its row
+/// groups are capped instead, see [`OPEN_COMPRESSORS`]).
 const OPEN_PAGES_BYTES: usize = 16 << 20;
-/// Page and dictionary size limits stay within these bounds.
-const PAGE_BYTES_RANGE: (usize, usize) = (64 << 10, 1 << 20);
+/// Page and dictionary size limits stay within these bounds. Small pages cost more memory
+/// than large ones where it matters most: a ZSTD context per page-byte (see
+/// [`OPEN_COMPRESSORS`]).
+const PAGE_BYTES_RANGE: (usize, usize) = (256 << 10, 1 << 20);
 
 /// Column chunks of a row group that may have compressed a page before the row group closes.
-/// Each keeps a ZSTD compression context sized for its pages (0.7 MB at 64 KiB, 1.3 MB at
-/// 1 MiB, at level 3) until the row group closes, while chunks that only compress when it
-/// closes do so one after another. A schema of more leaves than this gets row groups of at most
-/// this many of its pages: no more than that many of its chunks can fill a page early.
-const OPEN_COMPRESSORS: usize = 48;
+/// Each keeps a ZSTD compression context sized for its pages (at level 3: 0.66 MB at 64 KiB,
+/// 1.0 MB at 256 KiB, 1.3 MB at 1 MiB) until the row group closes, while chunks that only
+/// compress when it closes do so one after another. A schema of more leaves than this gets row
+/// groups of at most this many of its pages (8 MiB beyond 64 leaves): no more than that many
+/// of its chunks can fill a page early.
+const OPEN_COMPRESSORS: usize = 32;
 
 /// Rows of consecutive chunks the writer encodes in one call, at most (see [`OutputWriter`]).
 const WRITE_GROUP_ROWS: usize = 8192;
@@ -77,7 +81,7 @@ fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
 }
 
 /// Writer properties of a compacted file: row groups rotate at `row_group_bytes` of estimated encoded
-/// size (at most 48 pages of each column, for a schema of more than 48 leaf columns) or at
+/// size (at most 32 pages of each column, for a schema of more than 32 leaf columns) or at
 /// `max_rows` rows, whichever comes first. Leaves of lists and maps carry no min/max
 /// statistics: their range spans every row's elements, which prunes no row.
 pub fn output_properties(
@@ -241,13 +245,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wide_schemas_get_smaller_pages_and_row_groups_of_a_few_dozen_pages() {
+    fn wide_schemas_get_row_groups_of_at_most_32_pages() {
         assert_eq!(page_bytes_limit(16), 1 << 20);
+        assert_eq!(page_bytes_limit(32), 512 << 10);
         assert_eq!(page_bytes_limit(64), 256 << 10);
-        assert_eq!(page_bytes_limit(1000), 64 << 10);
-        assert_eq!(row_group_bytes_cap(48), u64::MAX);
-        assert_eq!(row_group_bytes_cap(64), 12 << 20);
-        assert_eq!(row_group_bytes_cap(256), 3 << 20);
-        assert_eq!(row_group_bytes_cap(10_000), 3 << 20);
+        assert_eq!(page_bytes_limit(1000), 256 << 10);
+        assert_eq!(row_group_bytes_cap(32), u64::MAX);
+        assert_eq!(row_group_bytes_cap(33), 32 * ((16 << 20) / 33));
+        assert_eq!(row_group_bytes_cap(64), 8 << 20);
+        assert_eq!(row_group_bytes_cap(10_000), 8 << 20);
     }
 }
