@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use cgroup::run_limited;
-use common::{command, compact_json, report_with_status};
+use common::{command, compact_json, partition_dir, report_with_status};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -90,9 +90,7 @@ fn stress_the_bloat_partition_compacts_under_256_mib_at_32_and_64_mib_budgets() 
         let bytes = bloat_file(file);
         encoded += bytes.len() as u64;
         for (tenant, _, _) in runs {
-            let part = dir.path().join(format!(
-                "data/tenant={tenant}/year=2026/month=11/day=29/hour=10"
-            ));
+            let part = partition_dir(dir.path(), tenant);
             std::fs::create_dir_all(&part).expect("partition");
             std::fs::write(part.join(format!("part-{file:05}.parquet")), &bytes).expect("file");
         }

@@ -6,12 +6,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray, StructArray};
 use arrow::datatypes::{DataType, Field, Fields, Schema};
-use common::{compact_json, json, run};
+use common::{compact_json, json, partition_dir, run};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
@@ -22,12 +22,6 @@ const HOUR: &str = "2026-11-29T10";
 const MIB: u64 = 1 << 20;
 /// 2026-11-29T10:00:00Z in nanoseconds.
 const HOUR_START_NANOS: i64 = 1_795_946_400_000_000_000;
-
-fn partition_dir(store: &Path, tenant: &str) -> PathBuf {
-    store.join(format!(
-        "data/tenant={tenant}/year=2026/month=11/day=29/hour=10"
-    ))
-}
 
 fn write(path: &Path, batch: &RecordBatch, compression: Compression) {
     let props = WriterProperties::builder()

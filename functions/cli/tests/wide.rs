@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use cgroup::run_limited;
-use common::{command, compact_json, json, report_with_status};
+use common::{command, compact_json, json, partition_dir, report_with_status};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -59,17 +59,11 @@ fn wide_file(path: &Path, columns: i64, rows: i64, dictionaries: bool) {
     writer.close().expect("close");
 }
 
-fn partition(store: &Path, tenant: &str) -> std::path::PathBuf {
-    store.join(format!(
-        "data/tenant={tenant}/year=2026/month=11/day=29/hour=10"
-    ))
-}
-
 #[test]
 fn stress_a_wide_file_of_many_rows_compacts_inside_a_256_mib_function() {
     let dir = tempfile::tempdir().expect("dir");
     wide_file(
-        &partition(dir.path(), "wide").join("a.parquet"),
+        &partition_dir(dir.path(), "wide").join("a.parquet"),
         300,
         40_000,
         false,
@@ -109,7 +103,7 @@ fn stress_a_wide_file_of_many_rows_compacts_inside_a_256_mib_function() {
 #[test]
 fn stress_a_file_whose_dictionaries_pass_the_bound_is_quarantined_before_it_is_read() {
     let dir = tempfile::tempdir().expect("dir");
-    let part = partition(dir.path(), "dictionaries");
+    let part = partition_dir(dir.path(), "dictionaries");
     // 150 dictionaries of 320 KB: 48 MB held at once by a reader, past the 24 MiB a 16 MiB
     // budget leaves a reader of 151 columns.
     wide_file(&part.join("a-dictionaries.parquet"), 150, 40_000, true);

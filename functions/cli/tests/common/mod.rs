@@ -3,6 +3,7 @@
 // Every test binary compiles this module and uses a part of it.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -77,4 +78,11 @@ pub fn report_with_status(output: &Output, status: &str) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     report
+}
+
+/// The directory of `tenant`'s partition for hour 2026-11-29T10 in the local store `store`.
+pub fn partition_dir(store: &Path, tenant: &str) -> PathBuf {
+    store.join(format!(
+        "data/tenant={tenant}/year=2026/month=11/day=29/hour=10"
+    ))
 }
