@@ -1,10 +1,13 @@
 """Sorts one hour's Parquet files into one file by (service.name, time_unix_nano) with another
-engine, as an operator would write it, for tests/bench_peers.sh to time beside this project.
+engine, as an operator would write it, or rewrites them unsorted, for tests/bench_peers.sh to
+time beside this project.
 
     python tests/peers_sort.py ENGINE INPUT_DIR OUTPUT_FILE
 
-ENGINE is `polars` (lazy scan, sort, sink) or `duckdb` (COPY ... ORDER BY, its memory limit
-read from OURIOS_PEER_MEMORY, e.g. 1GB). Both write ZSTD Parquet. Prints the rows written.
+ENGINE is `polars` (lazy scan, sort, sink), `duckdb` (COPY ... ORDER BY, its memory limit
+read from OURIOS_PEER_MEMORY, e.g. 1GB) or `rewrite` (pyarrow, no sort: each input file read
+whole and appended to one writer: the plain rewrite a sort is measured against).
+All write ZSTD Parquet. Prints the rows written.
 """
 
 import os
@@ -44,7 +47,26 @@ def sort_with_duckdb(files, output):
     return connection.execute(count).fetchone()[0]
 
 
-ENGINES = {"polars": sort_with_polars, "duckdb": sort_with_duckdb}
+def rewrite_with_pyarrow(files, output):
+    import pyarrow.parquet as pq
+
+    writer = None
+    for path in files:
+        table = pq.read_table(path)
+        if writer is None:
+            writer = pq.ParquetWriter(output, table.schema, compression="zstd")
+        writer.write_table(table)
+    if writer is None:
+        sys.exit("error: no input files")
+    writer.close()
+    return pq.ParquetFile(output).metadata.num_rows
+
+
+ENGINES = {
+    "polars": sort_with_polars,
+    "duckdb": sort_with_duckdb,
+    "rewrite": rewrite_with_pyarrow,
+}
 
 
 def main(argv):

@@ -45,8 +45,10 @@ pub fn sort_key_label(keys: &KeyColumns, has_service: bool) -> String {
 pub const DEFAULT_BUDGET_BYTES: u64 = 64 << 20;
 /// Smallest budget accepted (tests use tiny budgets to force many runs).
 pub const MIN_BUDGET_BYTES: u64 = 16 << 10;
-/// Fan-in cap of one merge pass.
-pub const DEFAULT_MERGE_FAN_IN: usize = 64;
+/// Fan-in cap of one merge pass. Run batches are sized for 64 runs a pass; a pass opens more
+/// (up to this cap) when their batches are smaller, as narrow rows' are. 512 runs keep one
+/// open file each, half the 1,024 descriptors a Lambda function may open.
+pub const DEFAULT_MERGE_FAN_IN: usize = 512;
 /// Most rows per output chunk handed to the writer.
 pub const OUTPUT_CHUNK_ROWS: usize = 1024;
 /// Target encoded bytes of one output chunk: wide rows get fewer rows per chunk, so the
@@ -138,7 +140,8 @@ pub struct CompactOptions {
     /// Row-group threshold: the encoded bytes at which the writer closes a row group (default:
     /// adaptive, [`crate::output::threshold`]).
     pub row_group_bytes: Option<u64>,
-    /// Maximum runs merged at once.
+    /// Most runs merged at once (a pass opens fewer when their batches do not fit the
+    /// budget; see [`DEFAULT_MERGE_FAN_IN`]).
     pub merge_fan_in: usize,
     /// Stop before this instant with nothing committed.
     pub deadline: Option<Instant>,

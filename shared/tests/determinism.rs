@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use object_store::memory::InMemory;
-use ourios_compaction::options::CompactOptions;
+use ourios_compaction::options::{CompactOptions, DEFAULT_MERGE_FAN_IN};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
@@ -101,7 +101,7 @@ fn assert_byte_identical(blocks: usize) {
         in_memory.output.as_ref().map(|o| input_set_hash(&o.key))
     );
 
-    let (_, bytes) = compact(4, 300 << 10, 64, false, blocks);
+    let (_, bytes) = compact(4, 300 << 10, DEFAULT_MERGE_FAN_IN, false, blocks);
     assert_eq!(
         bytes, reference,
         "blocks of {blocks}: output differs with 4 threads and another budget"

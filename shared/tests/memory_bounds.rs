@@ -12,7 +12,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::gauge::batch_memory_bytes;
-use ourios_compaction::options::CompactOptions;
+use ourios_compaction::options::{CompactOptions, DEFAULT_MERGE_FAN_IN};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
@@ -117,7 +117,7 @@ async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
         "fixture: decoded {decoded} must dwarf B {budget}"
     );
     for blocks in BLOCKS {
-        let (report, _) = run(files.clone(), 1000, budget, 64, blocks).await;
+        let (report, _) = run(files.clone(), 1000, budget, DEFAULT_MERGE_FAN_IN, blocks).await;
         assert!(report.runs_spilled > 1, "{report:?}");
         assert!(
             report.peak_decoded_bytes <= budget + budget / 2 + MIB / 2,
@@ -157,7 +157,14 @@ async fn one_huge_input_with_a_single_row_group_is_read_in_batches() {
     let budget = 4 * MIB;
     assert!(decoded > 20 * budget, "fixture: decoded {decoded}");
     for blocks in BLOCKS {
-        let (report, _) = run(vec![file.clone()], usize::MAX, budget, 64, blocks).await;
+        let (report, _) = run(
+            vec![file.clone()],
+            usize::MAX,
+            budget,
+            DEFAULT_MERGE_FAN_IN,
+            blocks,
+        )
+        .await;
         assert!(report.runs_spilled > 5, "{report:?}");
         assert!(
             report.peak_decoded_bytes <= budget + budget / 2 + MIB / 2,

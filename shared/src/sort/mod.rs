@@ -29,7 +29,8 @@ use crate::options::{output_chunk_rows, read_target_bytes};
 use crate::scratch::ScratchDir;
 use crate::sort::alignment::{AligningSink, ServiceCounts, count_services};
 use crate::sort::key::{KeyRange, SortKey};
-use crate::sort::merge::{MergeSettings, RunSource, merge_runs};
+use crate::sort::merge::{MergeSettings, RunSource, SIZED_FAN_IN, merge_runs};
+use crate::sort::resources::open_files_allowance;
 use crate::sort::runs::RunFormation;
 use crate::sort::runs::{RUN_READ_BUFFER_BYTES, SpillCompression, StringCoder, StringDecoder};
 use crate::sort::sink::ChunkSink;
@@ -133,12 +134,15 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         .saturating_sub(reader_bytes.unwrap_or(0) + read_target)
         .max(job.budget_bytes / 4)
         - codes_bytes;
-    // Each run the merge reads holds a read buffer beside its batch.
-    let run_readers_bytes = job.fan_in as u64 * RUN_READ_BUFFER_BYTES;
+    // Each run the merge reads holds a read buffer beside its batch; the batches are sized
+    // so that `SIZED_FAN_IN` runs fit (narrow rows' batches are smaller, and a merge then
+    // opens more of them, up to the fan-in cap).
+    let sized_fan_in = job.fan_in.clamp(2, SIZED_FAN_IN);
+    let run_readers_bytes = sized_fan_in as u64 * RUN_READ_BUFFER_BYTES;
     let share = rows_budget
         .saturating_sub(run_readers_bytes)
         .max(rows_budget / 2)
-        / (job.fan_in as u64 + 1);
+        / (sized_fan_in as u64 + 1);
     let mut coder = StringCoder::new(job.unified, codes_bytes, job.gauge);
     let mut formation = RunFormation::new(
         &key,
@@ -241,7 +245,12 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let mut sources = presorted_sources;
     sources.extend(formed.runs.into_iter().map(RunSource::Spilled));
     let settings = MergeSettings {
-        fan_in: job.fan_in,
+        // One open file per run: within the descriptors the process may open (a macOS shell
+        // allows 256), never below the fan-in the batches are sized for.
+        fan_in: (job.fan_in)
+            .min(open_files_allowance().unwrap_or(usize::MAX))
+            .max(sized_fan_in),
+        sized_fan_in,
         chunk_rows,
         run_batch_target_bytes: share,
         compression,

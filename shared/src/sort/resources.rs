@@ -1,5 +1,5 @@
-//! Process resources: the allocator's arena limit and trimming, the peak resident set size and
-//! CPU time.
+//! Process resources: the allocator's arena limit and trimming, the peak resident set size,
+//! CPU time and the open files allowed.
 
 /// Arenas glibc's allocator may create (see [`tune_allocator`]).
 pub const ALLOCATOR_ARENAS: i32 = 1;
@@ -146,6 +146,18 @@ pub fn peak_rss_bytes() -> u64 {
             })
         })
         .map_or(0, |kib| kib * 1024)
+}
+
+/// Files this process may still open alongside what it holds: half its soft limit on open
+/// descriptors (`RLIMIT_NOFILE`), or `None` where unknown or unlimited. A merge opens one
+/// file per run.
+pub fn open_files_allowance() -> Option<usize> {
+    use nix::sys::resource::{Resource, getrlimit};
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft == nix::sys::resource::RLIM_INFINITY {
+        return None;
+    }
+    usize::try_from(soft / 2).ok()
 }
 
 /// CPU time (user and system) this process has used so far, all threads together.

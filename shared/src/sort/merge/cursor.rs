@@ -8,7 +8,7 @@ use arrow::array::RecordBatch;
 use crate::error::{Error, Result};
 use crate::gauge::{Charge, MemoryGauge};
 use crate::sort::key::{BatchKeys, SortKey};
-use crate::sort::runs::{RUN_READ_BUFFER_BYTES, SortedRun, StringDecoder};
+use crate::sort::runs::{MAX_RUN_BATCH_ROWS, RUN_READ_BUFFER_BYTES, SortedRun, StringDecoder};
 
 /// A batch iterator over rows already in key order.
 pub type BatchIter = Box<dyn Iterator<Item = Result<RecordBatch>> + Send>;
@@ -34,6 +34,21 @@ impl RunSource {
         match self {
             RunSource::Spilled(run) => run.max_row_bytes,
             RunSource::Presorted { row_bytes, .. } => *row_bytes,
+        }
+    }
+
+    /// Decoded bytes of its largest batch, for batches written or read at most `target` bytes
+    /// (at most 1,024 rows each): a spilled run's largest batch as written, or the same batch
+    /// read decoded; an already sorted input is read in batches of `target`.
+    pub(crate) fn batch_bytes(&self, target: u64) -> u64 {
+        match self {
+            RunSource::Spilled(run) => {
+                let decoded = (MAX_RUN_BATCH_ROWS as u64)
+                    .saturating_mul(run.max_row_bytes)
+                    .min(target.max(run.max_row_bytes));
+                run.max_batch_bytes.max(decoded)
+            }
+            RunSource::Presorted { .. } => target,
         }
     }
 

@@ -21,7 +21,10 @@ use crate::scratch::ScratchDir;
 use crate::sort::gather::gather_rows;
 use crate::sort::key::SortKey;
 use crate::sort::resources::MemoryRelease;
-use crate::sort::runs::{RunReader, RunWriter, SortedRun, SpillCompression, StringDecoder};
+use crate::sort::runs::{
+    MAX_RUN_BATCH_ROWS, RUN_READ_BUFFER_BYTES, RunReader, RunWriter, SortedRun, SpillCompression,
+    StringDecoder,
+};
 use crate::sort::sink::ChunkSink;
 
 /// What a merge did.
@@ -35,11 +38,20 @@ pub struct MergeStats {
     pub intermediate_bytes: u64,
 }
 
+/// Runs whose batches the merge's share of the budget is sized for: each run is written in
+/// batches of at most 1/(this + 1) of it (see [`MergeSettings::run_batch_target_bytes`]), so
+/// this many runs always fit one pass. Runs of narrow rows write smaller batches (at most 1,024
+/// rows), and a pass then opens as many of them as the same memory holds.
+pub const SIZED_FAN_IN: usize = 64;
+
 /// Settings of a merge.
 #[derive(Debug, Clone, Copy)]
 pub struct MergeSettings {
-    /// Maximum runs merged at once.
+    /// Most runs merged at once, whatever their batches.
     pub fan_in: usize,
+    /// Runs the batch target is sized for: a pass opens at least this many (or `fan_in`, if
+    /// fewer), and more while their largest batches fit the same memory.
+    pub sized_fan_in: usize,
     /// Rows per chunk handed to the final sink.
     pub chunk_rows: usize,
     /// Decoded bytes per batch of intermediate runs (each reader's share of the budget).
@@ -57,6 +69,25 @@ impl MergeSettings {
     /// The release of free memory these settings ask for.
     fn release(&self) -> MemoryRelease {
         MemoryRelease::every(self.release_interval_bytes).above(self.release_above_bytes)
+    }
+
+    /// Runs one pass over `sources` opens at once: as many as the memory set aside for
+    /// `sized_fan_in` runs' batches and read buffers (plus one batch for the chunk being
+    /// gathered) holds of the sources' largest batch and a read buffer each, between
+    /// `sized_fan_in` and `fan_in`.
+    fn pass_fan_in(&self, sources: &[RunSource]) -> usize {
+        let cap = self.fan_in.max(2);
+        let sized = self.sized_fan_in.clamp(2, cap);
+        let target = self.run_batch_target_bytes.max(1);
+        let memory = (sized as u64 + 1) * target + sized as u64 * RUN_READ_BUFFER_BYTES;
+        let largest = (sources.iter())
+            .map(|s| s.batch_bytes(target))
+            .max()
+            .unwrap_or(target);
+        let by_memory = (memory / (largest + RUN_READ_BUFFER_BYTES)).saturating_sub(1);
+        usize::try_from(by_memory)
+            .unwrap_or(usize::MAX)
+            .clamp(sized, cap)
     }
 }
 
@@ -82,7 +113,8 @@ pub fn merge_runs(
     sink: &mut dyn ChunkSink,
     decoder: &Arc<StringDecoder>,
 ) -> Result<MergeStats> {
-    let fan_in = settings.fan_in.max(2);
+    let fan_in = settings.pass_fan_in(&sources);
+    tracing::debug!(runs = sources.len(), fan_in, "merging");
     let mut stats = MergeStats::default();
     let mut sources = sources;
     while sources.len() > fan_in {
@@ -156,7 +188,8 @@ fn merge_to_run(
         .map(RunSource::max_row_bytes)
         .max()
         .unwrap_or(1);
-    let rows = (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, 1024);
+    let rows =
+        (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, MAX_RUN_BATCH_ROWS as u64);
     let chunking = (rows as usize, settings.release());
     merge_pass(group, key, chunking, gauge, &mut writer, decoder)?;
     let run = writer.finish()?;
@@ -365,7 +398,7 @@ mod tests {
     /// Merges `count` runs at `fan_in`: the stats, the rows, and the run files left in
     /// scratch (the final pass's inputs; merged groups are removed as they are merged).
     fn merge(count: usize, fan_in: usize) -> (MergeStats, Vec<(String, i64, i64)>, usize) {
-        let (stats, rows, files, _) = merge_in_batches(count, fan_in, 3);
+        let (stats, rows, files, _) = merge_in_batches(count, (fan_in, fan_in, 1 << 10), 3);
         (stats, rows, files)
     }
 
@@ -373,9 +406,13 @@ mod tests {
     /// smallest batch of a run as read back).
     type Merged = (MergeStats, Vec<(String, i64, i64)>, usize, (u64, u64));
 
-    /// [`merge`] of runs in batches of `batch_rows`, also returning the gauge's peak and the
-    /// smallest batch of a run as read back.
-    fn merge_in_batches(count: usize, fan_in: usize, batch_rows: usize) -> Merged {
+    /// [`merge`] of runs in batches of `batch_rows` at (fan-in cap, sized fan-in, batch
+    /// target), also returning the gauge's peak and the smallest batch of a run as read back.
+    fn merge_in_batches(
+        count: usize,
+        (fan_in, sized_fan_in, target): (usize, usize, u64),
+        batch_rows: usize,
+    ) -> Merged {
         let dir = tempfile::tempdir().unwrap();
         let scratch = ScratchDir::create(dir.path()).unwrap();
         let schema: SchemaRef = Arc::new(Schema::new(vec![
@@ -390,8 +427,9 @@ mod tests {
         });
         let settings = MergeSettings {
             fan_in,
+            sized_fan_in,
             chunk_rows: 5,
-            run_batch_target_bytes: 1 << 10,
+            run_batch_target_bytes: target,
             compression: SpillCompression::None,
             release_interval_bytes: 1 << 10,
             release_above_bytes: None,
@@ -412,12 +450,13 @@ mod tests {
             time_index: 1,
         };
         let decoder = Arc::new(StringCoder::new(&unified, 0, &gauge).decoder());
+        let pass_fan_in = settings.pass_fan_in(&sources);
         let stats = merge_runs(
             sources, &key, settings, &scratch, &gauge, &mut sink, &decoder,
         )
         .unwrap();
         // Every open run's read buffer was charged with its batch, and all was released.
-        let open_runs = count.min(fan_in) as u64;
+        let open_runs = count.min(pass_fan_in) as u64;
         assert!(gauge.peak() >= open_runs * crate::sort::runs::RUN_READ_BUFFER_BYTES);
         assert_eq!(gauge.current(), 0);
         let mut rows = Vec::new();
@@ -465,10 +504,72 @@ mod tests {
     fn batches_cursors_left_stay_charged_until_their_rows_are_gathered() {
         // Two runs of one-row batches, chunks of 5 rows: the first chunk picks a row from
         // each of 4 batches its cursors then leave, which wait with the 2 current ones.
-        let (_, rows, _, (peak, batch)) = merge_in_batches(2, 4, 1);
+        let (_, rows, _, (peak, batch)) = merge_in_batches(2, (4, 4, 1 << 10), 1);
         assert_eq!(rows, expected(2));
         let readers = 2 * crate::sort::runs::RUN_READ_BUFFER_BYTES;
         assert!(peak >= readers + 6 * batch, "peak {peak}, batch {batch}");
+    }
+
+    /// A spilled run whose largest batch takes `batch_bytes`, of rows of `row_bytes`.
+    fn spilled(batch_bytes: u64, row_bytes: u64) -> RunSource {
+        RunSource::Spilled(SortedRun {
+            path: "run.arrow".into(),
+            rows: 1 << 20,
+            file_bytes: 1 << 30,
+            max_batch_bytes: batch_bytes,
+            max_row_bytes: row_bytes,
+            schema: Arc::new(Schema::empty()),
+        })
+    }
+
+    #[test]
+    fn a_pass_opens_as_many_runs_as_their_batches_fit_between_the_sized_fan_in_and_the_cap() {
+        let settings = |fan_in| MergeSettings {
+            fan_in,
+            sized_fan_in: 64,
+            chunk_rows: 1024,
+            run_batch_target_bytes: 600 << 10,
+            compression: SpillCompression::None,
+            release_interval_bytes: 0,
+            release_above_bytes: None,
+        };
+        let reader = RUN_READ_BUFFER_BYTES;
+        let memory = 65 * (600 << 10) + 64 * reader;
+        // Narrow rows: batches of 1,024 rows of 163 bytes, well under their share.
+        let narrow: Vec<_> = (0..3).map(|_| spilled(1024 * 163, 163)).collect();
+        let fits = (memory / (1024 * 163 + reader) - 1) as usize;
+        assert!(fits > 200, "{fits}");
+        assert_eq!(settings(512).pass_fan_in(&narrow), fits);
+        assert_eq!(settings(100).pass_fan_in(&narrow), 100);
+        // Coded batches are small, but a pass that decodes them holds 1,024 rows of their
+        // decoded width: counted at that width.
+        let coded = vec![spilled(1024 * 40, 163)];
+        assert_eq!(settings(512).pass_fan_in(&coded), fits);
+        // Wide rows fill their share: the sized fan-in, as before.
+        let wide = vec![spilled(600 << 10, 10 << 10), spilled(1024 * 163, 163)];
+        assert_eq!(settings(512).pass_fan_in(&wide), 64);
+        // A batch larger than its share (one row wider than it) opens no fewer runs.
+        let wider = vec![spilled(2 << 20, 2 << 20)];
+        assert_eq!(settings(512).pass_fan_in(&wider), 64);
+        // Never more than the cap, even when it is below the sized fan-in.
+        assert_eq!(settings(16).pass_fan_in(&wide), 16);
+    }
+
+    #[test]
+    fn runs_of_batches_smaller_than_their_share_merge_past_the_sized_fan_in_in_one_pass() {
+        // Batches sized for 4 runs of 1 MiB, but holding 3 rows: counted at 1,024 rows of
+        // their width (a few hundred bytes in buffers this small), the memory of 4 runs holds
+        // more than 7.
+        let target = 1 << 20;
+        let (stats, rows, files, (peak, _)) = merge_in_batches(7, (16, 4, target), 3);
+        assert_eq!((stats.passes, stats.intermediate_runs, files), (1, 0, 7));
+        assert_eq!(rows, expected(7));
+        let sized_memory = 5 * target + 4 * RUN_READ_BUFFER_BYTES;
+        assert!(peak <= sized_memory, "peak {peak} over {sized_memory}");
+        // The cap still binds: at 4 the same runs take an extra pass.
+        let (capped, rows, _, _) = merge_in_batches(7, (4, 4, target), 3);
+        assert_eq!((capped.passes, capped.intermediate_runs), (2, 1));
+        assert_eq!(rows, expected(7));
     }
 
     #[test]

@@ -7,5 +7,7 @@ mod run_file;
 mod string_codes;
 
 pub use formation::{FormedRuns, RunFormation};
-pub use run_file::{RUN_READ_BUFFER_BYTES, RunReader, RunWriter, SortedRun, SpillCompression};
+pub use run_file::{
+    MAX_RUN_BATCH_ROWS, RUN_READ_BUFFER_BYTES, RunReader, RunWriter, SortedRun, SpillCompression,
+};
 pub use string_codes::{StringCoder, StringDecoder};

@@ -127,6 +127,10 @@ impl ChunkSink for RunWriter {
     }
 }
 
+/// Most rows in one batch of a run: runs of narrow rows are written in batches of this many,
+/// smaller than their share of the budget.
+pub const MAX_RUN_BATCH_ROWS: usize = 1024;
+
 /// Bytes an open run reader holds beside its batch: its read buffer, which gathers the small
 /// message headers (batch bodies larger than it are read past it, straight into the batch).
 /// A merge holds one per open run, so it is charged to the budget with the run's batch.
