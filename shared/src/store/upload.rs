@@ -108,9 +108,12 @@ impl UploadWriter {
 }
 
 impl Write for UploadWriter {
+    /// Takes what fits the part being filled, so the part's buffer never grows past
+    /// [`PART_BYTES`] (growing it would copy the part into a buffer of twice the size).
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.buffer.extend_from_slice(buf);
-        self.bytes += buf.len() as u64;
+        let taken = buf.len().min(PART_BYTES.saturating_sub(self.buffer.len()));
+        self.buffer.extend_from_slice(&buf[..taken]);
+        self.bytes += taken as u64;
         if self.buffer.len() >= PART_BYTES {
             let part = Bytes::from(std::mem::replace(
                 &mut self.buffer,
@@ -118,10 +121,78 @@ impl Write for UploadWriter {
             ));
             self.send(Message::Part(part))?;
         }
-        Ok(buf.len())
+        Ok(taken)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    /// 12 MiB and a bit, written in pieces that straddle part boundaries.
+    fn data() -> Vec<u8> {
+        (0..(12 << 20) + 12_345).map(|i| (i % 251) as u8).collect()
+    }
+
+    const PIECE: usize = (3 << 20) + 7;
+
+    #[test]
+    fn parts_are_cut_at_their_size_whatever_the_writes() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let receiver = std::thread::spawn(move || {
+            let mut parts = Vec::new();
+            while let Some(Message::Part(part)) = rx.blocking_recv() {
+                parts.push(part);
+            }
+            parts
+        });
+        let mut writer = UploadWriter {
+            tx,
+            buffer: Vec::with_capacity(PART_BYTES),
+            bytes: 0,
+        };
+        let data = data();
+        for piece in data.chunks(PIECE) {
+            writer.write_all(piece).expect("write");
+        }
+        assert_eq!(writer.finish().expect("finish"), data.len() as u64);
+        drop(writer);
+        let parts = receiver.join().expect("receiver");
+        let sizes: Vec<usize> = parts.iter().map(Bytes::len).collect();
+        assert_eq!(sizes, [PART_BYTES, PART_BYTES, (2 << 20) + 12_345]);
+        assert_eq!(parts.concat(), data);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_stores_every_byte_written() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let key = Path::from("out.parquet");
+        let (mut writer, task) = start_upload(Arc::clone(&store), key.clone());
+        let expected = data();
+        let data = expected.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            for piece in data.chunks(PIECE) {
+                writer.write_all(piece).expect("write");
+            }
+            writer.finish().expect("finish")
+        })
+        .await
+        .expect("writer thread");
+        assert_eq!(written, expected.len() as u64);
+        assert_eq!(task.await.expect("task").expect("upload"), written);
+        let stored = store
+            .get(&key)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("bytes");
+        assert_eq!(stored.as_ref(), expected.as_slice());
     }
 }
