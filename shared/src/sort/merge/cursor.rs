@@ -37,17 +37,19 @@ impl RunSource {
         }
     }
 
-    /// Decoded bytes of its largest batch, for batches written or read at most `target` bytes
-    /// (at most 1,024 rows each): a spilled run's largest batch as written, or the same batch
-    /// read decoded; an already sorted input is read in batches of `target`.
-    pub(crate) fn batch_bytes(&self, target: u64) -> u64 {
+    /// Bytes of its largest batch as a merge holds it, for batches written or read at most
+    /// `target` bytes (at most 1,024 rows each): a spilled run's largest batch as written, or,
+    /// when the merge `decoded` its codes, the same batch at its decoded width; an already
+    /// sorted input is read in batches of `target`.
+    pub(crate) fn batch_bytes(&self, target: u64, decoded: bool) -> u64 {
         match self {
-            RunSource::Spilled(run) => {
+            RunSource::Spilled(run) if decoded => {
                 let decoded = (MAX_RUN_BATCH_ROWS as u64)
                     .saturating_mul(run.max_row_bytes)
                     .min(target.max(run.max_row_bytes));
                 run.max_batch_bytes.max(decoded)
             }
+            RunSource::Spilled(run) => run.max_batch_bytes,
             RunSource::Presorted { .. } => target,
         }
     }

@@ -74,14 +74,16 @@ impl MergeSettings {
     /// Runs one pass over `sources` opens at once: as many as the memory set aside for
     /// `sized_fan_in` runs' batches and read buffers (plus one batch for the chunk being
     /// gathered) holds of the sources' largest batch and a read buffer each, between
-    /// `sized_fan_in` and `fan_in`.
+    /// `sized_fan_in` and `fan_in`. Runs of one schema are held as written (string columns
+    /// as codes); otherwise the merge decodes them as it reads them.
     fn pass_fan_in(&self, sources: &[RunSource]) -> usize {
         let cap = self.fan_in.max(2);
         let sized = self.sized_fan_in.clamp(2, cap);
         let target = self.run_batch_target_bytes.max(1);
         let memory = (sized as u64 + 1) * target + sized as u64 * RUN_READ_BUFFER_BYTES;
+        let decoded = common_run_schema(sources).is_none();
         let largest = (sources.iter())
-            .map(|s| s.batch_bytes(target))
+            .map(|s| s.batch_bytes(target, decoded))
             .max()
             .unwrap_or(target);
         let by_memory = (memory / (largest + RUN_READ_BUFFER_BYTES)).saturating_sub(1);
@@ -541,10 +543,26 @@ mod tests {
         assert!(fits > 200, "{fits}");
         assert_eq!(settings(512).pass_fan_in(&narrow), fits);
         assert_eq!(settings(100).pass_fan_in(&narrow), 100);
-        // Coded batches are small, but a pass that decodes them holds 1,024 rows of their
-        // decoded width: counted at that width.
-        let coded = vec![spilled(1024 * 40, 163)];
-        assert_eq!(settings(512).pass_fan_in(&coded), fits);
+        // Runs of one schema are held as written: coded strings make them smaller still.
+        let coded = vec![spilled(1024 * 40, 163), spilled(1024 * 40, 163)];
+        let fits_coded = (memory / (1024 * 40 + reader) - 1) as usize;
+        assert!(fits_coded > fits, "{fits_coded}");
+        assert_eq!(settings(512).pass_fan_in(&coded), fits_coded.min(512));
+        // A pass that mixes them with a run of another schema (a column stopped being
+        // coded) decodes them as it reads them: counted at 1,024 rows of their decoded width.
+        let mut mixed = coded;
+        if let RunSource::Spilled(mut run) = spilled(1024 * 40, 163) {
+            run.schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+            mixed.push(RunSource::Spilled(run));
+        }
+        assert_eq!(settings(512).pass_fan_in(&mixed), fits);
+        // An already sorted input is read in batches of its share: the sized fan-in.
+        mixed.push(RunSource::Presorted {
+            name: "compacted".into(),
+            batches: Box::new(std::iter::empty()),
+            row_bytes: 163,
+        });
+        assert_eq!(settings(512).pass_fan_in(&mixed), 64);
         // Wide rows fill their share: the sized fan-in, as before.
         let wide = vec![spilled(600 << 10, 10 << 10), spilled(1024 * 163, 163)];
         assert_eq!(settings(512).pass_fan_in(&wide), 64);
