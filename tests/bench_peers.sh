@@ -75,16 +75,17 @@ run_side() {
     }
 }
 
-# Appends the last run's figures and `rows` to $work/SIDE.times; a side that lost or added
-# rows stops the bench.
+# Appends the last run's figures, `rows` and its CPU seconds to $work/SIDE.times; a side that
+# lost or added rows stops the bench.
 record() {
     local side="$1" rows="$2"
     if [[ "$rows" != "$expected" ]]; then
         echo "error: $side wrote $rows rows of $expected" >&2
         exit 1
     fi
-    echo "$(tail -n 1 "$work/time") $rows" >>"$work/$side.times"
-    echo "-- $side: wall user sys maxrss_kb rows = $(tail -n 1 "$work/$side.times")" >&2
+    tail -n 1 "$work/time" | awk -v rows="$rows" '{ print $1, $2, $3, $4, rows, $2 + $3 }' \
+        >>"$work/$side.times"
+    echo "-- $side: wall user sys maxrss_kb rows cpu = $(tail -n 1 "$work/$side.times")" >&2
 }
 
 # Rows in the compacted files (everything outside the ingest directory).
@@ -124,13 +125,11 @@ for _ in $(seq "$repeat"); do
     done
 done
 
-# A side's median wall time and median CPU (user + system) seconds.
+# The median of column $2 of side $1's runs (1: wall seconds, 6: CPU seconds).
 median() {
     sort -n -k"$2" "$work/$1.times" | awk -v k="$2" '{ v[NR] = $k } END { print v[int((NR + 1) / 2)] }'
 }
 for side in "${chosen[@]}"; do
-    awk '{ print $0, $2 + $3 }' "$work/$side.times" >"$work/$side.cpu"
-    mv "$work/$side.cpu" "$work/$side.times"
     sort -n "$work/$side.times" | awk -v side="$side" -v cpu="$(median "$side" 6)" '
         { wall[NR] = $1; rss = ($4 > rss ? $4 : rss); rows = $5 }
         END { printf "%-7s median wall %.2f s, CPU %.2f s over %d runs, peak RSS %d MiB, rows %s\n",

@@ -134,6 +134,8 @@ mod tests {
     use object_store::memory::InMemory;
 
     use super::*;
+    use crate::store::Store;
+    use crate::testing::get_bytes;
 
     /// 12 MiB and a bit, written in pieces that straddle part boundaries.
     fn data() -> Vec<u8> {
@@ -171,9 +173,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_upload_stores_every_byte_written() {
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let key = Path::from("out.parquet");
-        let (mut writer, task) = start_upload(Arc::clone(&store), key.clone());
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        let (mut writer, task) =
+            start_upload(Arc::clone(store.object_store()), Path::from("out.parquet"));
         let expected = data();
         let data = expected.clone();
         let written = tokio::task::spawn_blocking(move || {
@@ -186,13 +188,7 @@ mod tests {
         .expect("writer thread");
         assert_eq!(written, expected.len() as u64);
         assert_eq!(task.await.expect("task").expect("upload"), written);
-        let stored = store
-            .get(&key)
-            .await
-            .expect("get")
-            .bytes()
-            .await
-            .expect("bytes");
+        let stored = get_bytes(&store, "out.parquet").await;
         assert_eq!(stored.as_ref(), expected.as_slice());
     }
 }

@@ -8,7 +8,7 @@ use arrow::array::RecordBatch;
 use crate::error::{Error, Result};
 use crate::gauge::{Charge, MemoryGauge};
 use crate::sort::key::{BatchKeys, SortKey};
-use crate::sort::runs::{MAX_RUN_BATCH_ROWS, RUN_READ_BUFFER_BYTES, SortedRun, StringDecoder};
+use crate::sort::runs::{RUN_READ_BUFFER_BYTES, SortedRun, StringDecoder, run_batch_rows};
 
 /// A batch iterator over rows already in key order.
 pub type BatchIter = Box<dyn Iterator<Item = Result<RecordBatch>> + Send>;
@@ -44,10 +44,9 @@ impl RunSource {
     pub(crate) fn batch_bytes(&self, target: u64, decoded: bool) -> u64 {
         match self {
             RunSource::Spilled(run) if decoded => {
-                let decoded = (MAX_RUN_BATCH_ROWS as u64)
-                    .saturating_mul(run.max_row_bytes)
-                    .min(target.max(run.max_row_bytes));
-                run.max_batch_bytes.max(decoded)
+                let rows = run_batch_rows(target, run.max_row_bytes) as u64;
+                run.max_batch_bytes
+                    .max(rows.saturating_mul(run.max_row_bytes))
             }
             RunSource::Spilled(run) => run.max_batch_bytes,
             RunSource::Presorted { .. } => target,

@@ -22,8 +22,8 @@ use crate::sort::gather::gather_rows;
 use crate::sort::key::SortKey;
 use crate::sort::resources::MemoryRelease;
 use crate::sort::runs::{
-    MAX_RUN_BATCH_ROWS, RUN_READ_BUFFER_BYTES, RunReader, RunWriter, SortedRun, SpillCompression,
-    StringDecoder,
+    RUN_READ_BUFFER_BYTES, RunReader, RunWriter, SortedRun, SpillCompression, StringDecoder,
+    run_batch_rows,
 };
 use crate::sort::sink::ChunkSink;
 
@@ -190,9 +190,8 @@ fn merge_to_run(
         .map(RunSource::max_row_bytes)
         .max()
         .unwrap_or(1);
-    let rows =
-        (settings.run_batch_target_bytes / row_bytes.max(1)).clamp(1, MAX_RUN_BATCH_ROWS as u64);
-    let chunking = (rows as usize, settings.release());
+    let rows = run_batch_rows(settings.run_batch_target_bytes, row_bytes);
+    let chunking = (rows, settings.release());
     merge_pass(group, key, chunking, gauge, &mut writer, decoder)?;
     let run = writer.finish()?;
     for path in removable {

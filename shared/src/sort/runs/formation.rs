@@ -26,9 +26,7 @@ use crate::scratch::ScratchDir;
 use crate::sort::alignment::ServiceCounts;
 use crate::sort::gather::{gather_rows, take_rows};
 use crate::sort::key::{BatchKeys, SortKey};
-use crate::sort::runs::{
-    MAX_RUN_BATCH_ROWS, RunWriter, SortedRun, SpillCompression, StringDecoder,
-};
+use crate::sort::runs::{RunWriter, SortedRun, SpillCompression, StringDecoder, run_batch_rows};
 use crate::sort::sink::ChunkSink;
 
 /// Bytes charged per buffered row for the sort: a 16-byte packed key, an 8-byte position,
@@ -345,8 +343,7 @@ fn spill_buffer(mut buffer: Buffer, path: PathBuf, settings: &RunSettings) -> Re
     // Sized by the rows' width once decoded, which is how the merge will hold them.
     let decoded_bytes = buffer.bytes + buffer.text_bytes;
     let avg_row_bytes = (decoded_bytes / buffer.rows.max(1) as u64).max(1);
-    let rows_per_batch =
-        (settings.batch_target_bytes / avg_row_bytes).clamp(1, MAX_RUN_BATCH_ROWS as u64) as usize;
+    let rows_per_batch = run_batch_rows(settings.batch_target_bytes, avg_row_bytes);
     let Some(schema) = buffer.batches.first().map(|b| b.batch.schema()) else {
         return Err(Error::invariant("spilling an empty buffer"));
     };

@@ -9,5 +9,6 @@ mod string_codes;
 pub use formation::{FormedRuns, RunFormation};
 pub use run_file::{
     MAX_RUN_BATCH_ROWS, RUN_READ_BUFFER_BYTES, RunReader, RunWriter, SortedRun, SpillCompression,
+    run_batch_rows,
 };
 pub use string_codes::{StringCoder, StringDecoder};

@@ -131,6 +131,12 @@ impl ChunkSink for RunWriter {
 /// smaller than their share of the budget.
 pub const MAX_RUN_BATCH_ROWS: usize = 1024;
 
+/// Rows per batch of a run written at `target_bytes` a batch, of rows of `row_bytes`: between
+/// one and [`MAX_RUN_BATCH_ROWS`].
+pub fn run_batch_rows(target_bytes: u64, row_bytes: u64) -> usize {
+    (target_bytes / row_bytes.max(1)).clamp(1, MAX_RUN_BATCH_ROWS as u64) as usize
+}
+
 /// Bytes an open run reader holds beside its batch: its read buffer, which gathers the small
 /// message headers (batch bodies larger than it are read past it, straight into the batch).
 /// A merge holds one per open run, so it is charged to the budget with the run's batch.
