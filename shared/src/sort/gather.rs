@@ -141,26 +141,12 @@ fn is_list_like(data_type: &DataType) -> bool {
 /// One column of the picked rows; `arrays` are that column of every source batch.
 fn gather_column(arrays: &[&dyn Array], picks: &[(usize, usize)]) -> Result<ArrayRef, ArrowError> {
     match arrays.first().map(|a| a.data_type()) {
-        Some(DataType::List(field)) => gather_lists::<i32>(field, arrays, picks),
-        Some(DataType::LargeList(field)) => gather_lists::<i64>(field, arrays, picks),
-        Some(DataType::Map(field, ordered)) => {
-            let maps: Vec<&MapArray> = arrays.iter().map(|a| a.as_map()).collect();
-            let lists: Vec<ListView<'_, i32>> = maps
+        Some(data_type) if is_list_like(data_type) => {
+            let rows: Vec<(usize, Range<usize>)> = picks
                 .iter()
-                .map(|m| ListView {
-                    offsets: m.value_offsets(),
-                    values: m.entries(),
-                    nulls: m.nulls(),
-                })
+                .map(|&(array, row)| (array, row..row + 1))
                 .collect();
-            let (offsets, entries, nulls) = gather_ranges(&lists, picks)?;
-            Ok(Arc::new(MapArray::try_new(
-                Arc::clone(field),
-                offsets,
-                entries.as_struct().clone(),
-                nulls,
-                *ordered,
-            )?))
+            gather_list_ranges(arrays, &rows, picks.len())
         }
         Some(DataType::FixedSizeBinary(size)) => gather_fixed_size(*size, arrays, picks),
         _ => interleave(arrays, picks),
@@ -199,76 +185,92 @@ fn gather_fixed_size(
     )?))
 }
 
-/// The parts of a list-like array the gather reads.
-struct ListView<'a, O> {
-    offsets: &'a [O],
-    values: &'a dyn Array,
-    nulls: Option<&'a NullBuffer>,
+/// Row ranges (array, rows) of list-like `arrays` (all lists, large lists or maps), `length`
+/// rows in all: each range's entries are one range of the child, copied in one step.
+fn gather_list_ranges(
+    arrays: &[&dyn Array],
+    ranges: &[(usize, Range<usize>)],
+    length: usize,
+) -> Result<ArrayRef, ArrowError> {
+    match arrays.first().map(|a| a.data_type()) {
+        Some(DataType::List(field)) => gather_lists::<i32>(field, arrays, ranges, length),
+        Some(DataType::LargeList(field)) => gather_lists::<i64>(field, arrays, ranges, length),
+        Some(DataType::Map(field, ordered)) => {
+            let maps: Vec<&MapArray> = arrays.iter().map(|a| a.as_map()).collect();
+            let offsets: Vec<&[i32]> = maps.iter().map(|m| m.value_offsets()).collect();
+            let children: Vec<&dyn Array> =
+                maps.iter().map(|m| m.entries() as &dyn Array).collect();
+            let (offsets, entries) = gather_entries(&offsets, &children, ranges, length)?;
+            Ok(Arc::new(MapArray::try_new(
+                Arc::clone(field),
+                offsets,
+                entries.as_struct().clone(),
+                range_nulls(arrays, ranges, length),
+                *ordered,
+            )?))
+        }
+        other => Err(ArrowError::InvalidArgumentError(format!(
+            "gathering list entries of {other:?}"
+        ))),
+    }
 }
 
-type Gathered<O> = (OffsetBuffer<O>, ArrayRef, Option<NullBuffer>);
-
+/// Row ranges of lists (or large lists, by `O`): their entries and validity.
 fn gather_lists<O: OffsetSizeTrait>(
     field: &FieldRef,
     arrays: &[&dyn Array],
-    picks: &[(usize, usize)],
+    ranges: &[(usize, Range<usize>)],
+    length: usize,
 ) -> Result<ArrayRef, ArrowError> {
-    let views: Vec<ListView<'_, O>> = arrays
-        .iter()
-        .map(|a| {
-            let list = a.as_list::<O>();
-            ListView {
-                offsets: list.value_offsets(),
-                values: list.values().as_ref(),
-                nulls: list.nulls(),
-            }
-        })
-        .collect();
-    let (offsets, values, nulls) = gather_ranges(&views, picks)?;
+    let lists: Vec<&GenericListArray<O>> = arrays.iter().map(|a| a.as_list::<O>()).collect();
+    let offsets: Vec<&[O]> = lists.iter().map(|l| l.value_offsets()).collect();
+    let children: Vec<&dyn Array> = lists.iter().map(|l| l.values().as_ref()).collect();
+    let (offsets, values) = gather_entries(&offsets, &children, ranges, length)?;
     Ok(Arc::new(GenericListArray::<O>::try_new(
         Arc::clone(field),
         offsets,
         values,
-        nulls,
+        range_nulls(arrays, ranges, length),
     )?))
 }
 
-/// Copies each picked row's child range in one step.
-fn gather_ranges<O: OffsetSizeTrait>(
-    lists: &[ListView<'_, O>],
-    picks: &[(usize, usize)],
-) -> Result<Gathered<O>, ArrowError> {
-    let mut ranges = Vec::with_capacity(picks.len());
-    let mut offsets = Vec::with_capacity(picks.len() + 1);
-    let mut length = 0usize;
-    offsets.push(O::usize_as(0));
-    for &(list, row) in picks {
-        let list_offsets = lists
-            .get(list)
+/// The offsets of rows `ranges` (`length` rows) of lists whose offsets are `offsets`, and their
+/// entries gathered from `children`.
+fn gather_entries<O: OffsetSizeTrait>(
+    offsets: &[&[O]],
+    children: &[&dyn Array],
+    ranges: &[(usize, Range<usize>)],
+    length: usize,
+) -> Result<(OffsetBuffer<O>, ArrayRef), ArrowError> {
+    let mut gathered = Vec::with_capacity(length + 1);
+    let mut entry_ranges = Vec::with_capacity(ranges.len());
+    let mut entries = 0usize;
+    gathered.push(O::usize_as(0));
+    for (list, rows) in ranges {
+        let source = offsets
+            .get(*list)
             .ok_or_else(|| ArrowError::InvalidArgumentError(format!("no array {list}")))?
-            .offsets;
-        let (Some(start), Some(end)) = (list_offsets.get(row), list_offsets.get(row + 1)) else {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "row {row} out of bounds"
-            )));
+            .get(rows.start..=rows.end)
+            .ok_or_else(|| out_of_bounds(rows))?;
+        let (Some(first), Some(last)) = (source.first(), source.last()) else {
+            return Err(out_of_bounds(rows));
         };
-        let (start, end) = (start.as_usize(), end.as_usize());
-        if end > start {
-            ranges.push((list, start..end));
-            length += end - start;
-        }
-        offsets.push(O::from_usize(length).ok_or(ArrowError::OffsetOverflowError(length))?);
-    }
-    let children: Vec<&dyn Array> = lists.iter().map(|l| l.values).collect();
-    let values = gather_child_ranges(&children, &ranges, length)?;
-    let nulls = lists.iter().any(|l| l.nulls.is_some()).then(|| {
-        NullBuffer::from_iter(
-            picks
+        let (first, last) = (first.as_usize(), last.as_usize());
+        // The range's last offset is its largest: when it fits, so do the others.
+        let end = entries + (last - first);
+        O::from_usize(end).ok_or(ArrowError::OffsetOverflowError(end))?;
+        gathered.extend(
+            source[1..]
                 .iter()
-                .map(|&(list, row)| lists[list].nulls.is_none_or(|n| n.is_valid(row))),
-        )
-    });
-    Ok((OffsetBuffer::new(offsets.into()), values, nulls))
+                .map(|offset| O::usize_as(entries + (offset.as_usize() - first))),
+        );
+        if last > first {
+            entry_ranges.push((*list, first..last));
+            entries += last - first;
+        }
+    }
+    let values = gather_child_ranges(children, &entry_ranges, entries)?;
+    Ok((OffsetBuffer::new(gathered.into()), values))
 }
 
 /// Element ranges (array, range) of `arrays`, concatenated into one array of `length`.
@@ -288,6 +290,7 @@ fn gather_child_ranges(
                 StringArray::new_unchecked(offsets, bytes, nulls)
             }))
         }
+        Some(data_type) if is_list_like(data_type) => gather_list_ranges(arrays, ranges, length),
         Some(DataType::Struct(fields)) => {
             let structs: Vec<&StructArray> = arrays.iter().map(|a| a.as_struct()).collect();
             let columns = (0..fields.len())
@@ -331,10 +334,27 @@ fn gather_child_ranges(
             )?))
         }
         _ => {
-            let data: Vec<_> = arrays.iter().map(|a| a.to_data()).collect();
+            // Only the arrays the ranges take from: describing an array as `ArrayData` copies
+            // its whole description, and a merge gathers from hundreds of runs' batches.
+            let mut slots = vec![usize::MAX; arrays.len()];
+            let mut data = Vec::new();
+            for (array, _) in ranges {
+                if slots[*array] == usize::MAX {
+                    slots[*array] = data.len();
+                    data.push(arrays[*array].to_data());
+                }
+            }
+            if data.is_empty() {
+                let Some(first) = arrays.first() else {
+                    return Err(ArrowError::InvalidArgumentError(
+                        "gathering rows from no arrays".into(),
+                    ));
+                };
+                return Ok(first.slice(0, 0));
+            }
             let mut values = MutableArrayData::new(data.iter().collect(), false, length);
             for (array, range) in ranges {
-                values.try_extend(*array, range.start, range.end)?;
+                values.try_extend(slots[*array], range.start, range.end)?;
             }
             Ok(make_array(values.freeze()))
         }
@@ -424,7 +444,8 @@ fn range_nulls(
 mod tests {
     use super::*;
     use arrow::array::{
-        Int32Array, Int32Builder, Int64Array, ListBuilder, MapBuilder, StringBuilder, UInt32Builder,
+        BooleanArray, Int32Array, Int32Builder, Int64Array, ListBuilder, MapBuilder, StringBuilder,
+        UInt32Builder,
     };
     use arrow::compute::interleave_record_batch;
     use arrow::datatypes::{Field, Schema};
@@ -494,7 +515,8 @@ mod tests {
     type Row = Option<Vec<(String, Option<String>)>>;
 
     /// A batch of a map column, a list-of-strings column and a list of codes (the values'
-    /// lengths) holding the same entries.
+    /// lengths) holding the same entries, and flat columns beside them (a boolean one among
+    /// them, which no copy of this module's own handles).
     fn nested_batch(rows: &[Row]) -> RecordBatch {
         let mut map = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
         let mut list = ListBuilder::new(StringBuilder::new());
@@ -538,6 +560,9 @@ mod tests {
             )
             .unwrap(),
         );
+        let empty: ArrayRef = Arc::new(BooleanArray::from_iter(
+            rows.iter().map(|r| r.as_ref().map(|e| e.is_empty())),
+        ));
         let schema = Arc::new(Schema::new(vec![
             Field::new("map", map.data_type().clone(), true),
             Field::new("list", list.data_type().clone(), true),
@@ -545,8 +570,9 @@ mod tests {
             Field::new("name", DataType::Utf8, true),
             Field::new("tag", DataType::FixedSizeBinary(2), true),
             Field::new("codes", codes.data_type().clone(), true),
+            Field::new("empty", DataType::Boolean, true),
         ]));
-        RecordBatch::try_new(schema, vec![map, list, sizes, names, tags, codes]).unwrap()
+        RecordBatch::try_new(schema, vec![map, list, sizes, names, tags, codes, empty]).unwrap()
     }
 
     fn row() -> impl proptest::strategy::Strategy<Value = Row> {
@@ -559,13 +585,15 @@ mod tests {
         fn gathers_what_arrow_gathers(
             a in proptest::collection::vec(row(), 1..12),
             b in proptest::collection::vec(row(), 2..12),
-            picks in proptest::collection::vec((0usize..2, 0usize..1000), 0..40),
-            spans in proptest::collection::vec((0usize..2, 0usize..1000, 1usize..12), 0..8),
+            c in proptest::collection::vec(row(), 1..12),
+            picks in proptest::collection::vec((0usize..3, 0usize..1000), 0..40),
+            spans in proptest::collection::vec((0usize..3, 0usize..1000, 1usize..12), 0..8),
         ) {
-            // The second source is sliced: its offsets do not start at zero.
-            let (a, b) = (nested_batch(&a), nested_batch(&b));
+            // The second source is sliced: its offsets do not start at zero. Picks that leave
+            // a source out gather from the others alone.
+            let (a, b, c) = (nested_batch(&a), nested_batch(&b), nested_batch(&c));
             let b = b.slice(1, b.num_rows() - 1);
-            let sources = [&a, &b];
+            let sources = [&a, &b, &c];
             let picks: Vec<(usize, usize)> = picks
                 .into_iter()
                 .map(|(s, r)| (s, r % sources[s].num_rows()))
