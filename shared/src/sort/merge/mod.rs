@@ -316,13 +316,24 @@ fn emit(
     sink.write_chunk(&chunk)?;
     let chunk_bytes = batch_memory_bytes(&chunk);
     picks.clear();
-    // Keep only the batches cursors still read from.
-    let mut kept = Vec::with_capacity(cursors.len());
-    for c in cursors.iter_mut().filter(|c| !c.is_exhausted()) {
-        c.slot = kept.len();
-        kept.push(c.batch().clone());
+    // Keep only the batches cursors still read from, moved to the front in place: a merge of
+    // hundreds of runs would otherwise clone every cursor's batch for every chunk.
+    let mut moved_to = vec![usize::MAX; slots.len()];
+    for c in cursors.iter().filter(|c| !c.is_exhausted()) {
+        moved_to[c.slot] = 0;
     }
-    *slots = kept;
+    let mut kept = 0;
+    for (slot, to) in moved_to.iter_mut().enumerate() {
+        if *to != usize::MAX {
+            slots.swap(kept, slot);
+            *to = kept;
+            kept += 1;
+        }
+    }
+    slots.truncate(kept);
+    for c in cursors.iter_mut().filter(|c| !c.is_exhausted()) {
+        c.slot = moved_to[c.slot];
+    }
     Ok(chunk_bytes)
 }
 
