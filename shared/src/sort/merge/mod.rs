@@ -317,7 +317,8 @@ fn emit(
     let chunk_bytes = batch_memory_bytes(&chunk);
     picks.clear();
     // Keep only the batches cursors still read from, moved to the front in place: a merge of
-    // hundreds of runs would otherwise clone every cursor's batch for every chunk.
+    // hundreds of runs would otherwise clone every cursor's batch for every chunk. Each slot a
+    // cursor reads is marked, then numbered in slot order (a cursor's slot is its own).
     let mut moved_to = vec![usize::MAX; slots.len()];
     for c in cursors.iter().filter(|c| !c.is_exhausted()) {
         moved_to[c.slot] = 0;
