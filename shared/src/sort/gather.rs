@@ -444,8 +444,8 @@ fn range_nulls(
 mod tests {
     use super::*;
     use arrow::array::{
-        BooleanArray, Int32Array, Int32Builder, Int64Array, ListBuilder, MapBuilder, StringBuilder,
-        UInt32Builder,
+        BooleanArray, Int32Array, Int32Builder, Int64Array, Int64Builder, ListBuilder, MapBuilder,
+        StringBuilder, UInt32Builder,
     };
     use arrow::compute::interleave_record_batch;
     use arrow::datatypes::{Field, Schema};
@@ -625,6 +625,97 @@ mod tests {
                 &arrow::compute::take_record_batch(&b, &indices).unwrap()
             );
         }
+    }
+
+    /// Lists nested in lists and in structs (Spark and pyarrow write both), large lists and
+    /// a list of maps: every depth is gathered by ranges, and must give Arrow's rows.
+    #[test]
+    fn nested_lists_gather_what_arrow_gathers() {
+        use arrow::array::{LargeListBuilder, StructBuilder};
+        use arrow::datatypes::Fields;
+        fn batch(seed: i64) -> RecordBatch {
+            let mut nested = ListBuilder::new(ListBuilder::new(Int64Builder::new()));
+            let mut large = LargeListBuilder::new(StringBuilder::new());
+            let fields = Fields::from(vec![Field::new(
+                "tags",
+                DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+                true,
+            )]);
+            let mut structs = StructBuilder::from_fields(fields, 0);
+            let mut maps = ListBuilder::new(MapBuilder::new(
+                None,
+                StringBuilder::new(),
+                Int64Builder::new(),
+            ));
+            for row in 0..9i64 {
+                let n = (row + seed) % 4;
+                for i in 0..n {
+                    for j in 0..(i + row) % 3 {
+                        nested
+                            .values()
+                            .values()
+                            .append_value(seed * 1000 + row * 10 + j);
+                    }
+                    nested.values().append(i != 2);
+                    large.values().append_value(format!("l{seed}-{row}-{i}"));
+                    let map = maps.values();
+                    for k in 0..i {
+                        map.keys().append_value(format!("k{k}"));
+                        map.values().append_value(row * k);
+                    }
+                    map.append(true).unwrap();
+                }
+                nested.append(n != 3);
+                large.append(n != 1);
+                maps.append(row % 5 != 4);
+                let tags = structs
+                    .field_builder::<ListBuilder<Box<dyn arrow::array::ArrayBuilder>>>(0)
+                    .unwrap();
+                for i in 0..n {
+                    tags.values()
+                        .as_any_mut()
+                        .downcast_mut::<StringBuilder>()
+                        .unwrap()
+                        .append_value(format!("t{i}"));
+                }
+                tags.append(n != 2);
+                structs.append(row % 4 != 3);
+            }
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(nested.finish()),
+                Arc::new(large.finish()),
+                Arc::new(structs.finish()),
+                Arc::new(maps.finish()),
+            ];
+            RecordBatch::try_from_iter(
+                ["nested", "large", "struct", "maps"]
+                    .into_iter()
+                    .zip(columns),
+            )
+            .unwrap()
+        }
+        let (a, b, c) = (batch(1), batch(2).slice(2, 7), batch(3));
+        let sources = [&a, &b, &c];
+        let stretched: Vec<(usize, usize)> =
+            [(1, 0..4), (0, 3..9), (1, 4..7), (0, 0..3), (2, 1..9)]
+                .into_iter()
+                .flat_map(|(s, rows)| rows.map(move |r| (s, r)))
+                .collect();
+        let picks = [(2, 8), (0, 1), (1, 6), (0, 8), (2, 0), (1, 0), (0, 4)];
+        for picks in [&stretched[..], &picks[..]] {
+            let arrows = interleave_record_batch(&sources, picks).unwrap();
+            assert_eq!(gather_rows(&sources, picks).unwrap(), arrows);
+            let stretches = stretches(&sources, picks).unwrap();
+            assert_eq!(
+                copy_stretches(&sources, &stretches, picks.len()).unwrap(),
+                arrows
+            );
+        }
+        let indices = UInt32Array::from(vec![6, 0, 2, 2, 5, 1]);
+        assert_eq!(
+            take_rows(&b, &indices).unwrap(),
+            arrow::compute::take_record_batch(&b, &indices).unwrap()
+        );
     }
 
     #[test]
