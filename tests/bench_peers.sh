@@ -130,10 +130,10 @@ median() {
     sort -n -k"$2" "$work/$1.times" | awk -v k="$2" '{ v[NR] = $k } END { print v[int((NR + 1) / 2)] }'
 }
 for side in "${chosen[@]}"; do
-    sort -n "$work/$side.times" | awk -v side="$side" -v cpu="$(median "$side" 6)" '
-        { wall[NR] = $1; rss = ($4 > rss ? $4 : rss); rows = $5 }
+    awk -v side="$side" -v wall="$(median "$side" 1)" -v cpu="$(median "$side" 6)" '
+        { rss = ($4 > rss ? $4 : rss); rows = $5 }
         END { printf "%-7s median wall %.2f s, CPU %.2f s over %d runs, peak RSS %d MiB, rows %s\n",
-              side, wall[int((NR + 1) / 2)], cpu, NR, rss / 1024, rows }'
+              side, wall, cpu, NR, rss / 1024, rows }' "$work/$side.times"
 done
 if [[ -f "$work/ours.times" ]]; then
     awk -v cpu="$(median ours 6)" -v bytes="$input_bytes" \

@@ -146,7 +146,7 @@ fn gather_column(arrays: &[&dyn Array], picks: &[(usize, usize)]) -> Result<Arra
                 .iter()
                 .map(|&(array, row)| (array, row..row + 1))
                 .collect();
-            gather_list_ranges(arrays, &rows, picks.len())
+            gather_child_ranges(arrays, &rows, picks.len())
         }
         Some(DataType::FixedSizeBinary(size)) => gather_fixed_size(*size, arrays, picks),
         _ => interleave(arrays, picks),
@@ -185,37 +185,29 @@ fn gather_fixed_size(
     )?))
 }
 
-/// Row ranges (array, rows) of list-like `arrays` (all lists, large lists or maps), `length`
-/// rows in all: each range's entries are one range of the child, copied in one step.
-fn gather_list_ranges(
+/// Row ranges of maps: their entries (one range of the child per range of rows) and validity.
+fn gather_maps(
+    field: &FieldRef,
+    ordered: bool,
     arrays: &[&dyn Array],
     ranges: &[(usize, Range<usize>)],
     length: usize,
 ) -> Result<ArrayRef, ArrowError> {
-    match arrays.first().map(|a| a.data_type()) {
-        Some(DataType::List(field)) => gather_lists::<i32>(field, arrays, ranges, length),
-        Some(DataType::LargeList(field)) => gather_lists::<i64>(field, arrays, ranges, length),
-        Some(DataType::Map(field, ordered)) => {
-            let maps: Vec<&MapArray> = arrays.iter().map(|a| a.as_map()).collect();
-            let offsets: Vec<&[i32]> = maps.iter().map(|m| m.value_offsets()).collect();
-            let children: Vec<&dyn Array> =
-                maps.iter().map(|m| m.entries() as &dyn Array).collect();
-            let (offsets, entries) = gather_entries(&offsets, &children, ranges, length)?;
-            Ok(Arc::new(MapArray::try_new(
-                Arc::clone(field),
-                offsets,
-                entries.as_struct().clone(),
-                range_nulls(arrays, ranges, length),
-                *ordered,
-            )?))
-        }
-        other => Err(ArrowError::InvalidArgumentError(format!(
-            "gathering list entries of {other:?}"
-        ))),
-    }
+    let maps: Vec<&MapArray> = arrays.iter().map(|a| a.as_map()).collect();
+    let offsets: Vec<&[i32]> = maps.iter().map(|m| m.value_offsets()).collect();
+    let children: Vec<&dyn Array> = maps.iter().map(|m| m.entries() as &dyn Array).collect();
+    let (offsets, entries) = gather_entries(&offsets, &children, ranges, length)?;
+    Ok(Arc::new(MapArray::try_new(
+        Arc::clone(field),
+        offsets,
+        entries.as_struct().clone(),
+        range_nulls(arrays, ranges, length),
+        ordered,
+    )?))
 }
 
-/// Row ranges of lists (or large lists, by `O`): their entries and validity.
+/// Row ranges of lists (or large lists, by `O`): their entries (one range of the child per
+/// range of rows) and validity.
 fn gather_lists<O: OffsetSizeTrait>(
     field: &FieldRef,
     arrays: &[&dyn Array],
@@ -273,7 +265,8 @@ fn gather_entries<O: OffsetSizeTrait>(
     Ok((OffsetBuffer::new(gathered.into()), values))
 }
 
-/// Element ranges (array, range) of `arrays`, concatenated into one array of `length`.
+/// Element ranges (array, range) of `arrays`, concatenated into one array of `length`; lists
+/// and maps at any depth are copied by ranges of their children too.
 fn gather_child_ranges(
     arrays: &[&dyn Array],
     ranges: &[(usize, Range<usize>)],
@@ -290,7 +283,9 @@ fn gather_child_ranges(
                 StringArray::new_unchecked(offsets, bytes, nulls)
             }))
         }
-        Some(data_type) if is_list_like(data_type) => gather_list_ranges(arrays, ranges, length),
+        Some(DataType::List(field)) => gather_lists::<i32>(field, arrays, ranges, length),
+        Some(DataType::LargeList(field)) => gather_lists::<i64>(field, arrays, ranges, length),
+        Some(DataType::Map(field, ordered)) => gather_maps(field, *ordered, arrays, ranges, length),
         Some(DataType::Struct(fields)) => {
             let structs: Vec<&StructArray> = arrays.iter().map(|a| a.as_struct()).collect();
             let columns = (0..fields.len())
