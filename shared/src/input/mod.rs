@@ -427,6 +427,24 @@ pub struct SizedBatches {
     reader: Option<ParquetRecordBatchReader>,
     /// The input's schema and encoded row width, and the width of its last batch.
     width: RowWidth,
+    /// The flat top-level columns whose nulls are counted, each with its nulls read so far
+    /// from the current row group (see [`NullCount`]).
+    null_counts: Vec<NullCount>,
+}
+
+/// A flat top-level column (one leaf, not repeated) whose nulls read from a row group must be
+/// the nulls its statistics declare, when they declare them. The Parquet crate reads
+/// damaged definition levels as they come: a level out of range (where pyarrow refuses the
+/// file, "malformed levels") or flipped turns a value into a null, and the page's later
+/// values then land one row early, with no error. Counting the nulls shows the damage
+/// instead of compacting rows whose values moved.
+#[derive(Debug, Clone)]
+struct NullCount {
+    /// Position of the column in the file's schema (and in each batch).
+    field: usize,
+    /// Its leaf in the Parquet schema.
+    leaf: usize,
+    nulls: u64,
 }
 
 /// The decoded width of the rows of one input, measured on its last batch, and what its
@@ -502,7 +520,9 @@ impl SizedBatches {
                 encoded_row_bytes: input.row_bytes_estimate,
                 decoded_row_bytes: None,
             },
+            null_counts: Vec::new(),
         };
+        batches.null_counts = null_counted_columns(batches.metadata()?);
         let declared: Vec<usize> = (batches.metadata()?.metadata().row_groups().iter())
             .map(|g| usize::try_from(g.num_rows()).unwrap_or(0))
             .collect();
@@ -577,20 +597,43 @@ impl SizedBatches {
     /// The current row group is read out: checks it gave the rows its footer declares and
     /// moves to the next.
     fn next_group(&mut self) -> Result<()> {
-        if let Some(&(row_group, declared)) = self.row_groups.get(self.group)
-            && self.rows_read != declared
-        {
+        if let Some(&(row_group, declared)) = self.row_groups.get(self.group) {
             // The file's fault, not ours: reported like any other decoding error of it.
-            return Err(Error::parquet(
-                self.key.clone(),
-                parquet::errors::ParquetError::General(format!(
+            let key = self.key.clone();
+            let damaged = move |reason: String| {
+                Error::parquet(key, parquet::errors::ParquetError::General(reason))
+            };
+            if self.rows_read != declared {
+                return Err(damaged(format!(
                     "row group {row_group} decodes to {} rows but its footer declares {declared}",
                     self.rows_read
-                )),
-            ));
+                )));
+            }
+            let metadata = self.metadata()?.clone();
+            let chunks = (metadata.metadata().row_groups().get(row_group))
+                .map_or(&[][..], |group| group.columns());
+            for counted in &self.null_counts {
+                let declared = (chunks.get(counted.leaf))
+                    .and_then(|chunk| chunk.statistics())
+                    .and_then(|statistics| statistics.null_count_opt());
+                if let Some(declared) = declared
+                    && declared != counted.nulls
+                {
+                    let name = (metadata.schema().fields().get(counted.field))
+                        .map_or("?", |field| field.name().as_str());
+                    return Err(damaged(format!(
+                        "column {name} of row group {row_group} decodes to {} nulls but its \
+                         statistics declare {declared}: its definition levels are damaged",
+                        counted.nulls
+                    )));
+                }
+            }
         }
         self.group += 1;
         self.rows_read = 0;
+        for counted in &mut self.null_counts {
+            counted.nulls = 0;
+        }
         self.reopen()
     }
 
@@ -630,12 +673,37 @@ impl Iterator for SizedBatches {
             }
         };
         self.rows_read += batch.num_rows();
+        for counted in &mut self.null_counts {
+            if let Some(column) = batch.columns().get(counted.field) {
+                counted.nulls += column.logical_null_count() as u64;
+            }
+        }
         if let Err(e) = self.resize(&batch) {
             self.reader = None;
             return Some(Err(e));
         }
         Some(Ok(batch))
     }
+}
+
+/// The flat top-level columns of a file read with `reader` (a root that is its own single
+/// leaf, not repeated), whose nulls are counted against their statistics.
+fn null_counted_columns(reader: &ArrowReaderMetadata) -> Vec<NullCount> {
+    let schema = reader.metadata().file_metadata().schema_descr();
+    if reader.schema().fields().len() != schema.root_schema().get_fields().len() {
+        return Vec::new();
+    }
+    (0..schema.num_columns())
+        .filter(|&leaf| {
+            let column = schema.column(leaf);
+            column.path().parts().len() == 1 && column.max_rep_level() == 0
+        })
+        .map(|leaf| NullCount {
+            field: schema.get_column_root_idx(leaf),
+            leaf,
+            nulls: 0,
+        })
+        .collect()
 }
 
 /// Strings to read as Arrow dictionaries, by column name.
@@ -803,6 +871,72 @@ mod tests {
         let other = input(dir.path(), "b.parquet", 20_000, 100, true);
         let (rows, _, _) = read(&other, &width);
         assert_eq!(rows[0], PROBE_ROWS);
+    }
+
+    /// 100 rows of a time and a nullable body (null on the first eight rows and every seventh),
+    /// plain, uncompressed, version 1 pages: a body page's definition levels come first.
+    fn bodies_file() -> Vec<u8> {
+        use parquet::basic::Compression;
+        use parquet::file::properties::WriterProperties;
+        let (start, _) = partition().time_range_nanos();
+        let bodies: Vec<Option<String>> = (0..100)
+            .map(|i| (i % 7 != 0 && i >= 8).then(|| format!("line {i}")))
+            .collect();
+        let batch = crate::testing::named_batch(vec![
+            (
+                "time_unix_nano",
+                Arc::new(Int64Array::from_iter_values((0..100).map(|r| start + r))) as ArrayRef,
+            ),
+            ("body", Arc::new(StringArray::from(bodies)) as ArrayRef),
+        ]);
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::UNCOMPRESSED)
+            .set_dictionary_enabled(false)
+            .build();
+        parquet_bytes_with(&[batch], properties).to_vec()
+    }
+
+    /// A damaged definition level that turns a row's value into a null reads in the Parquet
+    /// crate as a null, and every later value of the page one row early (the page's last
+    /// value is left over, unread); the nulls the statistics declare show it, and the file is
+    /// refused instead of compacted. Nulls that are really there read as before.
+    #[test]
+    fn damaged_definition_levels_are_refused_not_read_as_nulls() {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let read = |name: &str, bytes: &[u8]| -> Result<Vec<RecordBatch>> {
+            let staged = stage(dir.path(), name, bytes);
+            let checked = check_input(staged, &partition(), &KeyColumns::default(), 8 << 20)
+                .expect("the pages pass the check");
+            SizedBatches::open(&checked, TARGET)?.collect()
+        };
+        let with_nulls = read("nulls.parquet", &bodies_file()).expect("intact");
+        let bodies: usize = with_nulls.iter().map(|b| b.column(1).null_count()).sum();
+        assert_eq!(bodies, 21);
+
+        let mut bytes = bodies_file();
+        let metadata = SerializedFileReader::new(bytes::Bytes::from(bytes.clone()))
+            .expect("reader")
+            .metadata()
+            .clone();
+        let chunk = metadata.row_group(0).column(1);
+        let (start, length) = chunk.byte_range();
+        let range = start as usize..(start + length) as usize;
+        // The levels' length (4 bytes), one RLE run of the first eight rows' levels (0: its
+        // header, 8 << 1, then the level), then the others bit-packed (a header, 12 groups
+        // of 8 << 1 | 1, then a bit per row): row 8 is made null.
+        let run = (bytes[range.clone()].windows(7))
+            .position(|w| w[2..] == [0, 0, 0x10, 0, 0x19])
+            .expect("the body's definition levels");
+        bytes[range.start + run + 7] &= !1;
+        let refused = read("damaged.parquet", &bytes).expect_err("damaged levels");
+        let reason = refused.to_string();
+        assert!(
+            reason.contains("column body of row group 0 decodes to 22 nulls")
+                && reason.contains("declare 21")
+                && reason.contains("damaged.parquet"),
+            "{reason}"
+        );
     }
 
     fn stage(dir: &std::path::Path, name: &str, bytes: &[u8]) -> StagedInput {
