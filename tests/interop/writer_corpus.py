@@ -13,7 +13,8 @@ Writers: pyarrow with every codec it writes (none, snappy, gzip, brotli, lz4_raw
 both format versions (1.0, 2.6) and data page versions; Polars (large strings and lists,
 microsecond times); DuckDB (16-byte ids as BLOB, timestamps with a zone); INT96 times; a
 file with zero rows; nested columns whose encodings differ by file; integer and float
-widths that differ by file; page checksums, one of them not matching its page; service and
+widths that differ by file; page checksums, one of them not matching its page; a file
+whose definition levels were damaged (its nulls no longer match its statistics); service and
 tenant columns of nulls typed Null; a stray conflicting file of few rows whose name sorts first;
 Date32 and Date64 columns.
 
@@ -319,6 +320,38 @@ def write_checksums(store):
     return [partial("checksums", "b-damaged.parquet", ["checksum"])]
 
 
+def write_damaged_levels(store):
+    """A file whose definition levels were damaged in storage, written without checksums: one
+    row's body turned null. Readers that take the levels as they come read a null there and
+    every later body of the page one row early, with no error; its column statistics still
+    count the nulls written, so it is quarantined for them, not compacted with bodies on the
+    wrong rows."""
+    d = partition_dir(store, "levels")
+    d.mkdir(parents=True, exist_ok=True)
+    options = {"use_dictionary": False, "compression": "none", "data_page_version": "1.0"}
+    pq.write_table(pyarrow_table(100, 1), d / "a.parquet", **options)
+    damaged = d / "b-damaged.parquet"
+    table = pyarrow_table(100, 2)
+    bodies = [None] * 8 + table.column("body").to_pylist()[8:]
+    table = table.set_column(2, "body", pa.array(bodies, pa.string()))
+    pq.write_table(table, damaged, **options)
+    body = pq.ParquetFile(damaged).metadata.row_group(0).column(2)
+    assert body.path_in_schema == "body" and body.statistics.null_count == 8
+    data = bytearray(damaged.read_bytes())
+    start = body.data_page_offset
+    chunk = bytes(data[start : start + body.total_compressed_size])
+    # The page's levels: a run of 8 nulls (RLE: 8 << 1, level 0), then 92 values (92 << 1 as
+    # a varint, level 1). Damaged: 9 nulls, then 91 values.
+    runs = bytes([0x10, 0x00, 0xB8, 0x01, 0x01])
+    assert chunk.count(runs) == 1, "the body page's definition levels"
+    at = start + chunk.index(runs)
+    data[at : at + len(runs)] = bytes([0x12, 0x00, 0xB6, 0x01, 0x01])
+    damaged.write_bytes(bytes(data))
+    pq.write_table(pyarrow_table(100, 3), d / "c.parquet", **options)
+    words = ["b-damaged.parquet", "column body", "9 nulls", "declare 8", "definition levels"]
+    return [partial("levels", "b-damaged.parquet", words)]
+
+
 # --- verification --------------------------------------------------------------------------
 
 
@@ -451,6 +484,7 @@ def main():
         write_empty,
         write_conflict,
         write_checksums,
+        write_damaged_levels,
         write_null_typed_keys,
         write_stray_conflict,
     ]
