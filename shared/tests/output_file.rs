@@ -142,6 +142,52 @@ async fn row_groups_rotate_at_the_threshold_and_declare_the_sort() {
     }
 }
 
+/// A schema of more than 64 leaf columns closes its row groups at 8 MiB, whatever larger
+/// threshold is asked for (each open chunk keeps a compressor, see `output_properties`), and
+/// the report gives the threshold the writer used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_gives_the_threshold_a_wide_schema_is_written_at() {
+    let f = Fixture::new();
+    let rows = 200;
+    let mut columns: Vec<(String, ArrayRef)> = vec![
+        (
+            "service.name".into(),
+            Arc::new(StringArray::from_iter_values(
+                (0..rows).map(|r| format!("s{}", r % 3)),
+            )),
+        ),
+        (
+            "time_unix_nano".into(),
+            Arc::new(Int64Array::from_iter_values(
+                (0..rows).map(|r| f.start() + r),
+            )),
+        ),
+    ];
+    for c in 0..70 {
+        let values = Int64Array::from_iter_values((0..rows).map(|r| r * c));
+        columns.push((format!("c{c:02}"), Arc::new(values)));
+    }
+    let named = columns
+        .iter()
+        .map(|(n, a)| (n.as_str(), Arc::clone(a)))
+        .collect();
+    f.put("wide.parquet", parquet_bytes(&[named_batch(named)], 1_000))
+        .await;
+    let report = f.compact(Some(32 << 20)).await;
+    assert_eq!(report.status, Status::Compacted);
+    assert_eq!(report.row_group_bytes, 8 << 20);
+
+    let narrow = Fixture::new();
+    let rows: Vec<_> = (0..200)
+        .map(|r| (Some("s".into()), narrow.start() + r, r))
+        .collect();
+    narrow
+        .put("narrow.parquet", parquet_bytes(&[rows_batch(&rows)], 1_000))
+        .await;
+    let report = narrow.compact(Some(32 << 20)).await;
+    assert_eq!(report.row_group_bytes, 32 << 20);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocks_group_each_columns_chunks_and_keep_the_rows() {
     let plain = Fixture::new();

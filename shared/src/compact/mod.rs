@@ -933,6 +933,10 @@ pub(crate) async fn sort_and_write(
     let (key, input_set) = name(row_group_bytes);
     let (properties, blocks) =
         partition_output_settings(unified, options, row_group_bytes, scratch)?;
+    // What the writer closes row groups at: a schema of many leaves caps the threshold (see
+    // `output_properties`); the name keeps the threshold asked for.
+    let row_group_bytes_used = (properties.max_row_group_bytes())
+        .map_or(row_group_bytes, |cap| row_group_bytes.min(cap as u64));
     let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
 
@@ -997,7 +1001,7 @@ pub(crate) async fn sort_and_write(
                     row_groups,
                 },
                 input_set,
-                row_group_bytes,
+                row_group_bytes: row_group_bytes_used,
                 stats,
             }))
         }

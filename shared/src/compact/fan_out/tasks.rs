@@ -380,8 +380,11 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
     };
     let output = RangeOutput {
         stats: written.as_ref().map(|w| w.stats).unwrap_or_default(),
+        // The threshold the writer used (capped for a schema of many leaves).
+        row_group_bytes: written
+            .as_ref()
+            .map_or(row_group_bytes, |w| w.row_group_bytes),
         output: written.map(|w| w.output),
-        row_group_bytes,
     };
     write_state(job, &range_name(range), &output).await?;
     Ok(output)
