@@ -14,7 +14,8 @@ both format versions (1.0, 2.6) and data page versions; Polars (large strings an
 microsecond times); DuckDB (16-byte ids as BLOB, timestamps with a zone); INT96 times; a
 file with zero rows; nested columns whose encodings differ by file; integer and float
 widths that differ by file; page checksums, one of them not matching its page; a file
-whose definition levels were damaged (its nulls no longer match its statistics); service and
+whose definition levels were damaged (its nulls no longer match its statistics) and one whose
+list lost an element to a damaged level (its rows no longer match its pages' levels); service and
 tenant columns of nulls typed Null; a stray conflicting file of few rows whose name sorts first;
 Date32 and Date64 columns.
 
@@ -352,6 +353,36 @@ def write_damaged_levels(store):
     return [partial("levels", "b-damaged.parquet", words)]
 
 
+def write_damaged_list_levels(store):
+    """A file whose list column lost an element to a damaged definition level (the second,
+    null element of the first row's tags now reads as an empty list's level). Readers that
+    take the levels as they come drop the element with no error (pyarrow refuses the file:
+    "list offsets larger than values array"); the rows then stand for fewer levels than the
+    pages hold, so it is quarantined."""
+    d = partition_dir(store, "listlevels")
+    d.mkdir(parents=True, exist_ok=True)
+    options = {"use_dictionary": False, "compression": "none", "data_page_version": "1.0"}
+
+    def tagged(seed):
+        table = pyarrow_table(8, seed)
+        return table.append_column("tags", pa.array([["a", None]] * 8, pa.list_(pa.string())))
+
+    pq.write_table(tagged(1), d / "a.parquet", **options)
+    damaged = d / "b-damaged.parquet"
+    pq.write_table(tagged(2), damaged, **options)
+    data = bytearray(damaged.read_bytes())
+    # The tags' definition levels, 3 (a value) and 2 (a null element) by turns, two bits each
+    # from the low bits (0b10_11_10_11), after a header of two bit-packed groups of eight.
+    levels = bytes([0x05, 0xBB, 0xBB, 0xBB, 0xBB])
+    assert data.count(levels) == 1, "the tags' definition levels"
+    at = data.index(levels)
+    data[at + 1] = 0b1011_0111  # the first null element (2) becomes an empty list (1)
+    damaged.write_bytes(bytes(data))
+    pq.write_table(tagged(3), d / "c.parquet", **options)
+    words = ["b-damaged.parquet", "column tags", "15 levels", "pages hold 16", "levels are damaged"]
+    return [partial("listlevels", "b-damaged.parquet", words)]
+
+
 # --- verification --------------------------------------------------------------------------
 
 
@@ -485,6 +516,7 @@ def main():
         write_conflict,
         write_checksums,
         write_damaged_levels,
+        write_damaged_list_levels,
         write_null_typed_keys,
         write_stray_conflict,
     ]

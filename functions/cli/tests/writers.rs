@@ -1,6 +1,6 @@
 //! Partitions written by real writers (pyarrow with every codec and format version, Polars,
 //! DuckDB, INT96 and zoned times, nested columns, a file without rows, a conflicting file, a
-//! file whose page checksum or definition levels were damaged)
+//! file whose page checksum, definition levels or list levels were damaged)
 //! compact, and read back equal to their inputs (`tests/interop/writer_corpus.py`), in one
 //! output and fanned out over ranges.
 //!

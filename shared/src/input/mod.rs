@@ -5,6 +5,7 @@ pub mod schema;
 pub mod type_union;
 
 use std::fs::File;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -63,6 +64,9 @@ pub struct CheckedInput {
     /// The row groups to read (`None`: all). A range of a fanned-out merge reads only the row
     /// groups of a run that can hold its keys, and `rows` counts the rows of the range.
     pub row_groups: Option<Vec<usize>>,
+    /// The levels each row group's column chunks hold, as their data pages declare them, by
+    /// row group and leaf column (empty: not walked); see [`LevelCount`].
+    pub page_levels: Vec<Vec<u64>>,
 }
 
 fn open(
@@ -260,6 +264,7 @@ pub fn check_input(
             reader_bytes_estimate: 0,
             declared_sort_key: None,
             row_groups: None,
+            page_levels: Vec::new(),
         });
     }
     if metadata.file_metadata().num_rows() != rows as i64 {
@@ -311,6 +316,9 @@ pub fn check_input(
         reader_bytes_estimate: reader_bytes(&metadata, &pages),
         declared_sort_key,
         row_groups: None,
+        page_levels: (pages.row_groups.iter())
+            .map(|chunks| chunks.iter().map(|c| c.levels).collect())
+            .collect(),
     })
 }
 
@@ -430,6 +438,29 @@ pub struct SizedBatches {
     /// The flat top-level columns whose nulls are counted, each with its nulls read so far
     /// from the current row group (see [`NullCount`]).
     null_counts: Vec<NullCount>,
+    /// The columns holding lists or maps, each with the levels read so far from the current
+    /// row group (see [`LevelCount`]).
+    level_counts: Vec<LevelCount>,
+    /// The input's [`CheckedInput::page_levels`].
+    page_levels: Vec<Vec<u64>>,
+}
+
+/// A top-level column holding lists or maps, whose rows as read must re-encode to the levels
+/// its pages hold. A damaged definition level inside a list (an element's turned into an empty
+/// list's) makes the Parquet crate drop the element without an error, where pyarrow refuses
+/// the file ("list offsets larger than values array"); the levels the decoded rows stand for
+/// then fall short of what the pages declare.
+#[derive(Debug, Clone)]
+struct LevelCount {
+    /// Position of the column in the file's schema (and in each batch).
+    field: usize,
+    /// Its leaves in the Parquet schema, in order.
+    leaves: Range<usize>,
+    /// Levels of each leaf read so far from the current row group.
+    levels: Vec<u64>,
+    /// Its rows could be counted ([`count_levels`] knows their type): the column is left
+    /// unchecked once they cannot.
+    countable: bool,
 }
 
 /// A flat top-level column (one leaf, not repeated) whose nulls read from a row group must be
@@ -521,8 +552,13 @@ impl SizedBatches {
                 decoded_row_bytes: None,
             },
             null_counts: Vec::new(),
+            level_counts: Vec::new(),
+            page_levels: input.page_levels.clone(),
         };
         batches.null_counts = null_counted_columns(batches.metadata()?);
+        if !batches.page_levels.is_empty() {
+            batches.level_counts = level_counted_columns(batches.metadata()?);
+        }
         let declared: Vec<usize> = (batches.metadata()?.metadata().row_groups().iter())
             .map(|g| usize::try_from(g.num_rows()).unwrap_or(0))
             .collect();
@@ -628,11 +664,31 @@ impl SizedBatches {
                     )));
                 }
             }
+            let declared = self.page_levels.get(row_group);
+            for counted in self.level_counts.iter().filter(|c| c.countable) {
+                let leaves = counted.leaves.clone().zip(&counted.levels);
+                for (leaf, &read) in leaves {
+                    let Some(&declared) = declared.and_then(|levels| levels.get(leaf)) else {
+                        continue;
+                    };
+                    if read != declared {
+                        let name = (metadata.schema().fields().get(counted.field))
+                            .map_or("?", |field| field.name().as_str());
+                        return Err(damaged(format!(
+                            "column {name} of row group {row_group} decodes to rows of {read} \
+                             levels but its pages hold {declared}: its levels are damaged"
+                        )));
+                    }
+                }
+            }
         }
         self.group += 1;
         self.rows_read = 0;
         for counted in &mut self.null_counts {
             counted.nulls = 0;
+        }
+        for counted in &mut self.level_counts {
+            counted.levels.iter_mut().for_each(|levels| *levels = 0);
         }
         self.reopen()
     }
@@ -678,6 +734,20 @@ impl Iterator for SizedBatches {
                 counted.nulls += column.logical_null_count() as u64;
             }
         }
+        let mut levels = Vec::new();
+        for counted in &mut self.level_counts {
+            let Some(column) = batch.columns().get(counted.field) else {
+                continue;
+            };
+            levels.clear();
+            let rows = 0..column.len();
+            counted.countable &=
+                count_levels(column.as_ref(), std::slice::from_ref(&rows), &mut levels)
+                    && levels.len() == counted.levels.len();
+            for (sum, read) in counted.levels.iter_mut().zip(&levels) {
+                *sum += read;
+            }
+        }
         if let Err(e) = self.resize(&batch) {
             self.reader = None;
             return Some(Err(e));
@@ -704,6 +774,154 @@ fn null_counted_columns(reader: &ArrowReaderMetadata) -> Vec<NullCount> {
             nulls: 0,
         })
         .collect()
+}
+
+/// The top-level columns of a file read with `reader` that hold a repeated leaf (a list or a
+/// map somewhere inside), whose levels are counted against their pages'.
+fn level_counted_columns(reader: &ArrowReaderMetadata) -> Vec<LevelCount> {
+    let schema = reader.metadata().file_metadata().schema_descr();
+    let roots = schema.root_schema().get_fields().len();
+    if reader.schema().fields().len() != roots {
+        return Vec::new();
+    }
+    let mut counted: Vec<LevelCount> = Vec::new();
+    for leaf in 0..schema.num_columns() {
+        let root = schema.get_column_root_idx(leaf);
+        match counted.last_mut() {
+            Some(last) if last.field == root => last.leaves.end = leaf + 1,
+            _ => counted.push(LevelCount {
+                field: root,
+                leaves: leaf..leaf + 1,
+                levels: Vec::new(),
+                countable: true,
+            }),
+        }
+    }
+    counted.retain(|c| {
+        c.leaves
+            .clone()
+            .any(|l| schema.column(l).max_rep_level() > 0)
+    });
+    for c in &mut counted {
+        c.levels = vec![0; c.leaves.len()];
+    }
+    counted
+}
+
+/// Adds to `out`, leaf by leaf in schema order, the levels that the slots `ranges` of `array`
+/// encode to in Parquet: one for a value, a null, a null struct or an empty or null list or
+/// map, and those of its elements for any other list or map. `false` for a type it does not
+/// know (nothing is counted then).
+fn count_levels(array: &dyn Array, ranges: &[Range<usize>], out: &mut Vec<u64>) -> bool {
+    use arrow::array::{OffsetSizeTrait, StructArray};
+    use arrow::buffer::NullBuffer;
+    /// The elements of a list's `slot` (empty for a null one), `None` past its end.
+    fn list_span<O: OffsetSizeTrait>(
+        offsets: &[O],
+        nulls: Option<&NullBuffer>,
+        slot: usize,
+    ) -> Option<Range<usize>> {
+        let (start, end) = (
+            offsets.get(slot)?.as_usize(),
+            offsets.get(slot + 1)?.as_usize(),
+        );
+        Some(match nulls.is_some_and(|n| n.is_null(slot)) {
+            true => start..start,
+            false => start..end.max(start),
+        })
+    }
+    /// The elements of a list view's `slot` (empty for a null one), `None` past its end.
+    fn view_span<O: OffsetSizeTrait>(
+        offsets: &[O],
+        sizes: &[O],
+        nulls: Option<&NullBuffer>,
+        slot: usize,
+    ) -> Option<Range<usize>> {
+        let (start, size) = (offsets.get(slot)?.as_usize(), sizes.get(slot)?.as_usize());
+        let size = if nulls.is_some_and(|n| n.is_null(slot)) {
+            0
+        } else {
+            size
+        };
+        Some(start..start.checked_add(size)?)
+    }
+    let spans = |span: &dyn Fn(usize) -> Option<Range<usize>>| {
+        // The slots of `ranges` whose span is empty (one level each), and the spans of the
+        // others, adjacent ones joined.
+        let mut short = 0u64;
+        let mut children: Vec<Range<usize>> = Vec::new();
+        for slot in ranges.iter().flat_map(Clone::clone) {
+            let span = span(slot)?;
+            if span.is_empty() {
+                short += 1;
+                continue;
+            }
+            match children.last_mut() {
+                Some(last) if last.end == span.start => last.end = span.end,
+                _ => children.push(span),
+            }
+        }
+        Some((short, children))
+    };
+    let (spanned, children): (_, Vec<&dyn Array>) = match array.data_type() {
+        DataType::List(_) => {
+            let list = array.as_list::<i32>();
+            let span = |slot| list_span(list.value_offsets(), list.nulls(), slot);
+            (spans(&span), vec![list.values().as_ref()])
+        }
+        DataType::LargeList(_) => {
+            let list = array.as_list::<i64>();
+            let span = |slot| list_span(list.value_offsets(), list.nulls(), slot);
+            (spans(&span), vec![list.values().as_ref()])
+        }
+        DataType::Map(_, _) => {
+            let map = array.as_map();
+            let span = |slot| list_span(map.value_offsets(), map.nulls(), slot);
+            (spans(&span), vec![map.entries() as &dyn Array])
+        }
+        DataType::ListView(_) => {
+            let list = array.as_list_view::<i32>();
+            let (offsets, sizes) = (list.value_offsets(), list.value_sizes());
+            let span = |slot| view_span(offsets, sizes, list.nulls(), slot);
+            (spans(&span), vec![list.values().as_ref()])
+        }
+        DataType::LargeListView(_) => {
+            let list = array.as_list_view::<i64>();
+            let (offsets, sizes) = (list.value_offsets(), list.value_sizes());
+            let span = |slot| view_span(offsets, sizes, list.nulls(), slot);
+            (spans(&span), vec![list.values().as_ref()])
+        }
+        DataType::Struct(_) => {
+            // A struct's slot is its children's: one level of each leaf when it is null.
+            let fields: &StructArray = array.as_struct();
+            let span = |slot| {
+                (slot < fields.len()).then(|| slot..slot + usize::from(fields.is_valid(slot)))
+            };
+            let columns = fields.columns().iter().map(|c| c.as_ref()).collect();
+            (spans(&span), columns)
+        }
+        DataType::FixedSizeList(_, _) | DataType::Union(_, _) | DataType::RunEndEncoded(_, _) => {
+            return false;
+        }
+        _ => {
+            out.push(ranges.iter().map(|r| r.len() as u64).sum());
+            return true;
+        }
+    };
+    let Some((short, spans)) = spanned else {
+        return false;
+    };
+    let before = out.len();
+    for child in children {
+        if !count_levels(child, &spans, out) {
+            out.truncate(before);
+            return false;
+        }
+    }
+    for levels in &mut out[before..] {
+        *levels += short;
+    }
+    true
 }
 
 /// Strings to read as Arrow dictionaries, by column name.
@@ -937,6 +1155,239 @@ mod tests {
                 && reason.contains("damaged.parquet"),
             "{reason}"
         );
+    }
+
+    /// A file of `rows` rows of a time and a `tags` list of two strings, the second null,
+    /// plain, uncompressed, version 1 pages (levels first), `rows_per_group` to a row group.
+    fn tags_file(rows: usize, rows_per_group: usize) -> Vec<u8> {
+        use arrow::array::{ListBuilder, StringBuilder};
+        use parquet::basic::Compression;
+        use parquet::file::properties::WriterProperties;
+        let (start, _) = partition().time_range_nanos();
+        let mut tags = ListBuilder::new(StringBuilder::new());
+        for _ in 0..rows {
+            tags.values().append_value("a");
+            tags.values().append_null();
+            tags.append(true);
+        }
+        let batch = crate::testing::named_batch(vec![
+            (
+                "time_unix_nano",
+                Arc::new(Int64Array::from_iter_values(
+                    (0..rows as i64).map(|r| start + r),
+                )),
+            ),
+            ("tags", Arc::new(tags.finish())),
+        ]);
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::UNCOMPRESSED)
+            .set_dictionary_enabled(false)
+            .set_max_row_group_row_count(Some(rows_per_group))
+            .build();
+        parquet_bytes_with(&[batch], properties).to_vec()
+    }
+
+    /// Lists, maps and structs of lists, with nulls and empty ones at every level, in several
+    /// row groups and batches, read as plain strings and as dictionaries, re-encode to the
+    /// levels their pages hold; the file's bytes and the rows read are unchanged.
+    #[test]
+    fn nested_rows_read_whole_match_their_pages_levels() {
+        use crate::bench::generate::{GenerateSpec, generate_batches};
+        use arrow::array::{ListBuilder, StringBuilder, StructArray};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = GenerateSpec {
+            files: 1,
+            rows_per_file: 3_000,
+            ..GenerateSpec::default()
+        };
+        let generated = generate_batches(&partition(), &spec, 0).expect("rows");
+        let mut batches = Vec::new();
+        for (b, batch) in generated.iter().enumerate() {
+            let mut lists = ListBuilder::new(ListBuilder::new(StringBuilder::new()));
+            for row in 0..batch.num_rows() {
+                match (row + b) % 5 {
+                    0 => lists.append(false),
+                    1 => lists.append(true),
+                    _ => {
+                        for inner in 0..(row % 3) {
+                            match inner % 2 {
+                                0 => lists.values().append(false),
+                                _ => {
+                                    lists.values().values().append_value("x");
+                                    lists.values().values().append_null();
+                                    lists.values().append(true);
+                                }
+                            }
+                        }
+                        lists.append(true);
+                    }
+                }
+            }
+            let lists: ArrayRef = Arc::new(lists.finish());
+            let holder = StructArray::from(vec![(
+                Arc::new(Field::new("lists", lists.data_type().clone(), true)),
+                Arc::clone(&lists),
+            )]);
+            let schema = batch.schema();
+            let mut columns: Vec<(&str, ArrayRef)> = (schema.fields().iter())
+                .zip(batch.columns())
+                .map(|(f, c)| (f.name().as_str(), Arc::clone(c)))
+                .collect();
+            columns.push(("lists", lists));
+            columns.push(("holder", Arc::new(holder)));
+            batches.push(crate::testing::named_batch(columns));
+        }
+        let bytes = parquet_bytes(&batches, 700);
+        let staged = stage(dir.path(), "nested.parquet", &bytes);
+        let checked =
+            check_input(staged, &partition(), &KeyColumns::default(), 8 << 20).expect("checked");
+        assert!(checked.page_levels.len() > 3, "several row groups");
+        let maps: Vec<String> = (checked.schema.fields().iter())
+            .filter(|f| matches!(f.data_type(), DataType::Map(_, _)))
+            .map(|f| f.name().clone())
+            .collect();
+        let coded = DictionaryColumns {
+            map_keys: maps.clone(),
+            map_values: maps,
+            ..DictionaryColumns::default()
+        };
+        for dictionaries in [DictionaryColumns::default(), coded] {
+            let mut read = SizedBatches::open_with_dictionaries(
+                &checked,
+                TARGET / 8,
+                &dictionaries,
+                &RowWidth::default(),
+            )
+            .expect("open");
+            assert!(read.level_counts.len() >= 3, "{:?}", read.level_counts);
+            let counted = read.level_counts.clone();
+            let rows: Vec<RecordBatch> = read.by_ref().map(|b| b.expect("batch")).collect();
+            let rows = arrow::compute::concat_batches(&rows[0].schema(), &rows).expect("concat");
+            assert_eq!(rows.num_rows(), 3_000);
+            // The whole file's rows count, leaf by leaf, what all its pages declare.
+            for column in counted {
+                let mut levels = Vec::new();
+                let array = rows.column(column.field);
+                let all = 0..array.len();
+                assert!(count_levels(
+                    array.as_ref(),
+                    std::slice::from_ref(&all),
+                    &mut levels
+                ));
+                let declared: Vec<u64> = (column.leaves.clone())
+                    .map(|leaf| checked.page_levels.iter().map(|group| group[leaf]).sum())
+                    .collect();
+                assert_eq!(levels, declared, "column {}", column.field);
+            }
+        }
+    }
+
+    /// A damaged definition level inside a list (an element's, turned into an empty list's)
+    /// makes the Parquet crate drop the element, with no error (pyarrow: "list offsets larger
+    /// than values array"); the levels the rows read stand for fall short of the pages', and
+    /// the file is refused.
+    #[test]
+    fn a_list_element_lost_to_a_damaged_level_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut bytes = tags_file(8, 8);
+        // Definition levels of (a, null) pairs: 3 then 2, two bits each, bit-packed from the
+        // low bits (0b10_11_10_11), after a header of two groups of eight.
+        let levels = bytes
+            .windows(5)
+            .position(|w| w == [0x05, 0xbb, 0xbb, 0xbb, 0xbb])
+            .expect("the tags' definition levels");
+        // The first row's null element (2) becomes an empty list (1).
+        bytes[levels + 1] = 0b1011_0111;
+        let staged = stage(dir.path(), "damaged.parquet", &bytes);
+        let checked = check_input(staged, &partition(), &KeyColumns::default(), 8 << 20)
+            .expect("the pages pass the check");
+        let refused = SizedBatches::open(&checked, TARGET)
+            .and_then(|batches| batches.collect::<Result<Vec<_>>>())
+            .expect_err("a lost element");
+        let reason = refused.to_string();
+        assert!(
+            reason.contains("column tags of row group 0 decodes to rows of 15 levels")
+                && reason.contains("its pages hold 16"),
+            "{reason}"
+        );
+        let intact = stage(dir.path(), "intact.parquet", &tags_file(8, 8));
+        let checked =
+            check_input(intact, &partition(), &KeyColumns::default(), 8 << 20).expect("checked");
+        let rows: Vec<RecordBatch> = SizedBatches::open(&checked, TARGET)
+            .expect("open")
+            .collect::<Result<_>>()
+            .expect("intact");
+        assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 8);
+    }
+
+    /// Levels as the Parquet format counts them: one for a value, a null, a null or empty
+    /// list; a list's elements otherwise; a null struct one for each of its leaves. Only the
+    /// slots asked for count, and a type without a count of its own is not counted.
+    #[test]
+    fn levels_are_counted_as_parquet_encodes_them() {
+        use arrow::array::{FixedSizeListArray, Int32Array, ListArray, ListViewArray, StructArray};
+        use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
+        use arrow::datatypes::Int32Type;
+        let count = |array: &dyn Array, ranges: &[(usize, usize)]| {
+            let ranges: Vec<Range<usize>> = ranges.iter().map(|&(start, end)| start..end).collect();
+            let mut levels = Vec::new();
+            count_levels(array, &ranges, &mut levels).then_some(levels)
+        };
+        // [1, 2], null, [], [null], [3, 4, 5]
+        let lists = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+            Some(vec![Some(1), Some(2)]),
+            None,
+            Some(vec![]),
+            Some(vec![None]),
+            Some(vec![Some(3), Some(4), Some(5)]),
+        ]);
+        assert_eq!(count(&lists, &[(0, 5)]), Some(vec![2 + 1 + 1 + 1 + 3]));
+        assert_eq!(count(&lists, &[(1, 3)]), Some(vec![2]));
+        assert_eq!(count(&lists, &[(0, 1), (4, 5)]), Some(vec![5]));
+        // The same rows as views, written out of order.
+        let views = ListViewArray::new(
+            Arc::new(Field::new("item", DataType::Int32, true)),
+            ScalarBuffer::from(vec![3, 0, 0, 2, 5]),
+            ScalarBuffer::from(vec![2, 0, 0, 1, 3]),
+            Arc::new(Int32Array::from(vec![
+                None,
+                None,
+                Some(9),
+                Some(1),
+                Some(2),
+                Some(3),
+                Some(4),
+                Some(5),
+            ])),
+            Some(NullBuffer::from(vec![true, false, true, true, true])),
+        );
+        assert_eq!(count(&views, &[(0, 5)]), Some(vec![8]));
+        // A struct of an integer and a list: a null struct is one level of each leaf.
+        let holder = StructArray::new(
+            vec![
+                Arc::new(Field::new("n", DataType::Int32, true)),
+                Arc::new(Field::new("l", lists.data_type().clone(), true)),
+            ]
+            .into(),
+            vec![
+                Arc::new(Int32Array::from(vec![1, 2, 3, 4, 5])) as ArrayRef,
+                Arc::new(lists.clone()),
+            ],
+            Some(NullBuffer::from(vec![true, true, true, false, false])),
+        );
+        assert_eq!(count(&holder, &[(0, 5)]), Some(vec![5, 2 + 1 + 1 + 2]));
+        let lists_of_lists = ListArray::new(
+            Arc::new(Field::new("item", lists.data_type().clone(), true)),
+            OffsetBuffer::new(ScalarBuffer::from(vec![0, 2, 2, 5])),
+            Arc::new(lists),
+            None,
+        );
+        assert_eq!(count(&lists_of_lists, &[(0, 3)]), Some(vec![3 + 1 + 5]));
+        let fixed = FixedSizeListArray::from_iter_primitive::<Int32Type, _, _>(
+            vec![Some(vec![Some(1), Some(2)])],
+            2,
+        );
+        assert_eq!(count(&fixed, &[(0, 1)]), None);
     }
 
     fn stage(dir: &std::path::Path, name: &str, bytes: &[u8]) -> StagedInput {

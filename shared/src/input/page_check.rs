@@ -50,6 +50,9 @@ pub struct ChunkPages {
     pub largest_page_bytes: u64,
     /// The dictionary page, decoded (0 without one).
     pub dictionary_bytes: u64,
+    /// Values its data pages declare, nulls and empty lists included: the definition and
+    /// repetition levels a reader decodes from them.
+    pub levels: u64,
 }
 
 impl ChunkPages {
@@ -318,6 +321,7 @@ fn walk_chunk<R: Read + Seek>(
             ));
         }
         walk.decoded_bytes = walk.decoded_bytes.saturating_add(decoded);
+        walk.levels = walk.levels.saturating_add(header.num_values);
         if header.is_dictionary {
             walk.dictionary_bytes = walk.dictionary_bytes.max(decoded);
         } else {
@@ -434,6 +438,8 @@ struct PageHeader {
     v2_levels_bytes: Option<u64>,
     /// False for a v2 data page stored uncompressed.
     is_compressed: bool,
+    /// Values of a data page, nulls included (0 for other pages).
+    num_values: u64,
 }
 
 /// Compact Thrift field types.
@@ -465,10 +471,12 @@ impl PageHeader {
                 (1, T_I32) => header.is_dictionary = read_i32(r)? == DICTIONARY_PAGE,
                 (2, T_I32) => header.uncompressed_page_size = read_i32(r)?,
                 (3, T_I32) => header.compressed_page_size = read_i32(r)?,
+                (5, T_STRUCT) => header.num_values = read_num_values(r)?,
                 (8, T_STRUCT) => {
-                    let (levels, compressed) = read_v2_header(r)?;
+                    let (levels, compressed, values) = read_v2_header(r)?;
                     header.v2_levels_bytes = Some(levels);
                     header.is_compressed = compressed;
+                    header.num_values = values;
                 }
                 (_, kind) => skip(r, kind, 0)?,
             }
@@ -477,12 +485,30 @@ impl PageHeader {
     }
 }
 
-/// Level bytes and `is_compressed` of a `DataPageHeaderV2`.
-fn read_v2_header<R: Read>(r: &mut R) -> std::io::Result<(u64, bool)> {
+/// `num_values` of a `DataPageHeader` (its first field).
+fn read_num_values<R: Read>(r: &mut R) -> std::io::Result<u64> {
     let mut field = 0i16;
-    let (mut levels, mut compressed) = (0u64, true);
+    let mut values = 0u64;
     while let Some((id, kind)) = field_header(r, &mut field)? {
         match (id, kind) {
+            (1, T_I32) => values = non_negative(read_i32(r)?)?,
+            (_, kind) => skip(r, kind, 1)?,
+        }
+    }
+    Ok(values)
+}
+
+fn non_negative(value: i32) -> std::io::Result<u64> {
+    u64::try_from(value).map_err(|_| invalid("a negative count"))
+}
+
+/// Level bytes, `is_compressed` and `num_values` of a `DataPageHeaderV2`.
+fn read_v2_header<R: Read>(r: &mut R) -> std::io::Result<(u64, bool, u64)> {
+    let mut field = 0i16;
+    let (mut levels, mut compressed, mut values) = (0u64, true, 0u64);
+    while let Some((id, kind)) = field_header(r, &mut field)? {
+        match (id, kind) {
+            (1, T_I32) => values = non_negative(read_i32(r)?)?,
             (5 | 6, T_I32) => {
                 let bytes =
                     u64::try_from(read_i32(r)?).map_err(|_| invalid("negative level bytes"))?;
@@ -493,7 +519,7 @@ fn read_v2_header<R: Read>(r: &mut R) -> std::io::Result<(u64, bool)> {
             (_, kind) => skip(r, kind, 1)?,
         }
     }
-    Ok((levels, compressed))
+    Ok((levels, compressed, values))
 }
 
 fn invalid(message: &str) -> std::io::Error {
@@ -668,6 +694,7 @@ mod tests {
                         assert!(pages.decoded_bytes <= claimed, "{compression:?}");
                         assert!(claimed - pages.decoded_bytes < 1_000, "{compression:?}");
                         assert_eq!(pages.bounded_bytes(chunk.uncompressed_size()), claimed);
+                        assert_eq!(pages.levels, chunk.num_values() as u64, "{compression:?}");
                     }
                 }
                 // A cap below the pages' size refuses the file.

@@ -64,6 +64,7 @@ pub(super) fn range_input(
         reader_bytes_estimate,
         declared_sort_key,
         row_groups: Some(row_groups),
+        page_levels: Vec::new(),
     };
     input.rows = rows_in_range(&input, keys, range)?;
     Ok(input)
