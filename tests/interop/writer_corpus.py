@@ -379,7 +379,7 @@ def write_damaged_list_levels(store):
     data[at + 1] = 0b1011_0111  # the first null element (2) becomes an empty list (1)
     damaged.write_bytes(bytes(data))
     pq.write_table(tagged(3), d / "c.parquet", **options)
-    words = ["b-damaged.parquet", "column tags", "15 levels", "pages hold 16", "levels are damaged"]
+    words = ["b-damaged.parquet", "column tags", "15 levels", "pages hold 16", "levels or its page headers"]
     return [partial("listlevels", "b-damaged.parquet", words)]
 
 

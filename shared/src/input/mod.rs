@@ -65,7 +65,8 @@ pub struct CheckedInput {
     /// groups of a run that can hold its keys, and `rows` counts the rows of the range.
     pub row_groups: Option<Vec<usize>>,
     /// The levels each row group's column chunks hold, as their data pages declare them, by
-    /// row group and leaf column (empty: not walked); see [`LevelCount`].
+    /// row group and leaf column (empty: not walked), which [`SizedBatches`] checks the rows
+    /// of lists and maps against.
     pub page_levels: Vec<Vec<u64>>,
 }
 
@@ -464,9 +465,9 @@ struct LevelCount {
 }
 
 /// A flat top-level column (one leaf, not repeated) whose nulls read from a row group must be
-/// the nulls its statistics declare, when they declare them. The Parquet crate reads
-/// damaged definition levels as they come: a level out of range (where pyarrow refuses the
-/// file, "malformed levels") or flipped turns a value into a null, and the page's later
+/// the nulls its statistics declare, when they declare them. The Parquet crate takes
+/// definition levels as they come: a damaged one (flipped, or out of range, where pyarrow
+/// refuses the file as "malformed levels") can turn a value into a null, and the page's later
 /// values then land one row early, with no error. Counting the nulls shows the damage
 /// instead of compacting rows whose values moved.
 #[derive(Debug, Clone)]
@@ -659,7 +660,8 @@ impl SizedBatches {
                         .map_or("?", |field| field.name().as_str());
                     return Err(damaged(format!(
                         "column {name} of row group {row_group} decodes to {} nulls but its \
-                         statistics declare {declared}: its definition levels are damaged",
+                         statistics declare {declared}: its definition levels or its statistics \
+                         are damaged",
                         counted.nulls
                     )));
                 }
@@ -676,7 +678,8 @@ impl SizedBatches {
                             .map_or("?", |field| field.name().as_str());
                         return Err(damaged(format!(
                             "column {name} of row group {row_group} decodes to rows of {read} \
-                             levels but its pages hold {declared}: its levels are damaged"
+                             levels but its pages hold {declared}: its levels or its page headers \
+                             are damaged"
                         )));
                     }
                 }
