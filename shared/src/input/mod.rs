@@ -1195,19 +1195,15 @@ mod tests {
     /// levels their pages hold; the file's bytes and the rows read are unchanged.
     #[test]
     fn nested_rows_read_whole_match_their_pages_levels() {
-        use crate::bench::generate::{GenerateSpec, generate_batches};
-        use arrow::array::{ListBuilder, StringBuilder, StructArray};
+        use arrow::array::{ListBuilder, MapBuilder, StringBuilder, StructArray};
         let dir = tempfile::tempdir().expect("tempdir");
-        let spec = GenerateSpec {
-            files: 1,
-            rows_per_file: 3_000,
-            ..GenerateSpec::default()
-        };
-        let generated = generate_batches(&partition(), &spec, 0).expect("rows");
+        let (start, _) = partition().time_range_nanos();
         let mut batches = Vec::new();
-        for (b, batch) in generated.iter().enumerate() {
+        for b in 0..3 {
+            let rows = 1_000;
             let mut lists = ListBuilder::new(ListBuilder::new(StringBuilder::new()));
-            for row in 0..batch.num_rows() {
+            let mut attributes = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+            for row in 0..rows {
                 match (row + b) % 5 {
                     0 => lists.append(false),
                     1 => lists.append(true),
@@ -1225,20 +1221,30 @@ mod tests {
                         lists.append(true);
                     }
                 }
+                for entry in 0..(row + b) % 4 {
+                    attributes.keys().append_value(format!("k{entry}"));
+                    match (row + entry) % 3 {
+                        0 => attributes.values().append_null(),
+                        _ => attributes.values().append_value(format!("v{row}")),
+                    }
+                }
+                attributes.append(row % 7 != 0).expect("a map");
             }
             let lists: ArrayRef = Arc::new(lists.finish());
             let holder = StructArray::from(vec![(
                 Arc::new(Field::new("lists", lists.data_type().clone(), true)),
                 Arc::clone(&lists),
             )]);
-            let schema = batch.schema();
-            let mut columns: Vec<(&str, ArrayRef)> = (schema.fields().iter())
-                .zip(batch.columns())
-                .map(|(f, c)| (f.name().as_str(), Arc::clone(c)))
-                .collect();
-            columns.push(("lists", lists));
-            columns.push(("holder", Arc::new(holder)));
-            batches.push(crate::testing::named_batch(columns));
+            let times = (0..rows as i64).map(|r| start + r + 1_000 * b as i64);
+            batches.push(crate::testing::named_batch(vec![
+                (
+                    "time_unix_nano",
+                    Arc::new(Int64Array::from_iter_values(times)),
+                ),
+                ("attributes", Arc::new(attributes.finish())),
+                ("lists", lists),
+                ("holder", Arc::new(holder)),
+            ]));
         }
         let bytes = parquet_bytes(&batches, 700);
         let staged = stage(dir.path(), "nested.parquet", &bytes);
