@@ -649,6 +649,9 @@ impl SizedBatches {
             let metadata = self.metadata()?.clone();
             let chunks = (metadata.metadata().row_groups().get(row_group))
                 .map_or(&[][..], |group| group.columns());
+            let name = |field: usize| {
+                (metadata.schema().fields().get(field)).map_or("?", |field| field.name().as_str())
+            };
             for counted in &self.null_counts {
                 let declared = (chunks.get(counted.leaf))
                     .and_then(|chunk| chunk.statistics())
@@ -656,12 +659,11 @@ impl SizedBatches {
                 if let Some(declared) = declared
                     && declared != counted.nulls
                 {
-                    let name = (metadata.schema().fields().get(counted.field))
-                        .map_or("?", |field| field.name().as_str());
                     return Err(damaged(format!(
-                        "column {name} of row group {row_group} decodes to {} nulls but its \
+                        "column {} of row group {row_group} decodes to {} nulls but its \
                          statistics declare {declared}: its definition levels or its statistics \
                          are damaged",
+                        name(counted.field),
                         counted.nulls
                     )));
                 }
@@ -674,12 +676,11 @@ impl SizedBatches {
                         continue;
                     };
                     if read != declared {
-                        let name = (metadata.schema().fields().get(counted.field))
-                            .map_or("?", |field| field.name().as_str());
                         return Err(damaged(format!(
-                            "column {name} of row group {row_group} decodes to rows of {read} \
+                            "column {} of row group {row_group} decodes to rows of {read} \
                              levels but its pages hold {declared}: its levels or its page headers \
-                             are damaged"
+                             are damaged",
+                            name(counted.field)
                         )));
                     }
                 }
@@ -1094,11 +1095,21 @@ mod tests {
         assert_eq!(rows[0], PROBE_ROWS);
     }
 
-    /// 100 rows of a time and a nullable body (null on the first eight rows and every seventh),
-    /// plain, uncompressed, version 1 pages: a body page's definition levels come first.
-    fn bodies_file() -> Vec<u8> {
+    /// `batch` in one row group of plain, uncompressed, version 1 pages: each page's levels
+    /// come first, where a test can find and damage them.
+    fn plain_file(batch: RecordBatch) -> Vec<u8> {
         use parquet::basic::Compression;
         use parquet::file::properties::WriterProperties;
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::UNCOMPRESSED)
+            .set_dictionary_enabled(false)
+            .build();
+        parquet_bytes_with(&[batch], properties).to_vec()
+    }
+
+    /// 100 rows of a time and a nullable body (null on the first eight rows and every seventh),
+    /// as a [`plain_file`].
+    fn bodies_file() -> Vec<u8> {
         let (start, _) = partition().time_range_nanos();
         let bodies: Vec<Option<String>> = (0..100)
             .map(|i| (i % 7 != 0 && i >= 8).then(|| format!("line {i}")))
@@ -1110,11 +1121,7 @@ mod tests {
             ),
             ("body", Arc::new(StringArray::from(bodies)) as ArrayRef),
         ]);
-        let properties = WriterProperties::builder()
-            .set_compression(Compression::UNCOMPRESSED)
-            .set_dictionary_enabled(false)
-            .build();
-        parquet_bytes_with(&[batch], properties).to_vec()
+        plain_file(batch)
     }
 
     /// A damaged definition level that turns a row's value into a null reads in the Parquet
@@ -1160,15 +1167,13 @@ mod tests {
         );
     }
 
-    /// A file of `rows` rows of a time and a `tags` list of two strings, the second null,
-    /// plain, uncompressed, version 1 pages (levels first), `rows_per_group` to a row group.
-    fn tags_file(rows: usize, rows_per_group: usize) -> Vec<u8> {
+    /// Eight rows of a time and a `tags` list of two strings, the second null, as a
+    /// [`plain_file`].
+    fn tags_file() -> Vec<u8> {
         use arrow::array::{ListBuilder, StringBuilder};
-        use parquet::basic::Compression;
-        use parquet::file::properties::WriterProperties;
         let (start, _) = partition().time_range_nanos();
         let mut tags = ListBuilder::new(StringBuilder::new());
-        for _ in 0..rows {
+        for _ in 0..8 {
             tags.values().append_value("a");
             tags.values().append_null();
             tags.append(true);
@@ -1176,18 +1181,11 @@ mod tests {
         let batch = crate::testing::named_batch(vec![
             (
                 "time_unix_nano",
-                Arc::new(Int64Array::from_iter_values(
-                    (0..rows as i64).map(|r| start + r),
-                )),
+                Arc::new(Int64Array::from_iter_values((0..8).map(|r| start + r))),
             ),
             ("tags", Arc::new(tags.finish())),
         ]);
-        let properties = WriterProperties::builder()
-            .set_compression(Compression::UNCOMPRESSED)
-            .set_dictionary_enabled(false)
-            .set_max_row_group_row_count(Some(rows_per_group))
-            .build();
-        parquet_bytes_with(&[batch], properties).to_vec()
+        plain_file(batch)
     }
 
     /// Lists, maps and structs of lists, with nulls and empty ones at every level, in several
@@ -1298,7 +1296,7 @@ mod tests {
     #[test]
     fn a_list_element_lost_to_a_damaged_level_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut bytes = tags_file(8, 8);
+        let mut bytes = tags_file();
         // Definition levels of (a, null) pairs: 3 then 2, two bits each, bit-packed from the
         // low bits (0b10_11_10_11), after a header of two groups of eight.
         let levels = bytes
@@ -1319,7 +1317,7 @@ mod tests {
                 && reason.contains("its pages hold 16"),
             "{reason}"
         );
-        let intact = stage(dir.path(), "intact.parquet", &tags_file(8, 8));
+        let intact = stage(dir.path(), "intact.parquet", &tags_file());
         let checked =
             check_input(intact, &partition(), &KeyColumns::default(), 8 << 20).expect("checked");
         let rows: Vec<RecordBatch> = SizedBatches::open(&checked, TARGET)
