@@ -12,7 +12,8 @@ pub enum Status {
     Compacted,
     /// Nothing to do: already compacted, empty, or done by another compactor.
     Noop,
-    /// Compacted, but some inputs were bad and are quarantined in place.
+    /// Some inputs were bad and are quarantined in place; the rest were compacted (or, when
+    /// none brought a row, the earlier output was kept as it is).
     Partial,
     /// Another compactor retired our inputs first; nothing of ours was committed.
     Conflict,

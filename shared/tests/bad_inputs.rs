@@ -319,3 +319,90 @@ async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays
     assert_eq!(third.status, Status::Compacted, "{:?}", third.error);
     assert_eq!(third.inputs.rows, 21);
 }
+
+/// Files arriving in a compacted partition that bring no row (bad, empty, or gone before they
+/// are read) are recorded without rewriting its output: the output stays the same object,
+/// byte for byte, and only a file with rows makes the next job merge again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_files_without_rows_leave_the_compacted_output_as_it_is() {
+    let memory = Arc::new(InMemory::new());
+    let refusing = RefusingStore::new(
+        memory,
+        vec![("v9-vanished.parquet".into(), Refusal::Vanished)],
+    );
+    let store = Store::from_object_store(Arc::new(refusing), "memory://");
+    let layout = KeyLayout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let dir = layout.ingest_dir(&partition);
+    let (start, _) = partition.time_range_nanos();
+    let file =
+        |rows: &[ourios_compaction::testing::TestRow]| parquet_bytes(&[rows_batch(rows)], 10);
+    let a = [(Some("b".to_string()), start + 5, 1), (None, start + 9, 2)];
+    put_bytes(&store, &format!("{dir}/a0-good.parquet"), file(&a)).await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let options = CompactOptions::new(scratch.path());
+    let compact = || compact_partition(&store, &layout, &partition, &options);
+    let first = compact().await.expect("runs");
+    assert_eq!(first.status, Status::Compacted, "{first:?}");
+    let output = first.output.expect("an output").key;
+    let output_bytes = get_bytes(&store, &output).await;
+    let compacted_objects = || async {
+        store
+            .list_sorted(&layout.compacted_dir(&partition))
+            .await
+            .expect("lists")
+            .len()
+    };
+    assert_eq!(compacted_objects().await, 1);
+
+    // A file gone before it is read changes nothing, so no version is written.
+    put_bytes(&store, &format!("{dir}/v9-vanished.parquet"), file(&a)).await;
+    let vanished = compact().await.expect("runs");
+    assert_eq!(vanished.status, Status::Noop, "{vanished:?}");
+    assert_eq!(vanished.manifest_version, 1);
+
+    // A bad file and a valid one without rows: quarantined and retired, the output kept.
+    let garbage = format!("{dir}/b1-garbage.parquet");
+    put_bytes(&store, &garbage, Bytes::from_static(b"not parquet")).await;
+    let no_rows = format!("{dir}/b2-no-rows.parquet");
+    put_bytes(&store, &no_rows, file(&[])).await;
+    let late = compact().await.expect("runs");
+    assert_eq!(late.status, Status::Partial, "{late:?}");
+    assert!(late.output.is_none() && late.outputs.is_empty(), "{late:?}");
+    assert_eq!(
+        (late.inputs.files, late.inputs.rows),
+        (1, 0),
+        "the file without rows"
+    );
+    assert_eq!(late.quarantined.len(), 1, "{:?}", late.quarantined);
+    assert_eq!(late.quarantined[0].file, garbage);
+    assert_eq!(late.manifest_version, 2);
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    let vanished_key = format!("{dir}/v9-vanished.parquet");
+    assert_eq!(files.live, vec![output.clone(), vanished_key]);
+    assert_eq!(files.quarantined.len(), 1);
+    assert_eq!(get_bytes(&store, &output).await, output_bytes);
+    assert_eq!(compacted_objects().await, 1, "no output was written");
+    assert_eq!(
+        get_bytes(&store, &no_rows).await,
+        file(&[]),
+        "retired, kept"
+    );
+
+    // A late file with rows is merged with the output, as before.
+    let c = [(Some("a".to_string()), start + 7, 3)];
+    put_bytes(&store, &format!("{dir}/c0-late.parquet"), file(&c)).await;
+    let merged = compact().await.expect("runs");
+    assert_eq!(merged.status, Status::Compacted, "{merged:?}");
+    assert_eq!(merged.inputs.rows, 3);
+    let merged_output = merged.output.expect("an output").key;
+    assert_ne!(merged_output, output);
+    let rows: usize = read_parquet(&store, &merged_output)
+        .await
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    assert_eq!(rows, 3);
+}

@@ -585,3 +585,55 @@ fn groups_that_disagree_on_a_type_compact_after_the_plan_quarantines_the_minorit
         assert!(rows.windows(2).all(|w| key_of(&w[0]) <= key_of(&w[1])));
     });
 }
+
+/// Files without rows arriving after a fanned-out job leave its ranges as they are: the next
+/// job checks them alone and only quarantines or retires them, instead of fanning out to
+/// rewrite every range; a late file with rows fans out and merges as before.
+#[test]
+fn late_files_without_rows_leave_the_ranges_as_they_are() {
+    multi_thread_runtime(2).block_on(async {
+        let (store, layout, files, dir) = two_files_ingested().await;
+        let first = compact_in_two_ranges(&store, &layout).await;
+        assert_eq!(first.status, Status::Compacted, "{first:?}");
+        assert_eq!(first.outputs.len(), 2);
+        let mut ranges = Vec::new();
+        for output in &first.outputs {
+            ranges.push((output.key.clone(), get_bytes(&store, &output.key).await));
+        }
+
+        let garbage = format!("{dir}/ingest-0100.parquet");
+        put_bytes(&store, &garbage, bytes::Bytes::from_static(b"not parquet")).await;
+        let no_rows = format!("{dir}/ingest-0101.parquet");
+        put_bytes(&store, &no_rows, parquet_bytes(&[rows_batch(&[])], 10)).await;
+        let late = compact_in_two_ranges(&store, &layout).await;
+        assert_eq!(late.status, Status::Partial, "{late:?}");
+        assert!(
+            late.outputs.is_empty() && late.fan_out.is_none(),
+            "{late:?}"
+        );
+        assert_eq!((late.inputs.files, late.inputs.rows), (1, 0));
+        assert_eq!(late.quarantined.len(), 1, "{:?}", late.quarantined);
+        assert_eq!(late.quarantined[0].file, garbage);
+        let files_now = partition_files(&store, &layout, &partition())
+            .await
+            .expect("files");
+        let mut live = files_now.live.clone();
+        live.sort();
+        let mut kept: Vec<String> = ranges.iter().map(|(key, _)| key.clone()).collect();
+        kept.sort();
+        assert_eq!(live, kept, "the ranges stay the live set");
+        for (key, bytes) in &ranges {
+            assert_eq!(&get_bytes(&store, key).await, bytes, "{key} is unchanged");
+        }
+
+        ingest(&store, &layout, &files[2..3], 2).await;
+        let merged = compact_in_two_ranges(&store, &layout).await;
+        assert_eq!(merged.status, Status::Compacted, "{merged:?}");
+        assert!(merged.fan_out.is_some(), "{merged:?}");
+        let mut rows = output_rows(&store, &merged).await;
+        let mut expected: Vec<TestRow> = files[..3].concat();
+        rows.sort();
+        expected.sort();
+        assert_eq!(rows, expected);
+    });
+}

@@ -199,9 +199,13 @@ async fn run_job(
         gauge,
         attempt_id: &attempt_id,
     };
+    let in_one_piece = manifest.compacted_in_one_piece();
     let produced = match fan_out::shape(&wanted, options) {
-        Some(shape) => fan_out::produce(&job, manifest.version, wanted, shape).await?,
-        None => produce_one(&job, wanted).await?,
+        Some(shape) => match settle_without_rows(&job, &wanted, in_one_piece).await? {
+            Some(settled) => settled,
+            None => fan_out::produce(&job, manifest.version, wanted, shape).await?,
+        },
+        None => produce_one(&job, wanted, in_one_piece).await?,
     };
     commit_produced(&job, &manifest, &listing, produced, report).await
 }
@@ -360,11 +364,20 @@ fn wanted_inputs(manifest: &Manifest, live: &crate::manifest::LiveSet) -> Result
     Ok(wanted)
 }
 
-/// Steps 2 to 4 in one task: stage, check, sort and write one output.
-async fn produce_one(job: &JobContext<'_>, wanted: Vec<WantedInput>) -> Result<Produced> {
+/// Steps 2 to 4 in one task: stage, check, sort and write one output. `compacted_in_one_piece`
+/// says the earlier outputs among `wanted` need no merge among themselves
+/// ([`Manifest::compacted_in_one_piece`]).
+async fn produce_one(
+    job: &JobContext<'_>,
+    wanted: Vec<WantedInput>,
+    compacted_in_one_piece: bool,
+) -> Result<Produced> {
     let options = job.options;
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
-    let sorted = sort_group(job, wanted, &scratch, &OutputTarget::Output).await?;
+    let target = OutputTarget::Output {
+        compacted_in_one_piece,
+    };
+    let sorted = sort_group(job, wanted, &scratch, &target).await?;
     drop(scratch);
     // INVARIANT: an output is committed within half the grace of its upload (on this host's
     // monotonic clock), so GC, which waits the whole grace on the store's clock, never sweeps
@@ -383,10 +396,53 @@ async fn produce_one(job: &JobContext<'_>, wanted: Vec<WantedInput>) -> Result<P
     })
 }
 
+/// Before a job fans out over earlier outputs in one piece: checks the other inputs alone,
+/// and when none of them brings a row (all bad, empty or gone), settles them (bad ones
+/// quarantined, empty ones consumed) without rewriting the outputs, as [`sort_group`] does in
+/// one task. `None`: some input has rows to merge, and the job fans out.
+async fn settle_without_rows(
+    job: &JobContext<'_>,
+    wanted: &[WantedInput],
+    compacted_in_one_piece: bool,
+) -> Result<Option<Produced>> {
+    if !compacted_in_one_piece || !wanted.iter().any(|w| w.is_compacted) {
+        return Ok(None);
+    }
+    let others: Vec<WantedInput> = wanted.iter().filter(|w| !w.is_compacted).cloned().collect();
+    let options = job.options;
+    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let group = stage_and_check(job, others, &scratch, true).await?;
+    if !group.checked.is_empty() {
+        return Ok(None);
+    }
+    let mut quarantined = group.quarantined;
+    quarantined.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(Some(Produced {
+        consumed: group.empty.iter().map(consumed_input).collect(),
+        rows: 0,
+        quarantined,
+        outputs: Vec::new(),
+        stats: SortStats::default(),
+        fan_out: None,
+        commit_by: None,
+    }))
+}
+
+/// A checked input as the commit retires it.
+fn consumed_input(c: &CheckedInput) -> WantedInput {
+    WantedInput {
+        key: c.staged.key.clone(),
+        bytes: c.staged.size,
+        is_compacted: c.staged.is_compacted,
+    }
+}
+
 /// Where a sorted group goes.
 pub(crate) enum OutputTarget {
-    /// The job's output, named by its input set ([`output_key`]).
-    Output,
+    /// The job's output, named by its input set ([`output_key`]). When the earlier outputs
+    /// among the inputs are in one piece and no other input with rows passes the check, none
+    /// is written: they stand as they are, and only the bad and empty inputs are committed.
+    Output { compacted_in_one_piece: bool },
     /// A run of a fanned-out job, at this key.
     Run(Path),
 }
@@ -400,14 +456,25 @@ pub(crate) struct SortedGroup {
     pub(crate) written: Option<Written>,
 }
 
-/// Steps 2 to 4 for a group of inputs: stage them in `scratch`, check them, and sort the good
-/// ones into `target`, restarting without any input found bad midway.
-pub(crate) async fn sort_group(
+/// What steps 2 and 3 left of a group of inputs.
+struct CheckedGroup {
+    /// Inputs that passed the check with rows, in ordinal order.
+    checked: Vec<CheckedInput>,
+    /// Valid inputs without rows: consumed with the others, kept out of the union.
+    empty: Vec<CheckedInput>,
+    /// Bad inputs.
+    quarantined: Vec<Quarantined>,
+}
+
+/// Steps 2 and 3 for a group of inputs: stage them in `scratch` and check them. Unless
+/// `others_readable` (other live inputs were read by an earlier job), every input refused by
+/// the store fails the job: the function's own access is then at fault, not the files.
+async fn stage_and_check(
     job: &JobContext<'_>,
     wanted: Vec<WantedInput>,
     scratch: &ScratchDir,
-    target: &OutputTarget,
-) -> Result<SortedGroup> {
+    others_readable: bool,
+) -> Result<CheckedGroup> {
     let (store, partition, options) = (job.store, job.partition, job.options);
     // Step 2: stage.
     let (staged, unreadable) =
@@ -423,9 +490,8 @@ pub(crate) async fn sort_group(
             }
         }
     }
-    if !refused.is_empty() && staged.is_empty() {
-        // Every input refused: the function's own access (or the store) is at fault, not
-        // the files; fail and retry rather than quarantine a whole partition.
+    if !refused.is_empty() && staged.is_empty() && !others_readable {
+        // Fail and retry rather than quarantine a whole partition.
         let (key, reason) = &refused[0];
         return Err(Error::Config {
             message: format!(
@@ -436,7 +502,7 @@ pub(crate) async fn sort_group(
 
     // Step 3: check.
     let checking = Instant::now();
-    let (mut checked, mut quarantined) = check_inputs(staged, partition, options).await?;
+    let (checked, mut quarantined) = check_inputs(staged, partition, options).await?;
     for (key, reason) in &refused {
         quarantined.push(quarantine_key(
             key,
@@ -447,12 +513,28 @@ pub(crate) async fn sort_group(
         elapsed_ms = checking.elapsed().as_millis() as u64,
         "inputs checked"
     );
+    let (empty, checked) = checked.into_iter().partition(|c| c.rows == 0);
+    Ok(CheckedGroup {
+        checked,
+        empty,
+        quarantined,
+    })
+}
 
-    // A valid file without rows has nothing to sort: it is consumed (retired) with the
-    // inputs, and its schema stays out of the union.
-    let (empty, rest): (Vec<CheckedInput>, Vec<CheckedInput>) =
-        checked.into_iter().partition(|c| c.rows == 0);
-    checked = rest;
+/// Steps 2 to 4 for a group of inputs: stage them in `scratch`, check them, and sort the good
+/// ones into `target`, restarting without any input found bad midway.
+pub(crate) async fn sort_group(
+    job: &JobContext<'_>,
+    wanted: Vec<WantedInput>,
+    scratch: &ScratchDir,
+    target: &OutputTarget,
+) -> Result<SortedGroup> {
+    let (partition, options) = (job.partition, job.options);
+    let CheckedGroup {
+        mut checked,
+        empty,
+        mut quarantined,
+    } = stage_and_check(job, wanted, scratch, false).await?;
 
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
@@ -478,6 +560,18 @@ pub(crate) async fn sort_group(
         let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
             break None;
         };
+        if matches!(
+            target,
+            OutputTarget::Output {
+                compacted_in_one_piece: true
+            }
+        ) && checked.iter().all(|c| c.staged.is_compacted)
+        {
+            // Nothing new to merge: rewriting the earlier outputs would change no row. They
+            // are neither consumed nor retired.
+            checked.clear();
+            break None;
+        }
         let input_bytes: u64 = checked.iter().map(|c| c.staged.size).sum();
         let write = WriteJob {
             inputs: &checked,
@@ -486,7 +580,7 @@ pub(crate) async fn sort_group(
             range: None,
         };
         let name = |row_group_bytes: u64| match target {
-            OutputTarget::Output => output_key(
+            OutputTarget::Output { .. } => output_key(
                 job.layout,
                 partition,
                 &checked,
@@ -505,15 +599,7 @@ pub(crate) async fn sort_group(
         }
     };
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
-    let consumed = checked
-        .iter()
-        .chain(&empty)
-        .map(|c| WantedInput {
-            key: c.staged.key.clone(),
-            bytes: c.staged.size,
-            is_compacted: c.staged.is_compacted,
-        })
-        .collect();
+    let consumed = checked.iter().chain(&empty).map(consumed_input).collect();
     Ok(SortedGroup {
         consumed,
         rows: checked.iter().map(|c| c.rows).sum(),
@@ -553,6 +639,11 @@ async fn commit_produced(
     report.runs_spilled = stats.runs_spilled;
     report.merge_passes = stats.merge_passes;
     report.spill_bytes = stats.spill_bytes;
+    if consumed.is_empty() && written.is_empty() && quarantined.is_empty() {
+        // Every new input vanished since the listing: no version would change anything.
+        report.status = Status::Noop;
+        return Ok(());
+    }
 
     // Each attempt names its outputs uniquely, so a late job may delete its own outputs: no
     // manifest can reference them.
