@@ -243,6 +243,15 @@ pub enum Error {
         message: String,
     },
 
+    /// A file asked to be released from quarantine is not a quarantined ingest file.
+    #[error("{key} is not a quarantined ingest file of {partition}")]
+    NotQuarantined {
+        /// The key asked for.
+        key: String,
+        /// The partition, as `tenant=…/year=…/month=…/day=…/hour=…`.
+        partition: String,
+    },
+
     /// An internal invariant does not hold.
     #[error("internal error (please report): {message}")]
     Invariant {
@@ -255,9 +264,10 @@ impl Error {
     /// The retry class of this error; exhaustive so every new variant needs a decision.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Config { .. } | Error::Partition { .. } | Error::Manifest { .. } => {
-                ErrorKind::InvalidInput
-            }
+            Error::Config { .. }
+            | Error::Partition { .. }
+            | Error::Manifest { .. }
+            | Error::NotQuarantined { .. } => ErrorKind::InvalidInput,
             Error::Store { source, .. } => match source {
                 object_store::Error::Precondition { .. }
                 | object_store::Error::AlreadyExists { .. } => ErrorKind::Conflict,

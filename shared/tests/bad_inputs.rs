@@ -8,7 +8,7 @@ use arrow::array::{Int64Array, StringArray, UInt64Array};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::manifest::partition_files;
+use ourios_compaction::manifest::{partition_files, release_quarantined};
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
@@ -405,4 +405,80 @@ async fn late_files_without_rows_leave_the_compacted_output_as_it_is() {
         .map(|b| b.num_rows())
         .sum();
     assert_eq!(rows, 3);
+}
+
+/// A file quarantined because the store refused it (a KMS key the function could not use)
+/// comes back once released: it is live again, the next job merges its rows, and releasing a
+/// file that is not quarantined is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_file_is_live_again_and_the_next_job_merges_it() {
+    let memory = Arc::new(InMemory::new());
+    let refusing = RefusingStore::new(
+        memory.clone(),
+        vec![("k1-kms.parquet".into(), Refusal::Forbidden)],
+    );
+    let refused = Store::from_object_store(Arc::new(refusing), "memory://");
+    let layout = KeyLayout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let dir = layout.ingest_dir(&partition);
+    let (start, _) = partition.time_range_nanos();
+    let file = |t| parquet_bytes(&[rows_batch(&[(Some("a".to_string()), start + t, t)])], 10);
+    let kms = format!("{dir}/k1-kms.parquet");
+    put_bytes(&refused, &format!("{dir}/a0-good.parquet"), file(1)).await;
+    put_bytes(&refused, &kms, file(2)).await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let options = CompactOptions::new(scratch.path());
+    let first = compact_partition(&refused, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    assert_eq!(first.status, Status::Partial, "{first:?}");
+    assert_eq!(first.quarantined[0].file, kms);
+
+    // The function may now use the key: the same objects, read without refusal.
+    let fixed = Store::from_object_store(memory, "memory://");
+    let not_quarantined = release_quarantined(
+        &fixed,
+        &layout,
+        &partition,
+        &[format!("{dir}/a0-good.parquet")],
+        0,
+    )
+    .await
+    .expect_err("a live file is not quarantined");
+    assert!(
+        not_quarantined.to_string().contains("a0-good.parquet"),
+        "{not_quarantined}"
+    );
+    let released = release_quarantined(&fixed, &layout, &partition, std::slice::from_ref(&kms), 0)
+        .await
+        .expect("releases");
+    assert_eq!(released.released.len(), 1);
+    assert!(released.released[0].reason.contains("refused"));
+    assert_eq!(released.manifest_version, 2);
+    let files = partition_files(&fixed, &layout, &partition)
+        .await
+        .expect("files");
+    assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
+    assert!(files.live.contains(&kms), "{:?}", files.live);
+    let again = release_quarantined(&fixed, &layout, &partition, &[], 0)
+        .await
+        .expect("nothing to release");
+    assert!(again.released.is_empty());
+    assert_eq!(again.manifest_version, 2, "no version written");
+
+    let merged = compact_partition(&fixed, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    assert_eq!(merged.status, Status::Compacted, "{merged:?}");
+    let output = merged.output.expect("an output").key;
+    let rows: usize = read_parquet(&fixed, &output)
+        .await
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    assert_eq!(rows, 2, "the released file's row is merged");
+    let files = partition_files(&fixed, &layout, &partition)
+        .await
+        .expect("files");
+    assert_eq!(files.live, vec![output]);
 }

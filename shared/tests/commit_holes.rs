@@ -152,6 +152,7 @@ fn commit_request(job: &str, inputs: &[&str], output: &str, forget: &[&str]) -> 
             input_set: format!("set-of-{job}"),
         }],
         quarantined: Vec::new(),
+        released: Vec::new(),
         forget: forget.iter().map(|k| k.to_string()).collect(),
         ingested_bytes: 1,
         attempt_id: job.to_string(),

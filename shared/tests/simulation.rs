@@ -472,6 +472,7 @@ impl Sim {
             inputs: job.inputs.clone(),
             outputs: job.output.clone().into_iter().collect(),
             quarantined: job.quarantined.clone(),
+            released: Vec::new(),
             forget: job.forget.clone(),
             ingested_bytes: 1,
             attempt_id: job.id.clone(),

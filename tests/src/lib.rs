@@ -183,6 +183,7 @@ pub fn commit_request(job: &str, input: &str, output: &str) -> CommitRequest {
             input_set: String::new(),
         }],
         quarantined: Vec::new(),
+        released: Vec::new(),
         forget: Vec::new(),
         ingested_bytes: 0,
         attempt_id: job.to_string(),

@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use bytes::Bytes;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::collect_garbage;
-use ourios_compaction::manifest::partition_files;
+use ourios_compaction::manifest::{partition_files, release_quarantined};
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
@@ -134,5 +134,85 @@ async fn quarantined_files_survive_compaction_and_gc_on_s3() {
         &live_tags(&store, &layout, &partition).await,
         &expected,
         "the good rows",
+    );
+}
+
+/// A file quarantined for more columns than a small budget allows is merged once released to a
+/// compactor with a larger one: the release is a create-only manifest write on S3 like any
+/// commit, the file is live from that version on, and every row is live exactly once after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_file_is_merged_by_a_larger_compactor_on_s3() {
+    let store = open_s3("quarantine-release");
+    let layout = KeyLayout::default();
+    let partition = test_partition();
+    let dir = layout.ingest_dir(&partition);
+    let (start, _) = partition.time_range_nanos();
+    let mut expected = land_files(&store, &layout, &partition, 2, 200).await;
+
+    // 300 leaf columns: more than the 256 a 16 MiB budget allows, fewer than 64 MiB's 512.
+    let wide_tag = 77_777;
+    let mut columns: Vec<(String, ArrayRef)> = vec![
+        (
+            "service.name".into(),
+            Arc::new(StringArray::from(vec!["api"])),
+        ),
+        (
+            "time_unix_nano".into(),
+            Arc::new(Int64Array::from(vec![start + 3])),
+        ),
+        ("tag".into(), Arc::new(Int64Array::from(vec![wide_tag]))),
+    ];
+    for c in 0..297 {
+        columns.push((format!("attr_{c:03}"), Arc::new(Int64Array::from(vec![c]))));
+    }
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(name, array)| Field::new(name, array.data_type().clone(), true))
+        .collect();
+    let arrays = columns.into_iter().map(|(_, array)| array).collect();
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("batch");
+    let wide = format!("{dir}/w-wide.parquet");
+    put_bytes(&store, &wide, parquet_bytes(&[batch], 10)).await;
+
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut small = CompactOptions::new(scratch.path());
+    small.budget_bytes = 16 << 20;
+    let report = compact_partition(&store, &layout, &partition, &small)
+        .await
+        .expect("runs");
+    assert_eq!(report.status, Status::Partial, "{report:?}");
+    assert_eq!(report.quarantined[0].file, wide);
+    assert!(
+        report.quarantined[0]
+            .reason
+            .contains("memory budget allows"),
+        "{}",
+        report.quarantined[0].reason
+    );
+
+    let released = release_quarantined(&store, &layout, &partition, &[], 0)
+        .await
+        .expect("releases");
+    assert_eq!(released.released.len(), 1);
+    assert_eq!(released.released[0].key, wide);
+    assert_eq!(released.manifest_version, report.manifest_version + 1);
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    assert!(
+        files.live.contains(&wide) && files.quarantined.is_empty(),
+        "{files:?}"
+    );
+
+    let larger = CompactOptions::new(scratch.path());
+    let report = compact_partition(&store, &layout, &partition, &larger)
+        .await
+        .expect("runs");
+    assert_eq!(report.status, Status::Compacted, "{report:?}");
+    expected.insert(wide_tag);
+    assert_exactly_once(
+        &live_tags(&store, &layout, &partition).await,
+        &expected,
+        "the released file's row with the others",
     );
 }

@@ -223,6 +223,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Release quarantined files of a partition back into its live set, once what made them
+    /// bad is fixed (the function's access to their KMS key, its memory, a newer build): readers
+    /// read them again and the next compaction merges them, or quarantines them again if they
+    /// are still bad. JSON: {"partition", "released": [{"key", "reason"}], "manifest_version"}.
+    Release {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        partition: PartitionArgs,
+        /// Key of a quarantined file, relative to the store root, as `files` prints it; repeat
+        /// for several (default: every quarantined file of the partition).
+        #[arg(long = "key")]
+        keys: Vec<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write realistic synthetic ingest files into a partition.
     Generate {
         #[command(flatten)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ourios_compaction::bench::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
-use ourios_compaction::manifest::partition_files;
+use ourios_compaction::manifest::{partition_files, release_quarantined};
 use ourios_compaction::options::{DEFAULT_BUDGET_BYTES, DEFAULT_GC_GRACE, Progress};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::inspect::inspect_object;
@@ -62,6 +62,30 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 for key in &files.unaddressable {
                     println!("unaddressable: {key:?} (rename it to compact it)");
                 }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Release {
+            store,
+            partition,
+            keys,
+            json,
+        } => {
+            let (store, layout, partition) = open(&store, &partition)?;
+            let now_ms = ourios_compaction::clock::SystemClock::shared().now_ms();
+            let released = release_quarantined(&store, &layout, &partition, &keys, now_ms).await?;
+            if json {
+                println!("{}", to_json(&released));
+            } else if released.released.is_empty() {
+                println!("nothing quarantined to release in {}", released.partition);
+            } else {
+                for q in &released.released {
+                    println!("released: {} (was: {})", q.key, q.reason);
+                }
+                println!(
+                    "manifest version {}: compact the partition to merge them",
+                    released.manifest_version
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

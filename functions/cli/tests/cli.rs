@@ -305,6 +305,69 @@ fn a_bad_input_gives_partial_with_exit_zero() {
     );
 }
 
+/// `release` puts a quarantined file back into the live set (JSON and exit code by contract);
+/// a file still bad is quarantined again by the next compaction, which keeps the output it
+/// has; a key that is not quarantined is refused by name.
+#[test]
+fn release_returns_a_quarantined_file_to_the_live_set() {
+    let dir = tempfile::tempdir().expect("dir");
+    generate(dir.path(), "acme", &["--files", "2", "--rows", "100"]);
+    let bad = "data/tenant=acme/year=2026/month=11/day=29/hour=10/zz-corrupt.parquet";
+    std::fs::write(dir.path().join(bad), b"PAR1 truncated garbage").expect("write");
+    let (_, first) = compact(dir.path(), "acme", &[]);
+    assert_eq!(first["status"], "partial");
+    let output = first["output"]["key"].as_str().expect("output").to_string();
+    let store = dir.path().to_string_lossy().to_string();
+    let partition = ["--store", &store, "--tenant", "acme", "--hour", HOUR];
+    let release = |extra: &[&str]| {
+        let mut args = vec!["release"];
+        args.extend_from_slice(&partition);
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+
+    let live = "data/tenant=acme/year=2026/month=11/day=29/hour=10/nothing.parquet";
+    let refused = release(&["--key", live, "--json"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(live) && stderr.contains("not a quarantined"),
+        "{stderr}"
+    );
+
+    let released = release(&["--key", bad, "--json"]);
+    assert!(released.status.success());
+    let released = json(&released);
+    assert_eq!(
+        released["partition"],
+        "tenant=acme/year=2026/month=11/day=29/hour=10"
+    );
+    assert_eq!(released["released"][0]["key"], bad);
+    assert!(released["released"][0]["reason"].is_string());
+    assert_eq!(released["manifest_version"], 2);
+    let mut files_args = vec!["files"];
+    files_args.extend_from_slice(&partition);
+    files_args.push("--json");
+    let files = json(&run_ok(&files_args));
+    assert_eq!(files["live"], serde_json::json!([output, bad]));
+    assert_eq!(files["quarantined"], serde_json::json!([]));
+
+    let (_, again) = compact(dir.path(), "acme", &[]);
+    assert_eq!(again["status"], "partial", "{again}");
+    assert_eq!(again["quarantined"][0]["file"], bad);
+    assert_eq!(again["output"], Value::Null, "the output is kept: {again}");
+    let files = json(&run_ok(&files_args));
+    assert_eq!(files["live"], serde_json::json!([output]));
+
+    let text = release(&[]);
+    assert!(text.status.success());
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains(&format!("released: {bad}")), "{stdout}");
+    let nothing = json(&release(&["--json"]));
+    assert_eq!(nothing["released"], serde_json::json!([]));
+    assert_eq!(nothing["manifest_version"], 4, "no version written");
+}
+
 #[test]
 fn blocks_and_a_row_cap_shape_the_output() {
     let dir = tempfile::tempdir().expect("dir");

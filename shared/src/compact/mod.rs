@@ -688,6 +688,7 @@ async fn commit_produced(
                 reason: q.reason.clone(),
             })
             .collect(),
+        released: Vec::new(),
         forget,
         ingested_bytes: consumed
             .iter()

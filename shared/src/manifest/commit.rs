@@ -78,6 +78,9 @@ pub struct CommitRequest {
     pub outputs: Vec<CompactedFile>,
     /// Bad inputs to record.
     pub quarantined: Vec<QuarantinedFile>,
+    /// Quarantined ingest files to take out of the quarantine, back into the live set (see
+    /// [`release_quarantined`](super::release_quarantined)).
+    pub released: Vec<String>,
     /// Retired keys known to be deleted, whose entries may be dropped.
     pub forget: Vec<String>,
     /// Bytes of the ingest files among the inputs (write amplification).
@@ -132,6 +135,10 @@ fn reflects(latest: &Manifest, request: &CommitRequest) -> bool {
             .quarantined
             .iter()
             .all(|q| latest.quarantined.iter().any(|e| e.key == q.key))
+        && request
+            .released
+            .iter()
+            .all(|key| latest.quarantined.iter().all(|e| &e.key != key))
 }
 
 fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
@@ -170,6 +177,8 @@ fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
             });
         }
     }
+    next.quarantined
+        .retain(|q| !request.released.contains(&q.key));
     let recorded: std::collections::HashSet<String> =
         next.quarantined.iter().map(|q| q.key.clone()).collect();
     for q in &request.quarantined {
@@ -326,6 +335,7 @@ mod tests {
                 key: "data/p/bad.parquet".into(),
                 reason: "r".into(),
             }],
+            released: vec![],
             forget: vec![],
             ingested_bytes: 5,
             attempt_id: "j".into(),
@@ -358,6 +368,7 @@ mod tests {
             inputs: vec!["data/p/a.parquet".into()],
             outputs: vec![],
             quarantined: vec![],
+            released: vec![],
             forget: vec!["data/p/gone.parquet".into()],
             ingested_bytes: 0,
             attempt_id: "j".into(),
@@ -372,6 +383,35 @@ mod tests {
             Some(CommitOutcome::Conflict { .. })
         ));
         assert!(settled(&next, &request, 5).is_none());
+    }
+
+    #[test]
+    fn a_released_file_leaves_the_quarantine_and_only_it() {
+        let mut base = Manifest::empty("p");
+        for key in ["data/p/a.parquet", "data/p/b.parquet"] {
+            base.quarantined.push(QuarantinedFile {
+                key: key.into(),
+                reason: "refused".into(),
+            });
+        }
+        let request = CommitRequest {
+            inputs: vec![],
+            outputs: vec![],
+            quarantined: vec![],
+            released: vec!["data/p/a.parquet".into()],
+            forget: vec![],
+            ingested_bytes: 0,
+            attempt_id: "release".into(),
+            now_ms: 0,
+            commit_by: None,
+        };
+        assert!(!reflects(&base, &request));
+        let next = apply(&base, &request);
+        assert_eq!(next.version, 1);
+        assert!(!next.excludes("data/p/a.parquet"));
+        assert!(next.excludes("data/p/b.parquet"));
+        assert!(next.retired.is_empty(), "nothing retired");
+        assert!(reflects(&next, &request));
     }
 
     #[test]
@@ -390,6 +430,7 @@ mod tests {
                 key: "compacted/p/bad.parquet".into(),
                 reason: "unreadable".into(),
             }],
+            released: vec![],
             forget: vec![],
             ingested_bytes: 0,
             attempt_id: "j".into(),

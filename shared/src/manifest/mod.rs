@@ -10,9 +10,11 @@
 mod commit;
 pub mod gc;
 mod live;
+mod release;
 
 pub use commit::{CommitOutcome, CommitRequest, commit, list_versions, load_latest};
 pub use live::{LiveSet, live_set, unaddressable_inputs};
+pub use release::{Released, release_quarantined};
 
 use serde::{Deserialize, Serialize};
 
