@@ -399,7 +399,9 @@ async fn produce_one(
 /// Before a job fans out over earlier outputs in one piece: checks the other inputs alone,
 /// and when none of them brings a row (all bad, empty or gone), settles them (bad ones
 /// quarantined, empty ones consumed) without rewriting the outputs, as [`sort_group`] does in
-/// one task. `None`: some input has rows to merge, and the job fans out.
+/// one task. `None`: some input has rows to merge, and the job fans out. The inputs are checked
+/// smallest first, as many at a time as are downloaded at once, and the first with rows ends
+/// the check, so a fanned-out job with good late files stages about one batch of them twice.
 async fn settle_without_rows(
     job: &JobContext<'_>,
     wanted: &[WantedInput],
@@ -408,17 +410,23 @@ async fn settle_without_rows(
     if !compacted_in_one_piece || !wanted.iter().any(|w| w.is_compacted) {
         return Ok(None);
     }
-    let others: Vec<WantedInput> = wanted.iter().filter(|w| !w.is_compacted).cloned().collect();
+    let mut others: Vec<WantedInput> = wanted.iter().filter(|w| !w.is_compacted).cloned().collect();
+    others.sort_by(|a, b| a.bytes.cmp(&b.bytes).then_with(|| a.key.cmp(&b.key)));
     let options = job.options;
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
-    let group = stage_and_check(job, others, &scratch, true).await?;
-    if !group.checked.is_empty() {
-        return Ok(None);
+    let (mut consumed, mut quarantined) = (Vec::new(), Vec::new());
+    for batch in others.chunks(options.parallel_downloads.max(1)) {
+        let group = stage_and_check(job, batch.to_vec(), &scratch, true).await?;
+        if !group.checked.is_empty() {
+            return Ok(None);
+        }
+        consumed.extend(group.empty.iter().map(consumed_input));
+        quarantined.extend(group.quarantined);
     }
-    let mut quarantined = group.quarantined;
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
+    consumed.sort_by(|a: &WantedInput, b: &WantedInput| a.key.cmp(&b.key));
     Ok(Some(Produced {
-        consumed: group.empty.iter().map(consumed_input).collect(),
+        consumed,
         rows: 0,
         quarantined,
         outputs: Vec::new(),
