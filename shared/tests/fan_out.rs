@@ -12,6 +12,7 @@ use arrow::datatypes::Int64Type;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
+use ourios_compaction::compact::fan_out::estimate;
 use ourios_compaction::manifest::partition_files;
 use ourios_compaction::options::{CompactOptions, FanOut, KeyColumns};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
@@ -605,6 +606,13 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
         put_bytes(&store, &garbage, bytes::Bytes::from_static(b"not parquet")).await;
         let no_rows = format!("{dir}/ingest-0101.parquet");
         put_bytes(&store, &no_rows, parquet_bytes(&[rows_batch(&[])], 10)).await;
+        // The compactor function asks before handing a job to the state machine: nothing to
+        // fan out.
+        let scratch = tempfile::tempdir().expect("scratch");
+        let forced = options(scratch.path(), FanOut::Ranges(2), 2);
+        let part = partition();
+        let shape_now = || estimate(&store, &layout, &part, &forced);
+        assert_eq!(shape_now().await.expect("estimates"), None);
         let late = compact_in_two_ranges(&store, &layout).await;
         assert_eq!(late.status, Status::Partial, "{late:?}");
         assert!(
@@ -627,6 +635,7 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
         }
 
         ingest(&store, &layout, &files[2..3], 2).await;
+        assert!(shape_now().await.expect("estimates").is_some());
         let merged = compact_in_two_ranges(&store, &layout).await;
         assert_eq!(merged.status, Status::Compacted, "{merged:?}");
         assert!(merged.fan_out.is_some(), "{merged:?}");

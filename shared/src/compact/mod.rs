@@ -402,7 +402,7 @@ async fn produce_one(
 /// one task. `None`: some input has rows to merge, and the job fans out. The inputs are checked
 /// smallest first, as many at a time as are downloaded at once, and the first with rows ends
 /// the check, so a fanned-out job with good late files stages about one batch of them twice.
-async fn settle_without_rows(
+pub(crate) async fn settle_without_rows(
     job: &JobContext<'_>,
     wanted: &[WantedInput],
     compacted_in_one_piece: bool,

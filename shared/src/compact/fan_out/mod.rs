@@ -28,7 +28,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{JobContext, Produced, WantedInput, commit_fanned_out, read_partition};
+use super::{
+    JobContext, Produced, WantedInput, commit_fanned_out, read_partition, settle_without_rows,
+};
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
 use crate::options::{CompactOptions, FanOut};
@@ -168,7 +170,10 @@ pub enum TaskAnswer {
 }
 
 /// How a job would fan out under `options` (`None`: one task does it), from the live inputs'
-/// sizes: the decision [`crate::compact::compact_partition`] takes, without doing the work.
+/// sizes: the decision [`crate::compact::compact_partition`] takes, without sorting. Like it,
+/// when earlier outputs in one piece would fan out with late files, it first checks those
+/// (downloading them, smallest first, until one has rows): late files that bring no row are
+/// settled by one task, which keeps the outputs.
 pub async fn estimate(
     store: &Store,
     layout: &KeyLayout,
@@ -176,7 +181,29 @@ pub async fn estimate(
     options: &CompactOptions,
 ) -> Result<Option<FanOutShape>> {
     let state = read_partition(store, layout, partition).await?;
-    Ok(state.wanted.and_then(|wanted| shape(&wanted, options)))
+    let Some(wanted) = state.wanted else {
+        return Ok(None);
+    };
+    let Some(shape) = shape(&wanted, options) else {
+        return Ok(None);
+    };
+    let gauge = MemoryGauge::new();
+    let job = JobContext {
+        store,
+        layout,
+        partition,
+        options,
+        gauge: &gauge,
+        attempt_id: "estimate",
+    };
+    let in_one_piece = state.manifest.compacted_in_one_piece();
+    if settle_without_rows(&job, &wanted, in_one_piece)
+        .await?
+        .is_some()
+    {
+        return Ok(None);
+    }
+    Ok(Some(shape))
 }
 
 /// Another fanned-out job of `partition` still at work: one whose directory (`runs/<job>/`)
