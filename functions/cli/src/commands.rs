@@ -186,6 +186,13 @@ pub async fn run(command: Command) -> Result<ExitCode> {
                 limit,
             };
             let result = query_window(&store, &layout, &Default::default(), &query).await?;
+            let hidden = result.stats.quarantined_files + result.stats.unaddressable_files;
+            if hidden > 0 {
+                eprintln!(
+                    "warning: {hidden} file(s) of the window's partitions are quarantined or \
+                     unaddressable; their rows are not in this answer (see `files`)"
+                );
+            }
             if json {
                 let rows = rows_json(&result.rows)?;
                 println!(

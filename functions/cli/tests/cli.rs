@@ -33,6 +33,24 @@ fn generate(store: &Path, tenant: &str, extra: &[&str]) {
     run_ok(&args);
 }
 
+/// Counts tenant acme's rows of the test hour (`query --limit 0 --json`).
+fn query_hour(store: &str) -> Output {
+    run(&[
+        "query",
+        "--store",
+        store,
+        "--tenant",
+        "acme",
+        "--from",
+        "2026-11-29T10:00:00Z",
+        "--to",
+        "2026-11-29T11:00:00Z",
+        "--limit",
+        "0",
+        "--json",
+    ])
+}
+
 fn compact(store: &Path, tenant: &str, extra: &[&str]) -> (Output, Value) {
     let store = store.to_string_lossy();
     let mut args = vec![
@@ -207,20 +225,8 @@ fn fan_out_writes_key_ranges_and_reports_their_shape() {
         "files", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--json",
     ]);
     assert_eq!(json(&files)["live"], serde_json::json!(keys));
-    let query = run_ok(&[
-        "query",
-        "--store",
-        &store,
-        "--tenant",
-        "acme",
-        "--from",
-        "2026-11-29T10:00:00Z",
-        "--to",
-        "2026-11-29T11:00:00Z",
-        "--limit",
-        "0",
-        "--json",
-    ]);
+    let query = query_hour(&store);
+    assert!(query.status.success());
     assert_eq!(json(&query)["stats"]["rows_matched"], 12_000);
     assert_eq!(json(&query)["stats"]["files"], keys.len());
 
@@ -326,6 +332,17 @@ fn release_returns_a_quarantined_file_to_the_live_set() {
         run(&args)
     };
 
+    // A query says rows are hidden in quarantine, in its statistics and on stderr.
+    let query = || query_hour(&store);
+    let hidden = query();
+    assert_eq!(json(&hidden)["stats"]["quarantined_files"], 1);
+    assert_eq!(json(&hidden)["stats"]["unaddressable_files"], 0);
+    let stderr = String::from_utf8_lossy(&hidden.stderr);
+    assert!(
+        stderr.contains("1 file(s)") && stderr.contains("quarantined"),
+        "{stderr}"
+    );
+
     let live = "data/tenant=acme/year=2026/month=11/day=29/hour=10/nothing.parquet";
     let refused = release(&["--key", live, "--json"]);
     assert!(!refused.status.success());
@@ -351,6 +368,11 @@ fn release_returns_a_quarantined_file_to_the_live_set() {
     let files = json(&run_ok(&files_args));
     assert_eq!(files["live"], serde_json::json!([output, bad]));
     assert_eq!(files["quarantined"], serde_json::json!([]));
+    // Released while still bad, it is live: a reader meets it until a compaction quarantines
+    // it again.
+    let meets_it = query();
+    assert!(!meets_it.status.success());
+    assert!(String::from_utf8_lossy(&meets_it.stderr).contains(bad));
 
     let (_, again) = compact(dir.path(), "acme", &[]);
     assert_eq!(again["status"], "partial", "{again}");
@@ -358,6 +380,9 @@ fn release_returns_a_quarantined_file_to_the_live_set() {
     assert_eq!(again["output"], Value::Null, "the output is kept: {again}");
     let files = json(&run_ok(&files_args));
     assert_eq!(files["live"], serde_json::json!([output]));
+    let hidden_again = query();
+    assert!(hidden_again.status.success());
+    assert_eq!(json(&hidden_again)["stats"]["quarantined_files"], 1);
 
     let text = release(&[]);
     assert!(text.status.success());

@@ -69,6 +69,12 @@ pub struct QueryStats {
     pub requests: u64,
     /// Rows matching the query.
     pub rows_matched: u64,
+    /// Quarantined files in the window's partitions: their rows are in no answer until the
+    /// files are released and compacted (`ourios-compact files` lists them).
+    pub quarantined_files: u64,
+    /// `*.parquet` keys in the window's partitions the store cannot address: their rows are in
+    /// no answer until the objects are renamed.
+    pub unaddressable_files: u64,
 }
 
 /// Rows (up to the limit, in key order) and statistics.
@@ -103,7 +109,10 @@ pub async fn query_window(
     let mut stats = QueryStats::default();
     let mut found = Vec::new();
     for partition in partitions_in_window(&query.tenant, query.from_nanos, query.to_nanos)? {
-        for key in partition_files(store, layout, &partition).await?.live {
+        let files = partition_files(store, layout, &partition).await?;
+        stats.quarantined_files += files.quarantined.len() as u64;
+        stats.unaddressable_files += files.unaddressable.len() as u64;
+        for key in files.live {
             stats.files += 1;
             let file = FileQuery {
                 store: &counting,
