@@ -646,3 +646,26 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
         assert_eq!(rows, expected);
     });
 }
+
+/// Before a fan-out over earlier outputs, late files are checked smallest first, a batch of
+/// downloads at a time, and the first with rows ends the check: the other late files are read
+/// once, by their groups, not twice.
+#[test]
+fn the_check_before_a_fan_out_stops_at_the_first_late_file_with_rows() {
+    multi_thread_runtime(2).block_on(async {
+        let (store, layout, files, _) = two_files_ingested().await;
+        let first = compact_in_two_ranges(&store, &layout).await;
+        assert_eq!(first.status, Status::Compacted, "{first:?}");
+        ingest(&store, &layout, &files[2..8], 2).await;
+        let counting = store.counting_requests();
+        let scratch = tempfile::tempdir().expect("scratch");
+        let mut forced = options(scratch.path(), FanOut::Ranges(2), 2);
+        forced.parallel_downloads = 1;
+        let shape = estimate(&counting, &layout, &partition(), &forced)
+            .await
+            .expect("estimates");
+        assert!(shape.is_some(), "late files with rows fan out");
+        let gets = counting.request_counts().get;
+        assert!(gets < 6, "{gets} GETs for 6 late files and the manifest");
+    });
+}
