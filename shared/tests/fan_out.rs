@@ -433,6 +433,21 @@ async fn two_files_ingested() -> (Store, KeyLayout, Vec<Vec<TestRow>>, String) {
     (store, layout, files, dir)
 }
 
+/// [`two_files_ingested`], compacted in two ranges; also returns that job's report.
+async fn two_files_in_two_ranges() -> (
+    Store,
+    KeyLayout,
+    Vec<Vec<TestRow>>,
+    String,
+    CompactionReport,
+) {
+    let (store, layout, files, dir) = two_files_ingested().await;
+    let first = compact_in_two_ranges(&store, &layout).await;
+    assert_eq!(first.status, Status::Compacted, "{first:?}");
+    assert_eq!(first.outputs.len(), 2);
+    (store, layout, files, dir, first)
+}
+
 /// The rows of every output of `report`, in output order.
 async fn output_rows(store: &Store, report: &CompactionReport) -> Vec<TestRow> {
     let mut rows = Vec::new();
@@ -593,10 +608,7 @@ fn groups_that_disagree_on_a_type_compact_after_the_plan_quarantines_the_minorit
 #[test]
 fn late_files_without_rows_leave_the_ranges_as_they_are() {
     multi_thread_runtime(2).block_on(async {
-        let (store, layout, files, dir) = two_files_ingested().await;
-        let first = compact_in_two_ranges(&store, &layout).await;
-        assert_eq!(first.status, Status::Compacted, "{first:?}");
-        assert_eq!(first.outputs.len(), 2);
+        let (store, layout, files, dir, first) = two_files_in_two_ranges().await;
         let mut ranges = Vec::new();
         for output in &first.outputs {
             ranges.push((output.key.clone(), get_bytes(&store, &output.key).await));
@@ -653,9 +665,7 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
 #[test]
 fn the_check_before_a_fan_out_stops_at_the_first_late_file_with_rows() {
     multi_thread_runtime(2).block_on(async {
-        let (store, layout, files, _) = two_files_ingested().await;
-        let first = compact_in_two_ranges(&store, &layout).await;
-        assert_eq!(first.status, Status::Compacted, "{first:?}");
+        let (store, layout, files, _, _) = two_files_in_two_ranges().await;
         ingest(&store, &layout, &files[2..8], 2).await;
         let counting = store.counting_requests();
         let scratch = tempfile::tempdir().expect("scratch");
@@ -667,5 +677,32 @@ fn the_check_before_a_fan_out_stops_at_the_first_late_file_with_rows() {
         assert!(shape.is_some(), "late files with rows fan out");
         let gets = counting.request_counts().get;
         assert!(gets < 6, "{gets} GETs for 6 late files and the manifest");
+    });
+}
+
+/// A late file larger than the budget is not downloaded by the check before a fan-out (the
+/// invocation that asks may have little scratch space): the job fans out as it did before the
+/// check, and its group quarantines the file.
+#[test]
+fn a_late_file_beyond_the_budget_is_left_to_the_fan_out() {
+    multi_thread_runtime(2).block_on(async {
+        let (store, layout, _, dir, _) = two_files_in_two_ranges().await;
+        let scratch = tempfile::tempdir().expect("scratch");
+        let forced = options(scratch.path(), FanOut::Ranges(2), 2);
+        let garbage = format!("{dir}/ingest-0200.parquet");
+        let size = usize::try_from(forced.budget_bytes).expect("fits") + 1;
+        put_bytes(&store, &garbage, bytes::Bytes::from(vec![7u8; size])).await;
+        let counting = store.counting_requests();
+        let shape = estimate(&counting, &layout, &partition(), &forced)
+            .await
+            .expect("estimates");
+        assert!(shape.is_some(), "left to the fan-out");
+        let gets = counting.request_counts().get;
+        assert_eq!(gets, 1, "the manifest alone is read");
+
+        let late = compact_in_two_ranges(&store, &layout).await;
+        assert_eq!(late.status, Status::Partial, "{late:?}");
+        assert!(late.fan_out.is_some(), "{late:?}");
+        assert_eq!(late.quarantined[0].file, garbage);
     });
 }

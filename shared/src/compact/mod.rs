@@ -399,9 +399,12 @@ async fn produce_one(
 /// Before a job fans out over earlier outputs in one piece: checks the other inputs alone,
 /// and when none of them brings a row (all bad, empty or gone), settles them (bad ones
 /// quarantined, empty ones consumed) without rewriting the outputs, as [`sort_group`] does in
-/// one task. `None`: some input has rows to merge, and the job fans out. The inputs are checked
-/// smallest first, as many at a time as are downloaded at once, and the first with rows ends
-/// the check, so a fanned-out job with good late files stages about one batch of them twice.
+/// one task. `None`: some input has rows to merge, or the check would download more than the
+/// memory budget's worth of them, and the job fans out. The inputs are checked smallest first,
+/// as many at a time as are downloaded at once, and the first with rows ends the check, so a
+/// fanned-out job with good late files stages about one batch of them twice; a late file larger
+/// than what is left of the budget ends it too (the invocation that asks may have little
+/// scratch space, and the groups of the fan-out read such a file anyway).
 pub(crate) async fn settle_without_rows(
     job: &JobContext<'_>,
     wanted: &[WantedInput],
@@ -415,7 +418,21 @@ pub(crate) async fn settle_without_rows(
     let options = job.options;
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
     let (mut consumed, mut quarantined) = (Vec::new(), Vec::new());
-    for batch in others.chunks(options.parallel_downloads.max(1)) {
+    let mut allowance = options.budget_bytes;
+    let mut rest = others.as_slice();
+    while !rest.is_empty() {
+        let mut batch_len = 0;
+        while batch_len < rest.len().min(options.parallel_downloads.max(1))
+            && rest[batch_len].bytes <= allowance
+        {
+            allowance -= rest[batch_len].bytes;
+            batch_len += 1;
+        }
+        if batch_len == 0 {
+            return Ok(None);
+        }
+        let (batch, tail) = rest.split_at(batch_len);
+        rest = tail;
         let group = stage_and_check(job, batch.to_vec(), &scratch, true).await?;
         if !group.checked.is_empty() {
             return Ok(None);
