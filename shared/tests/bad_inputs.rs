@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, StringArray, UInt64Array};
 use bytes::Bytes;
 use object_store::memory::InMemory;
+use object_store::path::Path;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::{partition_files, release_quarantined};
 use ourios_compaction::options::CompactOptions;
@@ -17,6 +18,22 @@ use ourios_compaction::testing::{
     Refusal, RefusingStore, get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet,
     rows_batch,
 };
+
+/// The test partition on `memory`, read through a store that refuses `refusals` (object names
+/// and how they are refused): that store, the layout, the partition, its ingest directory and
+/// the start of its hour.
+fn refusing_partition(
+    memory: Arc<InMemory>,
+    refusals: Vec<(String, Refusal)>,
+) -> (Store, KeyLayout, PartitionId, Path, i64) {
+    let refusing = RefusingStore::new(memory, refusals);
+    let store = Store::from_object_store(Arc::new(refusing), "memory://");
+    let layout = KeyLayout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let dir = layout.ingest_dir(&partition);
+    let (start, _) = partition.time_range_nanos();
+    (store, layout, partition, dir, start)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_kind_is_quarantined_untouched() {
@@ -195,18 +212,13 @@ async fn too_little_scratch_fails_early_with_nothing_committed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones_skipped() {
     let memory = Arc::new(InMemory::new());
-    let refusing = RefusingStore::new(
+    let (store, layout, partition, dir, start) = refusing_partition(
         memory.clone(),
         vec![
             ("k1-kms.parquet".into(), Refusal::Forbidden),
             ("v1-vanished.parquet".into(), Refusal::Vanished),
         ],
     );
-    let store = Store::from_object_store(Arc::new(refusing), "memory://");
-    let layout = KeyLayout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let dir = layout.ingest_dir(&partition);
-    let (start, _) = partition.time_range_nanos();
     let file = |t| parquet_bytes(&[rows_batch(&[(Some("a".to_string()), start + t, 1)])], 10);
     for (name, t) in [
         ("a0-good.parquet", 1),
@@ -326,15 +338,10 @@ async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_files_without_rows_leave_the_compacted_output_as_it_is() {
     let memory = Arc::new(InMemory::new());
-    let refusing = RefusingStore::new(
+    let (store, layout, partition, dir, start) = refusing_partition(
         memory,
         vec![("v9-vanished.parquet".into(), Refusal::Vanished)],
     );
-    let store = Store::from_object_store(Arc::new(refusing), "memory://");
-    let layout = KeyLayout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let dir = layout.ingest_dir(&partition);
-    let (start, _) = partition.time_range_nanos();
     let file =
         |rows: &[ourios_compaction::testing::TestRow]| parquet_bytes(&[rows_batch(rows)], 10);
     let a = [(Some("b".to_string()), start + 5, 1), (None, start + 9, 2)];
@@ -413,15 +420,10 @@ async fn late_files_without_rows_leave_the_compacted_output_as_it_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_file_is_live_again_and_the_next_job_merges_it() {
     let memory = Arc::new(InMemory::new());
-    let refusing = RefusingStore::new(
+    let (refused, layout, partition, dir, start) = refusing_partition(
         memory.clone(),
         vec![("k1-kms.parquet".into(), Refusal::Forbidden)],
     );
-    let refused = Store::from_object_store(Arc::new(refusing), "memory://");
-    let layout = KeyLayout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let dir = layout.ingest_dir(&partition);
-    let (start, _) = partition.time_range_nanos();
     let file = |t| parquet_bytes(&[rows_batch(&[(Some("a".to_string()), start + t, t)])], 10);
     let kms = format!("{dir}/k1-kms.parquet");
     put_bytes(&refused, &format!("{dir}/a0-good.parquet"), file(1)).await;
