@@ -17,6 +17,8 @@
 # finds them in place and installs nothing (an environment is rebuilt only when its
 # requirements file changes).
 #
+#   OURIOS_TOOLS_DIR  where the pinned tools go (default .tools; .ci/run keeps them in its cache)
+#
 # Already have the tools? These are used instead of installing:
 #   S3_ENDPOINT (+ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)   a running S3-compatible server
 #   a `minio` binary on the PATH                               started on a free loopback port
@@ -48,7 +50,7 @@ case "${1:-}" in
         ;;
 esac
 
-tools="$root/.tools"
+tools="${OURIOS_TOOLS_DIR:-$root/.tools}"
 venv="$tools/venv"
 checkov_venv="$tools/checkov-venv"
 missing=()
@@ -114,7 +116,10 @@ if [[ "$mode" == quick ]]; then
     # unoptimised and incremental. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
     # release-sized partitions under peak-RSS bounds and are left to the full run, as is every
     # test that needs the S3 server or cargo-lambda (the ourios-integration-tests crate).
-    step "cargo test --profile quick (unit, property and in-memory tests; not stress_*, bench_*, tests/tests)"
+    # The two simulations run 25 seeds each here (the full run: 5,000 and 200); OURIOS_SIM_SEEDS
+    # set by the caller wins, and a failing seed prints its replay command either way.
+    export OURIOS_SIM_SEEDS="${OURIOS_SIM_SEEDS:-25}"
+    step "cargo test --profile quick (unit, property and in-memory tests; not stress_*, bench_*, tests/tests; $OURIOS_SIM_SEEDS seeds a simulation)"
     cargo test --profile quick --workspace --exclude ourios-integration-tests -- \
         --skip stress_ --skip bench_ "${filter[@]}"
     exit 0
@@ -136,10 +141,10 @@ export CHECKOV="${CHECKOV:-$checkov_venv/bin/checkov}"
 # Everything the full run needs, each with how to provide it.
 "$python" -c 'import boto3' 2>/dev/null ||
     missing+=("boto3 in $python: let this script install tests/requirements.txt, or set OURIOS_PYTHON")
-# tests/tests/lambda_iam.rs starts its own IAM-enforcing moto server (tests/iam/s3_iam_server.py)
+# tests/tests/it/lambda_iam.rs starts its own IAM-enforcing moto server (tests/iam/s3_iam_server.py)
 # with this Python, whichever S3 server the other tests use.
 "$python" -c 'import moto.server, flask' 2>/dev/null ||
-    missing+=("moto[server] in $python (pin in tests/requirements.txt): the IAM-enforcing S3 server of tests/tests/lambda_iam.rs; set OURIOS_PYTHON to a Python that has it")
+    missing+=("moto[server] in $python (pin in tests/requirements.txt): the IAM-enforcing S3 server of tests/tests/it/lambda_iam.rs; set OURIOS_PYTHON to a Python that has it")
 [[ -x "$CHECKOV" ]] ||
     missing+=("checkov (pin in infra/tests/checkov-requirements.txt): set CHECKOV to its path")
 cargo lambda --version >/dev/null 2>&1 ||

@@ -66,7 +66,7 @@
 //! # Modules
 //!
 //! The modules form layers, listed here from the ground floor up. A module names modules of
-//! its own layer and of lower ones, never of a higher one (`tests/layers.rs` checks every
+//! its own layer and of lower ones, never of a higher one (`tests/it/layers.rs` checks every
 //! `crate::` path), so each layer can be read knowing only the layers below it.
 //!
 //! | layer | module | owns |

@@ -4,14 +4,12 @@
 //! 12,000 columns, a schema 2,000 levels deep, a footer declaring 300,000 levels, and two
 //! files whose union is wider than the budget allows.
 
-mod common;
-
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::{compact_json, json, partition_dir, run};
 use arrow::array::{ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray, StructArray};
 use arrow::datatypes::{DataType, Field, Fields, Schema};
-use common::{compact_json, json, partition_dir, run};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};

@@ -5,15 +5,11 @@
 //! (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256`: the merge gives free memory back only while the
 //! resident set is above half of that).
 
-#[path = "common/cgroup.rs"]
-mod cgroup;
-mod common;
-
 use std::sync::Arc;
 
+use crate::cgroup::run_limited;
+use crate::common::{command, compact_json, partition_dir, report_with_status};
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use cgroup::run_limited;
-use common::{command, compact_json, partition_dir, report_with_status};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;

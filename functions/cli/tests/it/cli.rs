@@ -2,12 +2,10 @@
 //! report, exit codes, the block layout flags, and the peak memory of real-sized partitions
 //! under a 64 MiB budget (plain and in blocks).
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 
-use common::{compact_json, json, run, run_with_env};
+use crate::common::{compact_json, json, run, run_with_env};
 use serde_json::Value;
 
 const HOUR: &str = "2026-11-29T10";

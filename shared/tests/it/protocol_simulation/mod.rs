@@ -284,8 +284,8 @@ impl Sim {
 
     fn replay(&self) -> String {
         format!(
-            "replay with OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test \
-             protocol_simulation",
+            "replay with OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test it \
+             protocol_simulation::",
             self.seed
         )
     }

@@ -8,16 +8,12 @@
 //! 256 MiB function that budget stands for. A file whose dictionaries alone pass the bound is
 //! quarantined before any of it is decoded, and the rest of the partition compacts.
 
-#[path = "common/cgroup.rs"]
-mod cgroup;
-mod common;
-
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::cgroup::run_limited;
+use crate::common::{command, compact_json, json, partition_dir, report_with_status};
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
-use cgroup::run_limited;
-use common::{command, compact_json, json, partition_dir, report_with_status};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;

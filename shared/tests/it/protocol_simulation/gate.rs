@@ -14,7 +14,7 @@ use object_store::{
 };
 use tokio::sync::oneshot;
 
-use crate::store::{ObjResult, VirtualStore};
+use super::store::{ObjResult, VirtualStore};
 
 /// How long a task may run without reaching the store before the simulation reports a hang.
 const HANG: Duration = Duration::from_secs(300);

@@ -7,12 +7,10 @@
 //! Needs Python with pyarrow, DuckDB and Polars (`$OURIOS_INTEROP_PYTHON`, else `python3`);
 //! without them the test fails, naming what to install.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{compact_json, json, run};
+use crate::common::{compact_json, json, run};
 use serde_json::Value;
 
 fn python() -> String {

@@ -1,6 +1,6 @@
 //! Bad inputs on the S3 test server: quarantined, left byte-for-byte in place through two
 //! compactions and a zero-grace GC, and out of the live set, while the rest of the partition
-//! compacts (invariant 7; the in-memory variant is `shared/tests/bad_inputs.rs`).
+//! compacts (invariant 7; the in-memory variant is `shared/tests/it/bad_inputs.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,12 +1,10 @@
 //! `ourios-compact backfill` as a child process: dry run, scheduling (job records), and
 //! `--run-local`, on a local directory store.
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 
-use common::run;
+use crate::common::run;
 use serde_json::Value;
 
 const JOB: &str = "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json";
@@ -19,7 +17,7 @@ fn json(output: &Output) -> Value {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    common::json(output)
+    crate::common::json(output)
 }
 
 /// Generates `files` files of `rows` rows in acme's hour 10.

@@ -1,8 +1,5 @@
 //! Running the `ourios-compact` binary as a child process, as outside tools do.
 
-// Every test binary compiles this module and uses a part of it.
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

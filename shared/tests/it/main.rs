@@ -1,0 +1,21 @@
+//! The library's integration tests, one module per concern, compiled as one test binary (one
+//! link of the Arrow, Parquet and object-store generics instead of one per file).
+//!
+//! Run one module with its path as the filter: `cargo test -p ourios-compaction --test it fan_out::`.
+
+mod bad_inputs;
+mod blocks;
+mod budget_release;
+mod commit_holes;
+mod determinism;
+mod fan_out;
+mod layers;
+mod memory_bounds;
+mod output_file;
+mod protocol_simulation;
+mod query;
+mod read_plan;
+mod simulation;
+mod sort_properties;
+mod string_codes;
+mod writer_side_files;
