@@ -4,9 +4,11 @@
 #   bash tests/run.sh           everything: formatting, lints, the infra checks (cfn-lint,
 #                               checkov, the functions' zips), the interoperability check with
 #                               pyarrow, DuckDB and Polars, and every test of the workspace in
-#                               release mode, with a real S3-compatible server started here
+#                               release mode, with a real S3-compatible server started here (the
+#                               lints, docs and infra checks build beside the release build)
 #   bash tests/run.sh --quick   the inner loop: formatting and the unit, property and in-memory
-#                               tests (no S3 server, no function builds, no stress shapes)
+#                               tests (no S3 server, no function builds, no stress shapes; 25
+#                               seeds of each simulation)
 #   bash tests/run.sh --quick F only those of them whose names contain F (e.g. manifest::)
 #   bash tests/run.sh --install only install what the full run needs, then stop
 #
@@ -166,23 +168,75 @@ fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy"
-cargo clippy --workspace --all-targets -- -D warnings
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+logs="$(mktemp -d)"
+background_pids=()
+# Stops a process and every process under it (a background step's cargo and rustc children).
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do
+        kill_tree "$child"
+    done
+    kill -TERM "$1" 2>/dev/null || true
+}
+# Stops the background steps still running when the run ends early.
+stop_background() {
+    local pid
+    for pid in "${background_pids[@]}"; do
+        kill_tree "$pid"
+    done
+}
+trap stop_background EXIT
 
-step "cargo doc (broken and private intra-doc links fail)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+# Runs a step in the background, its output in $logs/<name>.log, so the builds below share the
+# two cores: each one alone leaves a core idle while one large crate or a link runs by itself.
+background() {
+    local name="$1"
+    shift
+    (
+        start=$SECONDS
+        status=0
+        "$@" >"$logs/$name.log" 2>&1 || status=$?
+        echo "$status $((SECONDS - start))" >"$logs/$name.status"
+    ) &
+    background_pids+=($!)
+}
 
-step "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
-bash infra/tests/check.sh
+# Prints a background step's log under its header, and fails the run if the step failed.
+finish() {
+    local name="$1" title="$2" status seconds
+    while [[ ! -f "$logs/$name.status" ]]; do sleep 1; done
+    read -r status seconds <"$logs/$name.status"
+    step "$title (beside the release build; ${seconds}s, exit $status)"
+    cat "$logs/$name.log"
+    if [[ "$status" != 0 ]]; then
+        echo "$title failed" >&2
+        exit 1
+    fi
+}
+
+lint_and_docs() {
+    cargo clippy --workspace --all-targets -- -D warnings &&
+        echo "-- cargo doc (broken and private intra-doc links fail)" &&
+        RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+}
+# The lints and docs build profile dev (target/debug), the release build below target/release;
+# the functions' zips are cross-compiled in a build directory of their own, since a cross build
+# locks the host's release directory for its build scripts.
+background lint "lint_and_docs"
+background infra env CARGO_TARGET_DIR="$target_dir/lambda-build" bash infra/tests/check.sh
 
 # One release build of the whole workspace, tests and examples included: `cargo test
 # --workspace` below finds everything built, with the same features. A build of one package
 # (`-p`, or `cargo run --example`) resolves that package's features alone and compiles most
 # dependencies again, so the binaries used below (the CLI, which the concurrency tests run as
 # processes; the interop fixtures; the functions under the Lambda emulator) are taken from it.
-step "cargo build --release --workspace --all-targets"
+step "cargo build --release --workspace --all-targets (clippy, docs and the infra checks run beside it)"
 cargo build --release --workspace --all-targets
-target_dir="${CARGO_TARGET_DIR:-target}"
+finish lint "cargo clippy and cargo doc"
+finish infra "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
+rm -rf "$logs"
 release_dir="$(cd "$target_dir" && pwd)/release"
 export OURIOS_COMPACT_BIN="$release_dir/ourios-compact"
 
@@ -205,7 +259,7 @@ stop_server() {
         rm -rf "$server_dir"
     fi
 }
-trap stop_server EXIT
+trap 'stop_server; stop_background' EXIT
 
 free_port() {
     "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
