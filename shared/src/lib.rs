@@ -87,7 +87,7 @@
 //! | | [`store::aws_env`] | the S3 endpoint, region and object_store builder from the AWS environment, empty variables unset |
 //! | | [`store::raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
 //! | | [`store::upload`] | streaming multipart upload |
-//! | | [`store::observed`] | the pass-through store wrapper that reports each read |
+//! | | [`store::hooked`] | the one store wrapper: a hook per operation, passing through by default; every wrapper below and in `testing` is a set of hooks |
 //! | | [`store::counting`] | a store wrapper counting read requests |
 //! | | [`store::request_counts`] | a store wrapper counting a job's requests by S3 price class |
 //! | input | [`input`] | staging and checking input files, reading them in sized batches |
@@ -132,7 +132,7 @@
 //! | bench | [`bench`](mod@bench) | benchmark support |
 //! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
 //! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::service` |
-//! | testing | `testing` | test support (feature `testing`): fixtures (`testing::log_fixture`, `testing::event_files`) and store wrappers (`testing::recording_store`) |
+//! | testing | `testing` | test support (feature `testing`): fixtures (`testing::log_fixture`, `testing::event_files`), store hooks (`testing::faulty_store`, `testing::recording_store`, `testing::store_quirks`) and the simulations' store with a virtual clock (`testing::virtual_store`) |
 //!
 //! Where the layers differ from the obvious grouping, the dependencies decide:
 //!
