@@ -124,6 +124,7 @@
 //! | | `compact::fan_out::admission` | the plan's union of columns: every input's footer read, the files it refuses quarantined as a one-output job would |
 //! | serverless | [`serverless`] | the functions' library side |
 //! | | [`serverless::events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
+//! | | [`serverless::function_url`] | a function-URL request (MinIO's webhook) answered as an HTTP response, the same for both handlers |
 //! | | [`serverless::readiness`] | readiness and dispatch decisions (pure) |
 //! | | [`serverless::function_settings`] | the functions' settings from named variables |
 //! | | [`serverless::metrics`] | CloudWatch embedded-metric-format lines |
