@@ -19,14 +19,15 @@ use ourios_compaction::manifest::{
 };
 use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compaction_job};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
+use ourios_compaction::testing::small_budget_options as options;
+use ourios_compaction::testing::test_partition as partition;
 use ourios_compaction::testing::{
     Fault, FaultyStore, ManualClock, parquet_bytes, put_bytes, read_parquet, rows_batch,
-    small_budget_options, test_partition,
 };
 
 /// Parquet bytes of `num_rows` rows tagged `first_tag..`, inside the test partition's hour.
 fn ingest_bytes(first_tag: i64, num_rows: i64) -> bytes::Bytes {
-    let (start, end) = test_partition().time_range_nanos();
+    let (start, end) = partition().time_range_nanos();
     let rows: Vec<_> = (first_tag..first_tag + num_rows)
         .map(|tag| {
             let time = start + (tag.wrapping_mul(7_919_000_003)).rem_euclid(end - start);
@@ -38,14 +39,14 @@ fn ingest_bytes(first_tag: i64, num_rows: i64) -> bytes::Bytes {
 
 /// Writes an ingest file straight onto the local store's disk, named exactly `name`.
 fn land_on_disk(root: &FsPath, layout: &KeyLayout, name: &str, first_tag: i64, num_rows: i64) {
-    let dir = root.join(layout.ingest_dir(&test_partition()).as_ref());
+    let dir = root.join(layout.ingest_dir(&partition()).as_ref());
     std::fs::create_dir_all(&dir).expect("partition directory");
     std::fs::write(dir.join(name), ingest_bytes(first_tag, num_rows)).expect("ingest file");
 }
 
 /// How many times each tag is live.
 async fn live_tag_counts(store: &Store, layout: &KeyLayout) -> BTreeMap<i64, usize> {
-    let files = partition_files(store, layout, &test_partition())
+    let files = partition_files(store, layout, &partition())
         .await
         .expect("the live set reads");
     let mut counts = BTreeMap::new();
@@ -90,14 +91,9 @@ async fn hole1_a_key_that_encoding_would_change_is_never_confused_with_another()
     let layout = KeyLayout::default();
     land_on_disk(root.path(), &layout, "a~b.parquet", 0, 1000);
 
-    let report = compact_partition(
-        &store,
-        &layout,
-        &test_partition(),
-        &small_budget_options(scratch.path()),
-    )
-    .await
-    .expect("compaction runs");
+    let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
+        .await
+        .expect("compaction runs");
     assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
 
     land_on_disk(root.path(), &layout, "a%7Eb.parquet", 1000, 1000);
@@ -107,12 +103,10 @@ async fn hole1_a_key_that_encoding_would_change_is_never_confused_with_another()
         "after the late file",
     );
 
-    collect_garbage(&store, &layout, &test_partition(), Duration::ZERO, false)
+    collect_garbage(&store, &layout, &partition(), Duration::ZERO, false)
         .await
         .expect("gc runs");
-    let dir = root
-        .path()
-        .join(layout.ingest_dir(&test_partition()).as_ref());
+    let dir = root.path().join(layout.ingest_dir(&partition()).as_ref());
     assert!(
         dir.join("a%7Eb.parquet").exists(),
         "the live late file is kept"
@@ -124,16 +118,11 @@ async fn hole1_a_key_that_encoding_would_change_is_never_confused_with_another()
     assert_each_once(&live_tag_counts(&store, &layout).await, 0..2000, "after gc");
 
     // The next compaction reads the late file as itself, and GC then removes it.
-    let report = compact_partition(
-        &store,
-        &layout,
-        &test_partition(),
-        &small_budget_options(scratch.path()),
-    )
-    .await
-    .expect("second compaction runs");
+    let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
+        .await
+        .expect("second compaction runs");
     assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
-    collect_garbage(&store, &layout, &test_partition(), Duration::ZERO, false)
+    collect_garbage(&store, &layout, &partition(), Duration::ZERO, false)
         .await
         .expect("gc runs");
     assert!(!dir.join("a%7Eb.parquet").exists(), "retired, then deleted");
@@ -170,7 +159,7 @@ fn commit_request(job: &str, inputs: &[&str], output: &str, forget: &[&str]) -> 
 async fn hole2_a_commit_based_before_a_forgetting_conflicts() {
     let store = Store::open("memory://").expect("memory store");
     let layout = KeyLayout::default();
-    let p = test_partition();
+    let p = partition();
     let dir = layout.ingest_dir(&p);
     let out = layout.compacted_dir(&p);
     let x = format!("{dir}/x.parquet");
@@ -211,7 +200,7 @@ async fn hole2_a_commit_based_before_a_forgetting_conflicts() {
 
 async fn land_two_files(store: &Store, layout: &KeyLayout) {
     for (i, name) in ["f1.parquet", "f2.parquet"].iter().enumerate() {
-        let key = format!("{}/{name}", layout.ingest_dir(&test_partition()));
+        let key = format!("{}/{name}", layout.ingest_dir(&partition()));
         put_bytes(store, &key, ingest_bytes(i as i64 * 1000, 300)).await;
     }
 }
@@ -227,16 +216,11 @@ async fn hole3_each_attempt_writes_its_own_output_key() {
     for _ in 0..2 {
         let store = Store::open("memory://").expect("memory store");
         land_two_files(&store, &layout).await;
-        let report = compact_partition(
-            &store,
-            &layout,
-            &test_partition(),
-            &small_budget_options(scratch.path()),
-        )
-        .await
-        .expect("compaction runs");
+        let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
+            .await
+            .expect("compaction runs");
         assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
-        let latest = load_latest(&store, &layout, &test_partition())
+        let latest = load_latest(&store, &layout, &partition())
             .await
             .expect("latest");
         outputs.push((
@@ -257,16 +241,16 @@ async fn hole3_the_grace_is_measured_on_the_store_clock() {
     let layout = KeyLayout::default();
     let scratch = tempfile::tempdir().expect("scratch");
     land_two_files(&store, &layout).await;
-    let mut o = small_budget_options(scratch.path());
+    let mut o = options(scratch.path());
     o.clock = ManualClock::at(0);
-    let report = compact_partition(&store, &layout, &test_partition(), &o)
+    let report = compact_partition(&store, &layout, &partition(), &o)
         .await
         .expect("compaction runs");
     assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
     let gc = collect_garbage(
         &store,
         &layout,
-        &test_partition(),
+        &partition(),
         Duration::from_secs(900),
         false,
     )
@@ -274,7 +258,7 @@ async fn hole3_the_grace_is_measured_on_the_store_clock() {
     .expect("gc runs");
     assert!(gc.plan.retired.is_empty(), "{gc:?}");
     let listed = store
-        .list_sorted(&layout.ingest_dir(&test_partition()))
+        .list_sorted(&layout.ingest_dir(&partition()))
         .await
         .expect("listing");
     assert_eq!(listed.len(), 2, "both retired inputs wait for the grace");
@@ -295,8 +279,8 @@ async fn hole6_a_lost_commit_response_then_412_reports_compacted() {
     let report = compact_partition(
         &Store::from_object_store(faulty.clone(), "faulty"),
         &layout,
-        &test_partition(),
-        &small_budget_options(scratch.path()),
+        &partition(),
+        &options(scratch.path()),
     )
     .await
     .expect("compaction runs");
@@ -318,19 +302,19 @@ async fn hole5_an_open_hour_is_re_armed_only_by_readiness() {
     let layout = KeyLayout::default();
     land_two_files(&plain, &layout).await;
     let late_store = plain.clone();
-    let late_key = format!("{}/late.parquet", layout.ingest_dir(&test_partition()));
+    let late_key = format!("{}/late.parquet", layout.ingest_dir(&partition()));
     let hook = async move { put_bytes(&late_store, &late_key, ingest_bytes(5000, 10)).await };
     let hooked = Arc::new(FaultyStore::new(Arc::clone(&inner), None).with_hook_before_upload(hook));
     let store = Store::from_object_store(hooked, "hooked");
     let scratch = tempfile::tempdir().expect("scratch");
-    let mut o = small_budget_options(scratch.path());
+    let mut o = options(scratch.path());
     // Half past the hour: open, and one late file is far below the pressure thresholds.
-    let half_past = test_partition().hour_start().timestamp_millis() + 30 * 60 * 1000;
+    let half_past = partition().hour_start().timestamp_millis() + 30 * 60 * 1000;
     o.clock = ManualClock::at(half_past);
     let outcome = run_compaction_job(
         &store,
         &layout,
-        &test_partition(),
+        &partition(),
         &o,
         &ReadinessConfig::default(),
     )
@@ -343,7 +327,7 @@ async fn hole5_an_open_hour_is_re_armed_only_by_readiness() {
         "not re-armed in an open hour"
     );
     let wa = outcome.report.write_amplification;
-    let latest = load_latest(&plain, &layout, &test_partition())
+    let latest = load_latest(&plain, &layout, &partition())
         .await
         .expect("latest");
     assert!(wa > 0.0, "{wa}");
@@ -365,25 +349,18 @@ async fn hole4_a_foreign_key_is_skipped_not_fatal() {
     let layout = KeyLayout::default();
     land_on_disk(root.path(), &layout, "good.parquet", 0, 100);
     land_on_disk(root.path(), &layout, "bad\u{1}name.parquet", 1000, 100);
-    let files = partition_files(&store, &layout, &test_partition())
+    let files = partition_files(&store, &layout, &partition())
         .await
         .expect("the listing skips the foreign key");
     assert_eq!(files.live.len(), 1, "{files:?}");
-    let report = compact_partition(
-        &store,
-        &layout,
-        &test_partition(),
-        &small_budget_options(scratch.path()),
-    )
-    .await
-    .expect("compaction runs");
+    let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
+        .await
+        .expect("compaction runs");
     assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
-    collect_garbage(&store, &layout, &test_partition(), Duration::ZERO, false)
+    collect_garbage(&store, &layout, &partition(), Duration::ZERO, false)
         .await
         .expect("gc runs");
-    let dir = root
-        .path()
-        .join(layout.ingest_dir(&test_partition()).as_ref());
+    let dir = root.path().join(layout.ingest_dir(&partition()).as_ref());
     assert!(dir.join("bad\u{1}name.parquet").exists(), "left untouched");
     assert_each_once(&live_tag_counts(&store, &layout).await, 0..100, "after gc");
 }

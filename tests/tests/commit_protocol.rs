@@ -15,7 +15,8 @@ use ourios_compaction::manifest::{
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{FaultyStore, small_budget_options};
+use ourios_compaction::testing::FaultyStore;
+use ourios_compaction::testing::small_budget_options as options;
 use ourios_integration_tests::{
     Backend, all_keys, assert_exactly_once, commit_request as request, land_file, land_files,
     live_tags, test_partition,
@@ -32,24 +33,14 @@ async fn retried_job_is_noop(#[case] backend: Backend) {
     let partition = test_partition();
     let scratch = tempfile::tempdir().expect("scratch");
     let expected = land_files(&store, &layout, &partition, 3, 200).await;
-    let first = compact_partition(
-        &store,
-        &layout,
-        &partition,
-        &small_budget_options(scratch.path()),
-    )
-    .await
-    .expect("first run");
+    let first = compact_partition(&store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("first run");
     assert_eq!(first.status, Status::Compacted, "{first:?}");
     let keys = all_keys(&store).await;
-    let second = compact_partition(
-        &store,
-        &layout,
-        &partition,
-        &small_budget_options(scratch.path()),
-    )
-    .await
-    .expect("second run");
+    let second = compact_partition(&store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("second run");
     assert_eq!(second.status, Status::Noop, "{second:?}");
     assert_eq!(second.manifest_version, first.manifest_version);
     assert_eq!(all_keys(&store).await, keys, "a noop writes nothing");
@@ -73,7 +64,7 @@ async fn inputs_compacted_by_someone_else(store: Store, late_file: bool) -> Stat
         let store = store.clone();
         let layout = layout.clone();
         let partition = partition.clone();
-        let options = small_budget_options(scratch.path());
+        let options = options(scratch.path());
         async move {
             if late_file {
                 land_file(&store, &layout, &partition, "late.parquet", 9000, 50).await;
@@ -90,14 +81,9 @@ async fn inputs_compacted_by_someone_else(store: Store, late_file: bool) -> Stat
     let interposed =
         FaultyStore::new(Arc::clone(store.object_store()), None).with_hook_before_upload(other);
     let job_a_store = Store::from_object_store(Arc::new(interposed), "interposed");
-    let report = compact_partition(
-        &job_a_store,
-        &layout,
-        &partition,
-        &small_budget_options(scratch.path()),
-    )
-    .await
-    .expect("job A runs");
+    let report = compact_partition(&job_a_store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("job A runs");
     assert_exactly_once(
         &live_tags(&store, &layout, &partition).await,
         &expected,
@@ -157,14 +143,9 @@ async fn late_file_stays_live_and_is_compacted_next_time(#[case] backend: Backen
     let hooked = FaultyStore::new(Arc::clone(store.object_store()), None)
         .with_hook_before_upload(lands_midway);
     let job_store = Store::from_object_store(Arc::new(hooked), "hooked");
-    let first = compact_partition(
-        &job_store,
-        &layout,
-        &partition,
-        &small_budget_options(scratch.path()),
-    )
-    .await
-    .expect("first job");
+    let first = compact_partition(&job_store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("first job");
     assert_eq!(first.status, Status::Compacted, "{first:?}");
     assert_eq!(first.inputs.files, 3);
     expected.extend(9000..9050);
@@ -180,14 +161,9 @@ async fn late_file_stays_live_and_is_compacted_next_time(#[case] backend: Backen
         "after a file landed during the job",
     );
 
-    let second = compact_partition(
-        &store,
-        &layout,
-        &partition,
-        &small_budget_options(scratch.path()),
-    )
-    .await
-    .expect("second job");
+    let second = compact_partition(&store, &layout, &partition, &options(scratch.path()))
+        .await
+        .expect("second job");
     assert_eq!(second.status, Status::Compacted, "{second:?}");
     assert_eq!(
         second.inputs.files, 2,
@@ -222,7 +198,7 @@ async fn late_job_keeps_an_identical_committed_output(
     let partition = test_partition();
     let scratch = tempfile::tempdir().expect("scratch");
     let expected = land_files(&store, &layout, &partition, 3, 200).await;
-    let mut b_options = small_budget_options(scratch.path());
+    let mut b_options = options(scratch.path());
     let wait_until = match late {
         Lateness::Deadline => {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
@@ -236,7 +212,7 @@ async fn late_job_keeps_an_identical_committed_output(
     };
     let job_a = {
         let (store, layout, partition) = (store.clone(), layout.clone(), partition.clone());
-        let options = small_budget_options(scratch.path());
+        let options = options(scratch.path());
         async move {
             let report = compact_partition(&store, &layout, &partition, &options)
                 .await
