@@ -87,7 +87,7 @@
 //! | | [`store::aws_env`] | the S3 endpoint, region and object_store builder from the AWS environment, empty variables unset |
 //! | | [`store::raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
 //! | | [`store::upload`] | streaming multipart upload |
-//! | | [`store::observed`] | the pass-through store wrapper that reports each read |
+//! | | [`store::hooked`] | the one store wrapper: a hook per operation, passing through by default; every wrapper below and in `testing` is a set of hooks |
 //! | | [`store::counting`] | a store wrapper counting read requests |
 //! | | [`store::request_counts`] | a store wrapper counting a job's requests by S3 price class |
 //! | input | [`input`] | staging and checking input files, reading them in sized batches |
@@ -124,6 +124,7 @@
 //! | | `compact::fan_out::admission` | the plan's union of columns: every input's footer read, the files it refuses quarantined as a one-output job would |
 //! | serverless | [`serverless`] | the functions' library side |
 //! | | [`serverless::events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
+//! | | [`serverless::function_url`] | a function-URL request (MinIO's webhook) answered as an HTTP response, the same for both handlers |
 //! | | [`serverless::readiness`] | readiness and dispatch decisions (pure) |
 //! | | [`serverless::function_settings`] | the functions' settings from named variables |
 //! | | [`serverless::metrics`] | CloudWatch embedded-metric-format lines |
@@ -132,7 +133,7 @@
 //! | bench | [`bench`](mod@bench) | benchmark support |
 //! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
 //! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::service` |
-//! | testing | `testing` | test support (feature `testing`): fixtures (`testing::log_fixture`, `testing::event_files`) and store wrappers (`testing::recording_store`) |
+//! | testing | `testing` | test support (feature `testing`): fixtures (`testing::log_fixture`, `testing::event_files`, `testing::tagged_files`), store hooks (`testing::faulty_store`, `testing::recording_store`, `testing::store_quirks`) and the simulations' store with a virtual clock (`testing::virtual_store`) |
 //!
 //! Where the layers differ from the obvious grouping, the dependencies decide:
 //!

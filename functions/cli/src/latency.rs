@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::ObjectStore;
-use ourios_compaction::store::observed::{ObservedStore, ReadObserver};
+use object_store::{GetResult, ObjectStore};
+use ourios_compaction::store::hooked::{GetRequest, HookedStore, Inner, StoreHooks, StoreResult};
 
 /// Delays each read: `round_trip`, plus its bytes at `bytes_per_second` when set.
 #[derive(Debug)]
@@ -28,14 +28,19 @@ impl Latency {
 }
 
 #[async_trait::async_trait]
-impl ReadObserver for Latency {
-    async fn on_get(&self, bytes: Option<u64>) {
+impl StoreHooks for Latency {
+    const NAME: &'static str = "LatencyStore";
+
+    /// Delays each GET, after it returned, by its time (a HEAD by the round trip).
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
+        let (result, bytes) = get.forward_sized(inner).await?;
         tokio::time::sleep(self.delay(bytes.unwrap_or(0))).await;
+        Ok(result)
     }
 }
 
 /// A store whose reads take the time of [`Latency`].
-pub type LatencyStore = ObservedStore<Latency>;
+pub type LatencyStore = HookedStore<Latency>;
 
 /// Wraps `inner` so each GET (and HEAD) takes `round_trip` plus its transfer time.
 pub fn latency_store(
@@ -43,12 +48,12 @@ pub fn latency_store(
     round_trip: Duration,
     bytes_per_second: Option<u64>,
 ) -> LatencyStore {
-    ObservedStore::wrap(
+    HookedStore::wrap(
         inner,
-        Latency {
+        Arc::new(Latency {
             round_trip,
             bytes_per_second,
-        },
+        }),
     )
 }
 

@@ -5,9 +5,10 @@
 
 use std::time::Instant;
 
-use ourios_compaction::error::{ErrorKind, InvocationError};
+use ourios_compaction::error::InvocationError;
 use ourios_compaction::serverless::dispatch::compactor::CompactorAnswer;
-use ourios_compaction::serverless::events::{HttpRequest, Invocation, parse_invocation};
+use ourios_compaction::serverless::events::{Invocation, parse_invocation};
+use ourios_compaction::serverless::function_url::answer_request;
 use ourios_compaction::serverless::metrics::compaction_metrics;
 use serde_json::{Value, json};
 
@@ -29,29 +30,9 @@ pub async fn handle(
     let Invocation::Http(request) = invocation else {
         return run(compactor, invocation, deadline, request_id).await;
     };
-    let result = match request.body {
-        Ok(Some(inner)) => run(compactor, inner, deadline, request_id).await,
-        // A webhook target checking that the endpoint is up.
-        Ok(None) if matches!(request.method.as_str(), "GET" | "HEAD") => {
-            Ok(json!({ "ready": true }))
-        }
-        Ok(None) => Err(InvocationError::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "{} request without a body: send a job record's notification",
-                request.method
-            ),
-        )),
-        Err(e) => Err(e.into()),
-    };
-    let (status, body) = match result {
-        Ok(body) => (200, body),
-        Err(error) => (
-            error.kind.http_status(),
-            json!({ "error": error.message, "kind": error.kind.name() }),
-        ),
-    };
-    Ok(HttpRequest::answer(status, &body))
+    let handle = |inner| run(compactor, inner, deadline, request_id);
+    let expected = "a job record's notification";
+    Ok(answer_request(*request, expected, handle, |_, _| {}).await)
 }
 
 /// One call to the library, then the answer: its JSON, a metrics line per job, and the error

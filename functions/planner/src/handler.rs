@@ -6,9 +6,12 @@ use std::time::Instant;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
 use chrono::{DateTime, Utc};
-use ourios_compaction::error::{ErrorKind, InvocationError};
+use ourios_compaction::error::InvocationError;
 use ourios_compaction::serverless::dispatch::invocation::{Planner, PlannerAnswer, PlannerCounts};
-use ourios_compaction::serverless::events::{HttpRequest, Invocation, parse_invocation};
+use ourios_compaction::serverless::events::{
+    HttpRequest, Invocation, NotAnEvent, parse_invocation,
+};
+use ourios_compaction::serverless::function_url::answer_request;
 use ourios_compaction::serverless::metrics::{Unit, emf_line};
 use serde_json::{Value, json};
 
@@ -48,35 +51,15 @@ async fn answer_http(
     now: DateTime<Utc>,
     deadline: Option<Instant>,
 ) -> Value {
-    let result = match request.body {
-        Ok(Some(invocation)) => handle_invocation(planner, invocation, now, deadline).await,
-        Ok(None) if matches!(request.method.as_str(), "GET" | "HEAD") => {
-            Ok(json!({ "ready": true }))
-        }
-        Ok(None) => Err(InvocationError::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "{} request without a body: send an S3 or MinIO notification",
-                request.method
-            ),
-        )),
-        Err(e) => {
+    let handle = |invocation| handle_invocation(planner, invocation, now, deadline);
+    let on_error = |error: &InvocationError, refused: Option<&NotAnEvent>| {
+        if let Some(e) = refused {
             tracing::error!(error = %e, "rejected an HTTP request");
             emit(now, &PlannerCounts::refused_payload("http"));
-            Err(e.into())
         }
+        emit_error(now, error);
     };
-    let (status, body) = match result {
-        Ok(body) => (200, body),
-        Err(error) => {
-            emit_error(now, &error);
-            (
-                error.kind.http_status(),
-                json!({ "error": error.message, "kind": error.kind.name() }),
-            )
-        }
-    };
-    HttpRequest::answer(status, &body)
+    answer_request(request, "an S3 or MinIO notification", handle, on_error).await
 }
 
 async fn handle_invocation(

@@ -6,24 +6,20 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use object_store::memory::InMemory;
 use ourios_compaction::error::ErrorKind;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::SWEEP_CURSOR_KEY;
-use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::invocation::Planner;
 use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::serverless::events::KeyScope;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::{
-    Fault, FaultyStore, Operation, RecordingStore, assert_role_permits, event_file_names,
-    load_event, parquet_bytes, put_bytes, rows_batch,
+    Fault, FaultyStore, RecordingStore, assert_role_permits, assert_role_refuses, event_file_names,
+    load_event, parquet_bytes, put_bytes, rows_batch, test_partition,
 };
 use serde_json::{Value, json};
 
 use crate::handler::handle;
-
-fn partition() -> PartitionId {
-    PartitionId::parse("acme", "2026-11-29T10").expect("valid partition")
-}
 
 /// After the hour closed and its lateness grace passed.
 fn now() -> DateTime<Utc> {
@@ -35,7 +31,7 @@ fn now() -> DateTime<Utc> {
 /// A fresh store holding ingest files in acme's hour 10, and a planner on it.
 async fn setup() -> Planner {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let p = partition();
+    let p = test_partition();
     let (start, _) = p.time_range_nanos();
     for name in ["batch 0001.parquet", "part-0003.parquet"] {
         let rows = [(Some("api".to_string()), start + 1, 1)];
@@ -52,7 +48,7 @@ async fn setup() -> Planner {
 }
 
 async fn has_job(planner: &Planner) -> bool {
-    read_job(&planner.store, &partition())
+    read_job(&planner.store, &test_partition())
         .await
         .expect("job read")
         .is_some()
@@ -239,7 +235,7 @@ async fn replaying_every_event_file_creates_one_job() {
         "eventbridge-scheduled-sweep.json",
     ] {
         let _ = handle(&planner, load_event(file), now(), None).await;
-        let job = read_job(&planner.store, &partition())
+        let job = read_job(&planner.store, &test_partition())
             .await
             .expect("read")
             .expect("a job exists");
@@ -394,13 +390,6 @@ async fn every_store_operation_is_allowed_by_the_planner_role() {
     );
     assert_role_permits("PlannerRole", &operations);
     // The check is not vacuous: the planner's role deletes nothing.
-    let delete = std::collections::BTreeSet::from([Operation {
-        operation: "delete",
-        key: "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json".into(),
-    }]);
-    let refused = std::panic::catch_unwind(|| assert_role_permits("PlannerRole", &delete));
-    assert!(
-        refused.is_err(),
-        "a delete must not be allowed to the planner"
-    );
+    let job_record = "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json";
+    assert_role_refuses("PlannerRole", "delete", job_record);
 }

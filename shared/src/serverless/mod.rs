@@ -4,6 +4,7 @@
 pub mod dispatch;
 pub mod events;
 pub mod function_settings;
+pub mod function_url;
 pub mod metrics;
 pub mod readiness;
 pub mod state_machine;

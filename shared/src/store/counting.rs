@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use object_store::ObjectStore;
+use object_store::{GetResult, ObjectStore};
 
-use crate::store::observed::{ObservedStore, ReadObserver};
+use crate::store::hooked::{GetRequest, HookedStore, Inner, StoreHooks, StoreResult};
 
 /// Counts of the read requests made through a [`CountingStore`].
 #[derive(Debug, Default)]
@@ -32,16 +32,21 @@ impl ReadCounters {
 }
 
 #[async_trait::async_trait]
-impl ReadObserver for Arc<ReadCounters> {
-    async fn on_get(&self, bytes: Option<u64>) {
+impl StoreHooks for ReadCounters {
+    const NAME: &'static str = "CountingStore";
+
+    /// Counts each GET that returned, with its bytes; a HEAD is not a read.
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
+        let (result, bytes) = get.forward_sized(inner).await?;
         if let Some(bytes) = bytes {
             self.record(1, bytes);
         }
+        Ok(result)
     }
 }
 
 /// Wraps a store and counts every read that goes through it.
-pub type CountingStore = ObservedStore<Arc<ReadCounters>>;
+pub type CountingStore = HookedStore<ReadCounters>;
 
 impl CountingStore {
     /// Wraps `inner`; the counters are shared with the caller.

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, UploadPart,
-};
+use object_store::{GetResult, ListResult, ObjectStore, PutPayload, PutResult, UploadPart};
 
 use crate::cost::RequestCounts;
+use crate::store::hooked::{
+    CopyRequest, GetRequest, HookedStore, Inner, ListRequest, MetaStream, PathStream, PutRequest,
+    StoreHooks, StoreResult, Upload, UploadRequest,
+};
 
 /// Keys one S3 LIST request returns at most (a longer listing is several requests).
 const LIST_PAGE: u64 = 1_000;
@@ -53,38 +53,8 @@ impl RequestCounters {
     }
 }
 
-/// Wraps a store and counts each request that reaches it.
-#[derive(Debug)]
-pub struct RequestCountingStore {
-    inner: Arc<dyn ObjectStore>,
-    counters: Arc<RequestCounters>,
-}
-
-impl RequestCountingStore {
-    /// Wraps `inner`; the counters are shared with the caller.
-    pub fn new(inner: Arc<dyn ObjectStore>) -> (Self, Arc<RequestCounters>) {
-        let counters = Arc::new(RequestCounters::default());
-        (
-            Self {
-                inner,
-                counters: Arc::clone(&counters),
-            },
-            counters,
-        )
-    }
-}
-
-impl std::fmt::Display for RequestCountingStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RequestCountingStore({})", self.inner)
-    }
-}
-
 /// Counts a listing's requests: one per page of [`LIST_PAGE`] entries, at least one.
-fn counted_listing(
-    stream: BoxStream<'static, object_store::Result<ObjectMeta>>,
-    counters: Arc<RequestCounters>,
-) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+fn counted_listing(stream: MetaStream, counters: Arc<RequestCounters>) -> MetaStream {
     RequestCounters::add(&counters.list, 1);
     stream
         .enumerate()
@@ -99,109 +69,74 @@ fn counted_listing(
 }
 
 #[async_trait::async_trait]
-impl ObjectStore for RequestCountingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        RequestCounters::add(&self.counters.put, 1);
-        self.inner.put_opts(location, payload, opts).await
+impl StoreHooks for Arc<RequestCounters> {
+    const NAME: &'static str = "RequestCountingStore";
+
+    async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
+        RequestCounters::add(&self.put, 1);
+        put.forward(inner).await
     }
 
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        // CreateMultipartUpload; each part and the completion are counted by the upload.
-        RequestCounters::add(&self.counters.put, 1);
-        let upload = self.inner.put_multipart_opts(location, opts).await?;
-        Ok(Box::new(CountingUpload {
-            inner: upload,
-            counters: Arc::clone(&self.counters),
-        }))
+    /// CreateMultipartUpload; each part and the completion are counted as they go.
+    async fn put_multipart(&self, inner: &Inner, start: UploadRequest<'_>) -> StoreResult<Upload> {
+        RequestCounters::add(&self.put, 1);
+        start.forward(inner).await
     }
 
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        RequestCounters::add(&self.counters.get, 1);
-        self.inner.get_opts(location, options).await
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
+        RequestCounters::add(&self.get, 1);
+        get.forward(inner).await
     }
 
-    // `get_ranges` keeps its default: it coalesces ranges and issues each through `get_opts`.
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        let counters = Arc::clone(&self.counters);
+    fn delete(&self, inner: &Inner, locations: PathStream) -> PathStream {
+        let counters = Arc::clone(self);
         let counted = locations
             .inspect(move |_| RequestCounters::add(&counters.delete, 1))
             .boxed();
-        self.inner.delete_stream(counted)
+        inner.delete_stream(counted)
     }
 
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        counted_listing(self.inner.list(prefix), Arc::clone(&self.counters))
+    fn list(&self, inner: &Inner, list: ListRequest<'_>) -> MetaStream {
+        counted_listing(list.forward(inner), Arc::clone(self))
     }
 
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        counted_listing(
-            self.inner.list_with_offset(prefix, offset),
-            Arc::clone(&self.counters),
-        )
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        let result = self.inner.list_with_delimiter(prefix).await?;
+    async fn list_dirs(&self, inner: &Inner, prefix: Option<&Path>) -> StoreResult<ListResult> {
+        let result = inner.list_with_delimiter(prefix).await?;
         let entries = (result.objects.len() + result.common_prefixes.len()) as u64;
-        self.counters.count_listing(entries);
+        self.count_listing(entries);
         Ok(result)
     }
 
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        RequestCounters::add(&self.counters.put, 1);
-        self.inner.copy_opts(from, to, options).await
+    async fn copy(&self, inner: &Inner, copy: CopyRequest<'_>) -> StoreResult<()> {
+        RequestCounters::add(&self.put, 1);
+        copy.forward(inner).await
+    }
+
+    fn put_part(&self, upload: &mut Upload, _location: &Path, data: PutPayload) -> UploadPart {
+        RequestCounters::add(&self.put, 1);
+        upload.put_part(data)
+    }
+
+    async fn complete(&self, upload: &mut Upload, _location: &Path) -> StoreResult<PutResult> {
+        RequestCounters::add(&self.put, 1);
+        upload.complete().await
+    }
+
+    /// AbortMultipartUpload is a DELETE-class request (free).
+    async fn abort(&self, upload: &mut Upload, _location: &Path) -> StoreResult<()> {
+        RequestCounters::add(&self.delete, 1);
+        upload.abort().await
     }
 }
 
-/// A multipart upload whose parts and completion are counted as PUT requests.
-#[derive(Debug)]
-struct CountingUpload {
-    inner: Box<dyn MultipartUpload>,
-    counters: Arc<RequestCounters>,
-}
+/// Wraps a store and counts each request that reaches it.
+pub type RequestCountingStore = HookedStore<Arc<RequestCounters>>;
 
-#[async_trait::async_trait]
-impl MultipartUpload for CountingUpload {
-    fn put_part(&mut self, data: PutPayload) -> UploadPart {
-        RequestCounters::add(&self.counters.put, 1);
-        self.inner.put_part(data)
-    }
-
-    async fn complete(&mut self) -> object_store::Result<PutResult> {
-        RequestCounters::add(&self.counters.put, 1);
-        self.inner.complete().await
-    }
-
-    async fn abort(&mut self) -> object_store::Result<()> {
-        // AbortMultipartUpload is a DELETE-class request (free).
-        RequestCounters::add(&self.counters.delete, 1);
-        self.inner.abort().await
+impl RequestCountingStore {
+    /// Wraps `inner`; the counters are shared with the caller.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> (Self, Arc<RequestCounters>) {
+        let counters = Arc::new(RequestCounters::default());
+        (Self::wrap(inner, Arc::new(Arc::clone(&counters))), counters)
     }
 }
 

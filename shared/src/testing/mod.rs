@@ -1,12 +1,12 @@
-//! Test support (feature `testing`): small log batches, Parquet fixtures, store wrappers and
-//! the workspace's event payloads.
+//! Test support (feature `testing`), the one home of the fixtures every test crate of the
+//! workspace uses: small log batches, Parquet fixtures, tagged ingest files, the store hooks
+//! (faults, recording, quirks), the simulations' virtual store and the event payloads.
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use bytes::Bytes;
-use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
@@ -14,11 +14,27 @@ use parquet::file::properties::WriterProperties;
 use crate::store::Store;
 
 mod event_files;
+mod faulty_store;
 mod log_fixture;
 mod recording_store;
+mod store_quirks;
+mod tagged_files;
+mod virtual_store;
 pub use event_files::{event_file_names, events_dir, load_event};
+pub use faulty_store::{Fault, Faults, FaultyStore};
 pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};
-pub use recording_store::{DenyMissingStore, Operation, RecordingStore, assert_role_permits};
+pub use recording_store::{
+    Operation, OperationLog, RecordingStore, assert_role_permits, assert_role_refuses,
+};
+pub use store_quirks::{
+    DenyMissing, DenyMissingStore, MultipartDating, MultipartDatingStore, Refusal, Refusals,
+    RefusingStore, ReversedListing, ReversedListingStore,
+};
+pub use tagged_files::{
+    all_keys, assert_exactly_once, commit_request, file_tags, land_file, land_files, live_tags,
+    open_memory, test_partition,
+};
+pub use virtual_store::{Entry, HostClock, StoreState, VirtualStore};
 
 /// A seeded stream of random 64-bit values ([`crate::rng::SplitMix64`]): test data that is
 /// random-looking yet the same in every run.
@@ -34,6 +50,28 @@ pub fn multi_thread_runtime(threads: usize) -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a test runtime starts")
+}
+
+/// Job options with scratch space in `scratch` and a 64 KiB memory budget, so the sort spills
+/// runs even of small test files.
+pub fn small_budget_options(scratch: &std::path::Path) -> crate::options::CompactOptions {
+    let mut options = crate::options::CompactOptions::new(scratch);
+    options.budget_bytes = 64 << 10;
+    options
+}
+
+/// Every file (not directory) under `dir`.
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("the directory reads") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 /// Compacts `partition`, requires status `compacted`, and returns the report and the
@@ -182,621 +220,5 @@ impl crate::clock::Clock for ManualClock {
 
     fn monotonic_ms(&self) -> u64 {
         self.monotonic_ms.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-/// A store wrapper that returns every listing in reverse order, to prove that nothing
-/// depends on the order a store lists in.
-#[derive(Debug)]
-pub struct ReversedListingStore {
-    inner: Arc<dyn object_store::ObjectStore>,
-}
-
-impl ReversedListingStore {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn object_store::ObjectStore>) -> Self {
-        Self { inner }
-    }
-}
-
-impl std::fmt::Display for ReversedListingStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ReversedListingStore({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl object_store::ObjectStore for ReversedListingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: object_store::PutOptions,
-    ) -> object_store::Result<object_store::PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: object_store::PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: object_store::GetOptions,
-    ) -> object_store::Result<object_store::GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&Path>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        use futures::{StreamExt, TryStreamExt};
-        let inner = self.inner.list(prefix);
-        futures::stream::once(async move {
-            let mut all: Vec<object_store::ObjectMeta> = inner.try_collect().await?;
-            all.reverse();
-            Ok::<_, object_store::Error>(futures::stream::iter(all.into_iter().map(Ok)))
-        })
-        .try_flatten()
-        .boxed()
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&Path>,
-    ) -> object_store::Result<object_store::ListResult> {
-        let mut result = self.inner.list_with_delimiter(prefix).await?;
-        result.objects.reverse();
-        Ok(result)
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: object_store::CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
-/// How a [`RefusingStore`] answers a GET of a refused key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// `403 Forbidden`, as S3 answers for a KMS key the caller may not use or for an
-    /// archived object (`InvalidObjectState`).
-    Forbidden,
-    /// `404 Not Found`: the object vanished between the listing and the GET.
-    Vanished,
-}
-
-/// A store wrapper whose GETs of keys ending in one of some suffixes fail with a
-/// [`Refusal`]; everything else passes through.
-#[derive(Debug)]
-pub struct RefusingStore {
-    inner: Arc<dyn object_store::ObjectStore>,
-    refused: Vec<(String, Refusal)>,
-}
-
-impl RefusingStore {
-    /// Wraps `inner`, refusing GETs of keys ending in each suffix of `refused`.
-    pub fn new(inner: Arc<dyn object_store::ObjectStore>, refused: Vec<(String, Refusal)>) -> Self {
-        Self { inner, refused }
-    }
-}
-
-impl std::fmt::Display for RefusingStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RefusingStore({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl object_store::ObjectStore for RefusingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: object_store::PutOptions,
-    ) -> object_store::Result<object_store::PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: object_store::PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: object_store::GetOptions,
-    ) -> object_store::Result<object_store::GetResult> {
-        let refusal = self
-            .refused
-            .iter()
-            .find(|(suffix, _)| location.as_ref().ends_with(suffix.as_str()));
-        match refusal {
-            Some((_, Refusal::Forbidden)) => Err(object_store::Error::PermissionDenied {
-                path: location.to_string(),
-                source: "InvalidObjectState: the object is archived".into(),
-            }),
-            Some((_, Refusal::Vanished)) => Err(object_store::Error::NotFound {
-                path: location.to_string(),
-                source: "NoSuchKey".into(),
-            }),
-            None => self.inner.get_opts(location, options).await,
-        }
-    }
-
-    fn delete_stream(
-        &self,
-        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&Path>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&Path>,
-    ) -> object_store::Result<object_store::ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: object_store::CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
-/// Which failure a [`FaultyStore`] injects, and at which store operation (1-based).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Operation `n` and every later one fail without effect: the process crashed there.
-    Crash(u64),
-    /// Operation `n` takes effect but its caller sees an error (the response was lost);
-    /// later operations work.
-    LostResponse(u64),
-    /// The first create-only write at or after operation `n` fails with `412 Precondition
-    /// Failed` without writing; everything else works.
-    Precondition(u64),
-    /// The first create-only write at or after operation `n` fails with a `409 Conflict`
-    /// (object_store's `AlreadyExists`) without writing; everything else works.
-    Conflict(u64),
-    /// The first multipart upload started at or after operation `n` uploads its parts but
-    /// is never completed nor aborted; the process crashes there (every later operation fails).
-    PartialMultipart(u64),
-    /// The first create-only write at or after operation `n` lands, but its response is lost
-    /// (a 5xx) and the client's retry of the same write meets `412 Precondition Failed`.
-    RetriedIntoPrecondition(u64),
-}
-
-impl Fault {
-    fn at(self) -> u64 {
-        match self {
-            Fault::Crash(n)
-            | Fault::LostResponse(n)
-            | Fault::Precondition(n)
-            | Fault::Conflict(n)
-            | Fault::PartialMultipart(n)
-            | Fault::RetriedIntoPrecondition(n) => n,
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct FaultState {
-    ops: std::sync::atomic::AtomicU64,
-    /// Set once a one-shot fault fired, or for good once the process "crashed".
-    fired: std::sync::atomic::AtomicBool,
-    crashed: std::sync::atomic::AtomicBool,
-}
-
-/// What a [`FaultyStore`] decided for one operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Pass,
-    Fail,
-    DoThenFail,
-}
-
-impl FaultState {
-    /// Counts one operation and decides its fate. `conditional` marks a create-only write.
-    fn next(&self, fault: Option<Fault>, conditional: bool, multipart: bool) -> (u64, Verdict) {
-        use std::sync::atomic::Ordering::SeqCst;
-        let n = self.ops.fetch_add(1, SeqCst) + 1;
-        if self.crashed.load(SeqCst) {
-            return (n, Verdict::Fail);
-        }
-        let Some(fault) = fault else {
-            return (n, Verdict::Pass);
-        };
-        let due = n >= fault.at();
-        let verdict = match fault {
-            Fault::Crash(_) if due => {
-                self.crashed.store(true, SeqCst);
-                Verdict::Fail
-            }
-            Fault::LostResponse(at) if n == at => Verdict::DoThenFail,
-            Fault::Precondition(_) | Fault::Conflict(_)
-                if due && conditional && !self.fired.swap(true, SeqCst) =>
-            {
-                Verdict::Fail
-            }
-            Fault::RetriedIntoPrecondition(_)
-                if due && conditional && !self.fired.swap(true, SeqCst) =>
-            {
-                Verdict::DoThenFail
-            }
-            Fault::PartialMultipart(_) if due && multipart && !self.fired.swap(true, SeqCst) => {
-                // The upload starts; its completion is where the process dies.
-                Verdict::DoThenFail
-            }
-            _ => Verdict::Pass,
-        };
-        (n, verdict)
-    }
-}
-
-/// A store wrapper that injects one [`Fault`] at the N-th store operation, to check that
-/// every crash point leaves a state from which a rerun converges (invariant 4).
-///
-/// Operations counted: every put, get, list, listing with delimiter, copy, the start of a
-/// multipart upload, each uploaded part, its completion or abort, and each deleted key.
-/// Run once without a fault and read [`FaultyStore::num_ops`] to learn how many there are.
-#[derive(Debug)]
-pub struct FaultyStore {
-    inner: Arc<dyn object_store::ObjectStore>,
-    fault: Option<Fault>,
-    state: Arc<FaultState>,
-    before_upload: std::sync::Mutex<Option<Hook>>,
-}
-
-impl FaultyStore {
-    /// Wraps `inner`; `None` only counts operations.
-    pub fn new(inner: Arc<dyn object_store::ObjectStore>, fault: Option<Fault>) -> Self {
-        Self {
-            inner,
-            fault,
-            state: Arc::new(FaultState::default()),
-            before_upload: std::sync::Mutex::new(None),
-        }
-    }
-
-    /// Runs `hook` to completion when the first multipart upload starts: for a compaction,
-    /// after it read the partition and sorted, before it commits. A hook that runs another
-    /// compaction injects a competing commit between plan and commit.
-    pub fn with_hook_before_upload(
-        self,
-        hook: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> Self {
-        use futures::FutureExt;
-        Self {
-            before_upload: std::sync::Mutex::new(Some(Hook(hook.boxed()))),
-            ..self
-        }
-    }
-
-    /// Operations seen so far.
-    pub fn num_ops(&self) -> u64 {
-        self.state.ops.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// True once the injected fault has taken effect (a crash, a lost response, a forced
-    /// precondition or conflict failure, or an abandoned multipart upload).
-    pub fn has_fired(&self) -> bool {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.state.crashed.load(SeqCst)
-            || self.state.fired.load(SeqCst)
-            || matches!(self.fault, Some(Fault::LostResponse(n)) if self.num_ops() >= n)
-    }
-
-    fn decide(&self, conditional: bool, multipart: bool) -> (u64, Verdict) {
-        self.state.next(self.fault, conditional, multipart)
-    }
-}
-
-fn injected(op: u64, what: &str, path: &Path) -> object_store::Error {
-    object_store::Error::Generic {
-        store: "FaultyStore",
-        source: format!("injected fault at operation {op} ({what} {path})").into(),
-    }
-}
-
-/// Runs (or not) one operation as its verdict says; `run` is only polled when it takes effect.
-async fn with_verdict<T>(
-    (op, verdict): (u64, Verdict),
-    what: &str,
-    path: &Path,
-    run: impl std::future::Future<Output = object_store::Result<T>>,
-) -> object_store::Result<T> {
-    match verdict {
-        Verdict::Pass => run.await,
-        Verdict::Fail => Err(injected(op, what, path)),
-        Verdict::DoThenFail => {
-            run.await?;
-            Err(injected(op, &format!("{what} (response lost)"), path))
-        }
-    }
-}
-
-/// Work to run inside a store call, standing for another process acting at that instant.
-struct Hook(futures::future::BoxFuture<'static, ()>);
-
-impl std::fmt::Debug for Hook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Hook")
-    }
-}
-
-impl std::fmt::Display for FaultyStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FaultyStore({:?}, {})", self.fault, self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl object_store::ObjectStore for FaultyStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: object_store::PutOptions,
-    ) -> object_store::Result<object_store::PutResult> {
-        let conditional = matches!(opts.mode, object_store::PutMode::Create);
-        let (op, verdict) = self.decide(conditional, false);
-        match (verdict, self.fault) {
-            (Verdict::Pass, _) => self.inner.put_opts(location, payload, opts).await,
-            (Verdict::Fail, Some(Fault::Precondition(_))) if conditional => {
-                Err(object_store::Error::Precondition {
-                    path: location.to_string(),
-                    source: format!("injected 412 Precondition Failed at operation {op}").into(),
-                })
-            }
-            (Verdict::DoThenFail, Some(Fault::RetriedIntoPrecondition(_))) => {
-                self.inner.put_opts(location, payload, opts).await?;
-                Err(object_store::Error::Precondition {
-                    path: location.to_string(),
-                    source: format!(
-                        "injected 5xx then 412 Precondition Failed on the retry at operation {op}"
-                    )
-                    .into(),
-                })
-            }
-            (Verdict::Fail, Some(Fault::Conflict(_))) if conditional => {
-                Err(object_store::Error::AlreadyExists {
-                    path: location.to_string(),
-                    source: format!("injected 409 ConditionalRequestConflict at operation {op}")
-                        .into(),
-                })
-            }
-            (verdict, _) => {
-                let put = self.inner.put_opts(location, payload, opts);
-                with_verdict((op, verdict), "put", location, put).await
-            }
-        }
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: object_store::PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-        let hook = self.before_upload.lock().ok().and_then(|mut h| h.take());
-        if let Some(Hook(hook)) = hook {
-            hook.await;
-        }
-        let (op, verdict) = self.decide(false, true);
-        let abandon = matches!(
-            (verdict, self.fault),
-            (Verdict::DoThenFail, Some(Fault::PartialMultipart(_)))
-        );
-        match verdict {
-            Verdict::Fail => return Err(injected(op, "put_multipart", location)),
-            Verdict::DoThenFail if !abandon => {
-                let mut upload = self.inner.put_multipart_opts(location, opts).await?;
-                let _ = upload.abort().await;
-                return Err(injected(op, "put_multipart (response lost)", location));
-            }
-            _ => {}
-        }
-        let inner = self.inner.put_multipart_opts(location, opts).await?;
-        Ok(Box::new(FaultyUpload {
-            inner,
-            location: location.clone(),
-            fault: self.fault,
-            state: Arc::clone(&self.state),
-            abandon,
-        }))
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: object_store::GetOptions,
-    ) -> object_store::Result<object_store::GetResult> {
-        let get = self.inner.get_opts(location, options);
-        with_verdict(self.decide(false, false), "get", location, get).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-        use futures::StreamExt;
-        let inner = Arc::clone(&self.inner);
-        let state = Arc::clone(&self.state);
-        let fault = self.fault;
-        locations
-            .then(move |location| {
-                let inner = Arc::clone(&inner);
-                let state = Arc::clone(&state);
-                async move {
-                    let location = location?;
-                    let decided = state.next(fault, false, false);
-                    with_verdict(decided, "delete", &location, inner.delete(&location)).await?;
-                    Ok(location)
-                }
-            })
-            .boxed()
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&Path>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        use futures::StreamExt;
-        match self.decide(false, false) {
-            (_, Verdict::Pass) => self.inner.list(prefix),
-            (op, _) => {
-                let path = prefix.cloned().unwrap_or_default();
-                futures::stream::once(async move { Err(injected(op, "list", &path)) }).boxed()
-            }
-        }
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        use futures::StreamExt;
-        match self.decide(false, false) {
-            (_, Verdict::Pass) => self.inner.list_with_offset(prefix, offset),
-            (op, _) => {
-                let path = prefix.cloned().unwrap_or_default();
-                futures::stream::once(async move { Err(injected(op, "list", &path)) }).boxed()
-            }
-        }
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&Path>,
-    ) -> object_store::Result<object_store::ListResult> {
-        match self.decide(false, false) {
-            (_, Verdict::Pass) => self.inner.list_with_delimiter(prefix).await,
-            (op, _) => Err(injected(
-                op,
-                "list_with_delimiter",
-                &prefix.cloned().unwrap_or_default(),
-            )),
-        }
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: object_store::CopyOptions,
-    ) -> object_store::Result<()> {
-        let copy = self.inner.copy_opts(from, to, options);
-        with_verdict(self.decide(false, false), "copy", to, copy).await
-    }
-}
-
-/// A multipart upload seen through a [`FaultyStore`].
-#[derive(Debug)]
-struct FaultyUpload {
-    inner: Box<dyn object_store::MultipartUpload>,
-    location: Path,
-    fault: Option<Fault>,
-    state: Arc<FaultState>,
-    /// Parts go through, but the upload is never completed nor aborted (then the process dies).
-    abandon: bool,
-}
-
-#[async_trait::async_trait]
-impl object_store::MultipartUpload for FaultyUpload {
-    fn put_part(&mut self, data: PutPayload) -> object_store::UploadPart {
-        use futures::FutureExt;
-        let (op, verdict) = self.state.next(self.fault, false, false);
-        let location = self.location.clone();
-        match verdict {
-            Verdict::Pass => self.inner.put_part(data),
-            Verdict::Fail => async move { Err(injected(op, "put_part", &location)) }.boxed(),
-            Verdict::DoThenFail => {
-                let part = self.inner.put_part(data);
-                async move {
-                    part.await?;
-                    Err(injected(op, "put_part (response lost)", &location))
-                }
-                .boxed()
-            }
-        }
-    }
-
-    async fn complete(&mut self) -> object_store::Result<object_store::PutResult> {
-        let (op, verdict) = self.state.next(self.fault, false, false);
-        if self.abandon {
-            self.state
-                .crashed
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            return Err(injected(
-                op,
-                "complete_multipart (abandoned)",
-                &self.location,
-            ));
-        }
-        let complete = self.inner.complete();
-        with_verdict(
-            (op, verdict),
-            "complete_multipart",
-            &self.location,
-            complete,
-        )
-        .await
-    }
-
-    async fn abort(&mut self) -> object_store::Result<()> {
-        let (op, verdict) = self.state.next(self.fault, false, false);
-        if self.abandon {
-            return Err(injected(op, "abort_multipart (abandoned)", &self.location));
-        }
-        let abort = self.inner.abort();
-        with_verdict((op, verdict), "abort_multipart", &self.location, abort).await
     }
 }

@@ -1,14 +1,16 @@
-//! Store wrappers for IAM as S3 applies it: one records every operation with its key or prefix,
-//! to check them against a role of `infra/template.yaml`; one answers a missing key with 403.
+//! A store wrapper that records every operation with its key or prefix, to check them against a
+//! role of `infra/template.yaml` as IAM applies it to S3.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use futures::stream::BoxStream;
+use futures::StreamExt;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+use object_store::{GetResult, ListResult, ObjectStore, PutResult};
+
+use crate::store::hooked::{
+    CopyRequest, GetRequest, HookedStore, Inner, ListRequest, MetaStream, PathStream, PutRequest,
+    StoreHooks, StoreResult, Upload, UploadRequest,
 };
 
 /// One store operation as IAM sees it: the S3 action and the key (or listing prefix).
@@ -20,30 +22,13 @@ pub struct Operation {
     pub key: String,
 }
 
-/// Wraps a store and records each operation that goes through it.
-#[derive(Debug)]
-pub struct RecordingStore {
-    inner: Arc<dyn ObjectStore>,
-    log: Arc<Mutex<BTreeSet<Operation>>>,
-}
+/// The operations a [`RecordingStore`] saw, each once.
+pub type OperationLog = Mutex<BTreeSet<Operation>>;
 
-impl RecordingStore {
-    /// Wraps `inner`; the returned log is shared with the wrapper.
-    pub fn new(inner: Arc<dyn ObjectStore>) -> (Self, Arc<Mutex<BTreeSet<Operation>>>) {
-        let log = Arc::new(Mutex::new(BTreeSet::new()));
-        (
-            Self {
-                inner,
-                log: Arc::clone(&log),
-            },
-            log,
-        )
-    }
-
-    fn record(&self, operation: &'static str, key: String) {
-        if let Ok(mut log) = self.log.lock() {
-            log.insert(Operation { operation, key });
-        }
+/// Records `operation` on `key`.
+fn record(log: &OperationLog, operation: &'static str, key: String) {
+    if let Ok(mut log) = log.lock() {
+        log.insert(Operation { operation, key });
     }
 }
 
@@ -55,92 +40,78 @@ fn list_prefix(prefix: Option<&Path>) -> String {
     }
 }
 
-impl std::fmt::Display for RecordingStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RecordingStore({})", self.inner)
+#[async_trait::async_trait]
+impl StoreHooks for Arc<OperationLog> {
+    const NAME: &'static str = "RecordingStore";
+
+    async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
+        record(self, "put", put.location.to_string());
+        put.forward(inner).await
+    }
+
+    async fn put_multipart(&self, inner: &Inner, start: UploadRequest<'_>) -> StoreResult<Upload> {
+        record(self, "put_multipart", start.location.to_string());
+        start.forward(inner).await
+    }
+
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
+        let operation = if get.options.head { "head" } else { "get" };
+        record(self, operation, get.location.to_string());
+        get.forward(inner).await
+    }
+
+    fn delete(&self, inner: &Inner, locations: PathStream) -> PathStream {
+        let log = Arc::clone(self);
+        let recorded = locations
+            .inspect(move |location| {
+                if let Ok(path) = location {
+                    record(&log, "delete", path.to_string());
+                }
+            })
+            .boxed();
+        inner.delete_stream(recorded)
+    }
+
+    fn list(&self, inner: &Inner, list: ListRequest<'_>) -> MetaStream {
+        record(self, "list", list_prefix(list.prefix));
+        list.forward(inner)
+    }
+
+    async fn list_dirs(&self, inner: &Inner, prefix: Option<&Path>) -> StoreResult<ListResult> {
+        record(self, "list_with_delimiter", list_prefix(prefix));
+        inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy(&self, inner: &Inner, copy: CopyRequest<'_>) -> StoreResult<()> {
+        record(self, "get", copy.from.to_string());
+        record(self, "put", copy.to.to_string());
+        copy.forward(inner).await
     }
 }
 
-#[async_trait::async_trait]
-impl ObjectStore for RecordingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.record("put", location.to_string());
-        self.inner.put_opts(location, payload, opts).await
-    }
+/// Wraps a store and records each operation that goes through it.
+pub type RecordingStore = HookedStore<Arc<OperationLog>>;
 
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.record("put_multipart", location.to_string());
-        self.inner.put_multipart_opts(location, opts).await
+impl RecordingStore {
+    /// Wraps `inner`; the returned log is shared with the wrapper.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> (Self, Arc<OperationLog>) {
+        let log = Arc::new(OperationLog::default());
+        (Self::wrap(inner, Arc::new(Arc::clone(&log))), log)
     }
+}
 
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let operation = if options.head { "head" } else { "get" };
-        self.record(operation, location.to_string());
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        use futures::StreamExt;
-        let log = Arc::clone(&self.log);
-        let recorded = locations
-            .map(move |location| {
-                if let (Ok(path), Ok(mut log)) = (&location, log.lock()) {
-                    log.insert(Operation {
-                        operation: "delete",
-                        key: path.to_string(),
-                    });
-                }
-                location
-            })
-            .boxed();
-        self.inner.delete_stream(recorded)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.record("list", list_prefix(prefix));
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.record("list", list_prefix(prefix));
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.record("list_with_delimiter", list_prefix(prefix));
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.record("get", from.to_string());
-        self.record("put", to.to_string());
-        self.inner.copy_opts(from, to, options).await
-    }
+/// Panics unless `role` is refused `operation` on `key`: shows that a check of
+/// [`assert_role_permits`] is not vacuous.
+pub fn assert_role_refuses(role: &str, operation: &'static str, key: &str) {
+    let forbidden = BTreeSet::from([Operation {
+        operation,
+        key: key.to_string(),
+    }]);
+    let refused = std::panic::catch_unwind(|| assert_role_permits(role, &forbidden));
+    assert!(
+        refused.is_err(),
+        "{role} may {operation} {key}, which it must not"
+    );
 }
 
 /// Checks every operation against the statements of `role` in `infra/template.yaml`, for a
@@ -174,92 +145,4 @@ pub fn assert_role_permits(role: &str, operations: &BTreeSet<Operation>) {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-/// A store wrapper that answers a GET or HEAD of a missing key with 403 Permission Denied,
-/// as S3 does for a caller that may read a key but not list it.
-#[derive(Debug)]
-pub struct DenyMissingStore {
-    inner: Arc<dyn ObjectStore>,
-}
-
-impl DenyMissingStore {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
-        Self { inner }
-    }
-}
-
-impl std::fmt::Display for DenyMissingStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DenyMissingStore({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for DenyMissingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        match self.inner.get_opts(location, options).await {
-            Err(object_store::Error::NotFound { path, .. }) => {
-                Err(object_store::Error::PermissionDenied {
-                    path,
-                    source: "403 Access Denied (the caller may not list this key)".into(),
-                })
-            }
-            other => other,
-        }
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
 }

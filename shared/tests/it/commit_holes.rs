@@ -9,8 +9,7 @@ use arrow::array::{Array, Int64Array};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::collect_garbage;
 use ourios_compaction::manifest::partition_files;
-use ourios_compaction::options::CompactOptions;
-use ourios_compaction::partition::{KeyLayout, PartitionId};
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use std::sync::Arc;
@@ -20,19 +19,11 @@ use ourios_compaction::manifest::{
 };
 use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compaction_job};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
+use ourios_compaction::testing::small_budget_options as options;
+use ourios_compaction::testing::test_partition as partition;
 use ourios_compaction::testing::{
     Fault, FaultyStore, ManualClock, parquet_bytes, put_bytes, read_parquet, rows_batch,
 };
-
-fn partition() -> PartitionId {
-    PartitionId::parse("acme", "2026-11-29T10").expect("a valid partition")
-}
-
-fn options(scratch: &FsPath) -> CompactOptions {
-    let mut options = CompactOptions::new(scratch);
-    options.budget_bytes = 64 << 10;
-    options
-}
 
 /// Parquet bytes of `num_rows` rows tagged `first_tag..`, inside the test partition's hour.
 fn ingest_bytes(first_tag: i64, num_rows: i64) -> bytes::Bytes {

@@ -21,14 +21,10 @@ use ourios_compaction::report::{CompactionReport, FanOutShape, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
     Fault, FaultyStore, TestRow, get_bytes, multi_thread_runtime, parquet_bytes, put_bytes,
-    random_stream, read_parquet, rows_batch,
+    random_stream, read_parquet, rows_batch, test_partition,
 };
 
 const SERVICES: [&str; 6] = ["checkout", "auth", "search", "ads", "cart", "email"];
-
-fn partition() -> PartitionId {
-    PartitionId::parse("acme", "2026-11-29T10").expect("partition")
-}
 
 /// Eight files of 3,000 rows: six services and null ones, many equal keys (so ties decide
 /// the order of most rows), each row tagged.
@@ -50,7 +46,7 @@ fn inputs(partition: &PartitionId) -> Vec<Vec<TestRow>> {
 }
 
 async fn ingest(store: &Store, layout: &KeyLayout, files: &[Vec<TestRow>], first: usize) {
-    let dir = layout.ingest_dir(&partition());
+    let dir = layout.ingest_dir(&test_partition());
     for (i, rows) in files.iter().enumerate() {
         let key = format!("{dir}/ingest-{:04}.parquet", first + i);
         put_bytes(store, &key, parquet_bytes(&[rows_batch(rows)], 700)).await;
@@ -94,10 +90,10 @@ fn compact_fresh(fan_out: FanOut, workers: usize) -> (CompactionReport, Vec<Vec<
     multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
         let layout = KeyLayout::default();
-        ingest(&store, &layout, &inputs(&partition()), 0).await;
+        ingest(&store, &layout, &inputs(&test_partition()), 0).await;
         let scratch = tempfile::tempdir().expect("scratch");
         let options = options(scratch.path(), fan_out, workers);
-        let report = compact_partition(&store, &layout, &partition(), &options)
+        let report = compact_partition(&store, &layout, &test_partition(), &options)
             .await
             .expect("the compaction runs");
         assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
@@ -173,18 +169,22 @@ fn fanned_out_ranges_are_disjoint_sorted_and_identical_for_any_workers() {
         }
         let mut tags: Vec<i64> = all.iter().map(|r| r.2).collect();
         tags.sort_unstable();
-        let mut expected: Vec<i64> = inputs(&partition()).iter().flatten().map(|r| r.2).collect();
+        let mut expected: Vec<i64> = inputs(&test_partition())
+            .iter()
+            .flatten()
+            .map(|r| r.2)
+            .collect();
         expected.sort_unstable();
         assert_eq!(tags, expected, "every row exactly once");
 
         // The runs are gone once merged, and the live set is the outputs.
-        let runs_dir = format!("compacted/{}/runs", partition().relative_dir());
+        let runs_dir = format!("compacted/{}/runs", test_partition().relative_dir());
         let left = store
             .list_sorted(&runs_dir.as_str().into())
             .await
             .expect("listing");
         assert!(left.is_empty(), "runs deleted after the merge: {left:?}");
-        let files = partition_files(&store, &KeyLayout::default(), &partition())
+        let files = partition_files(&store, &KeyLayout::default(), &test_partition())
             .await
             .expect("files");
         assert_eq!(
@@ -203,7 +203,7 @@ fn fanned_out_ranges_are_disjoint_sorted_and_identical_for_any_workers() {
             all, plain_rows,
             "the ranges in order are the unfanned output"
         );
-        let (start, _) = partition().time_range_nanos();
+        let (start, _) = test_partition().time_range_nanos();
         for service in [Some("cart"), Some("ads"), None] {
             let query = WindowQuery {
                 tenant: "acme".into(),
@@ -245,11 +245,11 @@ fn fanned_out_outputs_are_final_and_later_files_merge_with_them() {
     multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
         let layout = KeyLayout::default();
-        let files = inputs(&partition());
+        let files = inputs(&test_partition());
         ingest(&store, &layout, &files[..6], 0).await;
         let scratch = tempfile::tempdir().expect("scratch");
         let fanned = options(scratch.path(), FanOut::Ranges(3), 2);
-        let first = compact_partition(&store, &layout, &partition(), &fanned)
+        let first = compact_partition(&store, &layout, &test_partition(), &fanned)
             .await
             .expect("runs");
         assert_eq!(first.status, Status::Compacted, "{:?}", first.error);
@@ -258,7 +258,7 @@ fn fanned_out_outputs_are_final_and_later_files_merge_with_them() {
         // The ranges of one job are final: a rerun changes nothing.
         let mut rerun_options = fanned.clone();
         rerun_options.attempt_id = Some("rerun".into());
-        let rerun = compact_partition(&store, &layout, &partition(), &rerun_options)
+        let rerun = compact_partition(&store, &layout, &test_partition(), &rerun_options)
             .await
             .expect("runs");
         assert_eq!(rerun.status, Status::Noop, "{:?}", rerun.error);
@@ -267,13 +267,13 @@ fn fanned_out_outputs_are_final_and_later_files_merge_with_them() {
         ingest(&store, &layout, &files[6..], 6).await;
         let mut plain = options(scratch.path(), FanOut::Off, 1);
         plain.attempt_id = Some("later".into());
-        let second = compact_partition(&store, &layout, &partition(), &plain)
+        let second = compact_partition(&store, &layout, &test_partition(), &plain)
             .await
             .expect("runs");
         assert_eq!(second.status, Status::Compacted, "{:?}", second.error);
         assert_eq!(second.outputs.len(), 1);
         assert_eq!(second.inputs.files, first.outputs.len() as u64 + 2);
-        let live = partition_files(&store, &layout, &partition())
+        let live = partition_files(&store, &layout, &test_partition())
             .await
             .expect("files")
             .live;
@@ -294,9 +294,9 @@ fn auto_fans_out_a_job_larger_than_the_scratch_limit() {
         let root = tempfile::tempdir().expect("store");
         let store = Store::open(root.path().to_str().expect("utf-8 path")).expect("store");
         let layout = KeyLayout::default();
-        ingest(&store, &layout, &inputs(&partition()), 0).await;
+        ingest(&store, &layout, &inputs(&test_partition()), 0).await;
         let listed = store
-            .list_sorted(&layout.ingest_dir(&partition()))
+            .list_sorted(&layout.ingest_dir(&test_partition()))
             .await
             .expect("listing");
         let input_bytes: u64 = listed.iter().map(|m| m.size).sum();
@@ -309,8 +309,8 @@ fn auto_fans_out_a_job_larger_than_the_scratch_limit() {
         // Within the limit: one task, one output.
         let plain_store = tempfile::tempdir().expect("store");
         let plain = Store::open(plain_store.path().to_str().expect("utf-8")).expect("store");
-        ingest(&plain, &layout, &inputs(&partition()), 0).await;
-        let one = compact_partition(&plain, &layout, &partition(), &roomy)
+        ingest(&plain, &layout, &inputs(&test_partition()), 0).await;
+        let one = compact_partition(&plain, &layout, &test_partition(), &roomy)
             .await
             .expect("runs");
         assert_eq!(
@@ -320,7 +320,7 @@ fn auto_fans_out_a_job_larger_than_the_scratch_limit() {
 
         // Three times the inputs' bytes do not fit a limit of their size: three ranges, read
         // in place from the local store.
-        let report = compact_partition(&store, &layout, &partition(), &tight)
+        let report = compact_partition(&store, &layout, &test_partition(), &tight)
             .await
             .expect("runs");
         assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
@@ -342,7 +342,7 @@ fn auto_fans_out_a_job_larger_than_the_scratch_limit() {
 #[test]
 fn a_crash_in_any_task_converges_on_rerun() {
     let runtime = multi_thread_runtime(2);
-    let files = inputs(&partition());
+    let files = inputs(&test_partition());
     let expected: BTreeMap<i64, usize> = files.iter().flatten().map(|r| (r.2, 1)).collect();
     let run = |fault: Option<Fault>| {
         runtime.block_on(async {
@@ -356,13 +356,13 @@ fn a_crash_in_any_task_converges_on_rerun() {
             let mut crashing = options(scratch.path(), FanOut::Ranges(3), 1);
             crashing.parallel_downloads = 1;
             crashing.attempt_id = Some("crashing".into());
-            let _ = compact_partition(&store, &layout, &partition(), &crashing).await;
+            let _ = compact_partition(&store, &layout, &test_partition(), &crashing).await;
             let ops = faulty.num_ops();
             let mut rerun = options(scratch.path(), FanOut::Ranges(3), 1);
             rerun.attempt_id = Some("rerun".into());
             // No grace: the rerun's GC sweeps what the crash left (runs, outputs) at once.
             rerun.gc_grace = std::time::Duration::ZERO;
-            let report = compact_partition(&clean, &layout, &partition(), &rerun)
+            let report = compact_partition(&clean, &layout, &test_partition(), &rerun)
                 .await
                 .expect("the rerun runs");
             assert!(
@@ -370,7 +370,7 @@ fn a_crash_in_any_task_converges_on_rerun() {
                 "{fault:?}: {report:?}"
             );
             let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
-            for key in partition_files(&clean, &layout, &partition())
+            for key in partition_files(&clean, &layout, &test_partition())
                 .await
                 .expect("files")
                 .live
@@ -381,7 +381,7 @@ fn a_crash_in_any_task_converges_on_rerun() {
                     }
                 }
             }
-            let runs = format!("compacted/{}/runs", partition().relative_dir());
+            let runs = format!("compacted/{}/runs", test_partition().relative_dir());
             let left = clean
                 .list_sorted(&runs.as_str().into())
                 .await
@@ -415,7 +415,7 @@ async fn compact_in_two_ranges(store: &Store, layout: &KeyLayout) -> CompactionR
     compact_partition(
         store,
         layout,
-        &partition(),
+        &test_partition(),
         &options(scratch.path(), FanOut::Ranges(2), 2),
     )
     .await
@@ -427,9 +427,9 @@ async fn compact_in_two_ranges(store: &Store, layout: &KeyLayout) -> CompactionR
 async fn two_files_ingested() -> (Store, KeyLayout, Vec<Vec<TestRow>>, String) {
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
     let layout = KeyLayout::default();
-    let files = inputs(&partition());
+    let files = inputs(&test_partition());
     ingest(&store, &layout, &files[..2], 0).await;
-    let dir = layout.ingest_dir(&partition()).to_string();
+    let dir = layout.ingest_dir(&test_partition()).to_string();
     (store, layout, files, dir)
 }
 
@@ -498,8 +498,8 @@ fn a_file_that_widens_the_union_past_the_leaf_limit_is_quarantined_by_the_plan()
     multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
         let layout = KeyLayout::default();
-        let dir = layout.ingest_dir(&partition());
-        let (start, _) = partition().time_range_nanos();
+        let dir = layout.ingest_dir(&test_partition());
+        let (start, _) = test_partition().time_range_nanos();
         // At the tests' 256 KiB budget the union may hold 256 leaves: each file has 151.
         for (i, prefix) in ["a", "b"].into_iter().enumerate() {
             let mut columns: Vec<(String, ArrayRef)> = vec![(
@@ -533,7 +533,7 @@ fn a_file_that_widens_the_union_past_the_leaf_limit_is_quarantined_by_the_plan()
         );
         let written: u64 = report.outputs.iter().map(|o| o.rows).sum();
         assert_eq!(written, 50);
-        let files = partition_files(&store, &layout, &partition())
+        let files = partition_files(&store, &layout, &test_partition())
             .await
             .expect("files");
         assert_eq!(files.quarantined.len(), 1, "{:?}", files.quarantined);
@@ -622,7 +622,7 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
         // fan out.
         let scratch = tempfile::tempdir().expect("scratch");
         let forced = options(scratch.path(), FanOut::Ranges(2), 2);
-        let part = partition();
+        let part = test_partition();
         let shape_now = || estimate(&store, &layout, &part, &forced);
         assert_eq!(shape_now().await.expect("estimates"), None);
         let late = compact_in_two_ranges(&store, &layout).await;
@@ -634,7 +634,7 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
         assert_eq!((late.inputs.files, late.inputs.rows), (1, 0));
         assert_eq!(late.quarantined.len(), 1, "{:?}", late.quarantined);
         assert_eq!(late.quarantined[0].file, garbage);
-        let files_now = partition_files(&store, &layout, &partition())
+        let files_now = partition_files(&store, &layout, &test_partition())
             .await
             .expect("files");
         let mut live = files_now.live.clone();
@@ -671,7 +671,7 @@ fn the_check_before_a_fan_out_stops_at_the_first_late_file_with_rows() {
         let scratch = tempfile::tempdir().expect("scratch");
         let mut forced = options(scratch.path(), FanOut::Ranges(2), 2);
         forced.parallel_downloads = 1;
-        let shape = estimate(&counting, &layout, &partition(), &forced)
+        let shape = estimate(&counting, &layout, &test_partition(), &forced)
             .await
             .expect("estimates");
         assert!(shape.is_some(), "late files with rows fan out");
@@ -693,7 +693,7 @@ fn a_late_file_beyond_the_budget_is_left_to_the_fan_out() {
         let size = usize::try_from(forced.budget_bytes).expect("fits") + 1;
         put_bytes(&store, &garbage, bytes::Bytes::from(vec![7u8; size])).await;
         let counting = store.counting_requests();
-        let shape = estimate(&counting, &layout, &partition(), &forced)
+        let shape = estimate(&counting, &layout, &test_partition(), &forced)
             .await
             .expect("estimates");
         assert!(shape.is_some(), "left to the fan-out");

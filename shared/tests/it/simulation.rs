@@ -15,20 +15,11 @@
 //! `OURIOS_SIM_SEEDS=N` runs N seeds (default 5000); `OURIOS_SIM_SEED=S` replays one.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use chrono::{TimeZone, Utc};
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use object_store::path::Path;
-use object_store::{
-    Attributes, Extensions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload,
-    ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload,
-    PutResult,
-};
+use object_store::{ObjectStoreExt, PutPayload};
 use ourios_compaction::clock::{Clock, Expiry};
 use ourios_compaction::manifest::gc::collect_garbage_with;
 use ourios_compaction::manifest::{
@@ -37,199 +28,12 @@ use ourios_compaction::manifest::{
 };
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{Fault, FaultyStore, random_stream};
+use ourios_compaction::testing::{
+    Fault, FaultyStore, HostClock, StoreState, VirtualStore, random_stream,
+};
 
 const GRACE: Duration = Duration::from_secs(60);
 const GRACE_MS: i64 = 60_000;
-
-/// An object's bytes, Last-Modified (store clock, ms) and ETag.
-type Entry = (Bytes, i64, u64);
-
-/// An in-memory object store whose Last-Modified comes from the virtual store clock.
-#[derive(Debug, Default)]
-struct SimStore {
-    objects: Arc<Mutex<BTreeMap<String, Entry>>>,
-    now_ms: Arc<std::sync::atomic::AtomicI64>,
-    next_tag: std::sync::atomic::AtomicU64,
-}
-
-impl std::fmt::Display for SimStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SimStore")
-    }
-}
-
-impl SimStore {
-    fn now(&self) -> i64 {
-        self.now_ms.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn meta(key: &str, entry: &Entry) -> ObjectMeta {
-        ObjectMeta {
-            location: Path::parse(key).expect("sim keys parse"),
-            last_modified: Utc.timestamp_millis_opt(entry.1).single().expect("a time"),
-            size: entry.0.len() as u64,
-            e_tag: Some(entry.2.to_string()),
-            version: None,
-        }
-    }
-
-    fn keys(&self) -> BTreeSet<String> {
-        self.objects.lock().expect("lock").keys().cloned().collect()
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for SimStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        let mut objects = self.objects.lock().expect("lock");
-        let key = location.to_string();
-        if matches!(opts.mode, PutMode::Create) && objects.contains_key(&key) {
-            return Err(object_store::Error::AlreadyExists {
-                path: key,
-                source: "exists".into(),
-            });
-        }
-        let tag = self
-            .next_tag
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        objects.insert(key, (Bytes::from(payload), self.now(), tag));
-        Ok(PutResult {
-            e_tag: Some(tag.to_string()),
-            version: None,
-            extensions: Extensions::default(),
-        })
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        _location: &Path,
-        _opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        Err(object_store::Error::NotImplemented {
-            operation: "put_multipart".into(),
-            implementer: "SimStore".into(),
-        })
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let objects = self.objects.lock().expect("lock");
-        let key = location.to_string();
-        let Some(entry) = objects.get(&key) else {
-            return Err(object_store::Error::NotFound {
-                path: key,
-                source: "missing".into(),
-            });
-        };
-        let meta = Self::meta(&key, entry);
-        let bytes = if options.head {
-            Bytes::new()
-        } else {
-            entry.0.clone()
-        };
-        let range: Range<u64> = 0..entry.0.len() as u64;
-        Ok(GetResult {
-            payload: GetResultPayload::Stream(
-                futures::stream::once(async move { Ok(bytes) }).boxed(),
-            ),
-            meta,
-            range,
-            attributes: Attributes::default(),
-            extensions: Extensions::default(),
-        })
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        let objects = Arc::clone(&self.objects);
-        locations
-            .map(move |location| {
-                let location = location?;
-                objects.lock().expect("lock").remove(location.as_ref());
-                Ok(location)
-            })
-            .boxed()
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let prefix = prefix.map(|p| format!("{p}/")).unwrap_or_default();
-        let listed: Vec<_> = self
-            .objects
-            .lock()
-            .expect("lock")
-            .iter()
-            .filter(|(k, _)| k.starts_with(&prefix))
-            .map(|(k, e)| Ok(Self::meta(k, e)))
-            .collect();
-        futures::stream::iter(listed).boxed()
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let offset = offset.to_string();
-        self.list(prefix)
-            .filter(move |m| {
-                let keep = m
-                    .as_ref()
-                    .map_or(true, |m| m.location.as_ref() > offset.as_str());
-                async move { keep }
-            })
-            .boxed()
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        _prefix: Option<&Path>,
-    ) -> object_store::Result<ListResult> {
-        Err(object_store::Error::NotImplemented {
-            operation: "list_with_delimiter".into(),
-            implementer: "SimStore".into(),
-        })
-    }
-
-    async fn copy_opts(
-        &self,
-        _from: &Path,
-        _to: &Path,
-        _options: object_store::CopyOptions,
-    ) -> object_store::Result<()> {
-        Err(object_store::Error::NotImplemented {
-            operation: "copy".into(),
-            implementer: "SimStore".into(),
-        })
-    }
-}
-
-/// A host's clocks: the store's time plus a fixed skew; monotonic time is the store's.
-#[derive(Debug)]
-struct HostClock {
-    store_ms: Arc<std::sync::atomic::AtomicI64>,
-    skew_ms: i64,
-}
-
-impl Clock for HostClock {
-    fn now_ms(&self) -> i64 {
-        self.store_ms.load(std::sync::atomic::Ordering::SeqCst) + self.skew_ms
-    }
-
-    fn monotonic_ms(&self) -> u64 {
-        self.store_ms.load(std::sync::atomic::Ordering::SeqCst) as u64
-    }
-}
 
 /// A compaction between reading its state and committing.
 struct Job {
@@ -249,7 +53,7 @@ struct Job {
 
 struct Sim {
     seed: u64,
-    sim: Arc<SimStore>,
+    sim: Arc<StoreState>,
     store: Store,
     layout: KeyLayout,
     partitions: Vec<PartitionId>,
@@ -266,10 +70,11 @@ struct Sim {
 
 impl Sim {
     fn new(seed: u64) -> Self {
-        let sim = Arc::new(SimStore::default());
+        let virtual_store = Arc::new(VirtualStore::default());
+        let sim = Arc::clone(&virtual_store.state);
         sim.now_ms
             .store(1_800_000_000_000, std::sync::atomic::Ordering::SeqCst);
-        let store = Store::from_object_store(sim.clone(), "sim://");
+        let store = Store::from_object_store(virtual_store, "sim://");
         Self {
             seed,
             sim,
@@ -306,8 +111,9 @@ impl Sim {
     fn clock(&mut self) -> Arc<dyn Clock> {
         let skew_ms = self.below(GRACE_MS as u64 + 1) as i64 - GRACE_MS / 2;
         Arc::new(HostClock {
-            store_ms: Arc::clone(&self.sim.now_ms),
+            store: Arc::clone(&self.sim),
             skew_ms,
+            origin_ms: 0,
         })
     }
 

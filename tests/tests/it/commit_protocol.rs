@@ -12,22 +12,16 @@ use ourios_compaction::manifest::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
 use ourios_compaction::manifest::{
     CommitOutcome, Manifest, commit, list_versions, load_latest, partition_files,
 };
-use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::FaultyStore;
+use ourios_compaction::testing::small_budget_options as options;
 use ourios_integration_tests::{
     Backend, all_keys, assert_exactly_once, commit_request as request, land_file, land_files,
     live_tags, test_partition,
 };
 use rstest::rstest;
-
-fn options(scratch: &std::path::Path) -> CompactOptions {
-    let mut options = CompactOptions::new(scratch);
-    options.budget_bytes = 64 << 10;
-    options
-}
 
 #[rstest]
 #[case::in_memory(Backend::Memory)]

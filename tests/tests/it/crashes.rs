@@ -22,7 +22,7 @@ use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{Fault, FaultyStore, get_bytes, put_bytes};
+use ourios_compaction::testing::{Fault, FaultyStore, get_bytes, put_bytes, small_budget_options};
 use ourios_integration_tests::{
     all_keys, assert_exactly_once, file_tags, land_file, open_memory, open_s3, test_partition,
 };
@@ -49,9 +49,8 @@ struct Scenario {
 }
 
 fn options(scratch: &std::path::Path) -> CompactOptions {
-    let mut options = CompactOptions::new(scratch);
     // Small budget: the sort spills runs, so the crash points cover the spill path too.
-    options.budget_bytes = 64 << 10;
+    let mut options = small_budget_options(scratch);
     // Zero grace: GC runs right after the commit, so its deletes are crash points as well.
     options.gc_grace = Duration::ZERO;
     options

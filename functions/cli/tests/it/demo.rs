@@ -1,18 +1,13 @@
 //! What a newcomer sees first: the `demo` table and the log lines on stderr.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-/// Runs the CLI with `args` and extra environment, stderr piped (not a terminal).
+use crate::common;
+
+/// Runs the CLI with `args` and extra environment, stderr piped (not a terminal), colours on.
 fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ourios-compact"));
-    command
-        .args(args)
-        .env_remove("OURIOS_STORE")
-        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
-        .env_remove("NO_COLOR");
-    for (k, v) in env {
-        command.env(k, v);
-    }
+    let mut command = common::command(args);
+    command.env_remove("NO_COLOR").envs(env.iter().copied());
     command.output().expect("the CLI starts")
 }
 
@@ -54,30 +49,11 @@ fn demo_table_columns_line_up_on_every_row() {
 fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     let dir = tempfile::tempdir().expect("dir");
     let store = dir.path().to_string_lossy().to_string();
-    let args = [
-        "generate",
-        "--store",
-        &store,
-        "--tenant",
-        "acme",
-        "--hour",
-        "2026-11-29T10",
-        "--files",
-        "2",
-        "--rows",
-        "50",
-    ];
+    let mut args = common::partition_args("generate", &store, "acme");
+    args.extend(["--files", "2", "--rows", "50"]);
     assert!(run_with_env(&args, &[]).status.success());
     for log_json in [false, true] {
-        let mut args = vec![
-            "compact",
-            "--store",
-            &store,
-            "--tenant",
-            "acme",
-            "--hour",
-            "2026-11-29T10",
-        ];
+        let mut args = common::partition_args("compact", &store, "acme");
         if log_json {
             args.insert(0, "--log-json");
         }

@@ -18,14 +18,12 @@ use crate::partition::job_key;
 use crate::report::Status;
 use crate::serverless::events::{KeyScope, parse_invocation};
 use crate::store::StoreUrl;
-use crate::testing::{FaultyStore, parquet_bytes, put_bytes, rows_batch};
+use crate::testing::{
+    FaultyStore, files_under, parquet_bytes, put_bytes, rows_batch, test_partition,
+};
 
 fn at(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
-}
-
-fn partition() -> PartitionId {
-    PartitionId::parse("acme", "2026-11-29T10").unwrap()
 }
 
 /// After the hour closed and its grace passed.
@@ -102,7 +100,7 @@ pub(super) fn s3_event(keys: &[String]) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_duplicate_and_out_of_order_events_yields_one_job() {
     let store = memory();
-    let p = partition();
+    let p = test_partition();
     for i in 0..5 {
         land(&store, &p, &format!("f{i}.parquet"), i * 100, 10).await;
     }
@@ -145,7 +143,7 @@ async fn a_burst_of_duplicate_and_out_of_order_events_yields_one_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_planners_create_one_job_record() {
     let store = memory();
-    let p = partition();
+    let p = test_partition();
     land(&store, &p, "f.parquet", 0, 10).await;
     let config = ReadinessConfig::default();
     let layout = KeyLayout::default();
@@ -170,7 +168,7 @@ async fn concurrent_planners_create_one_job_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_job_record_is_replaced_and_a_fresh_one_is_not() {
     let store = memory();
-    let p = partition();
+    let p = test_partition();
     land(&store, &p, "f.parquet", 0, 10).await;
     let config = ReadinessConfig::default();
     let layout = KeyLayout::default();
@@ -199,7 +197,7 @@ async fn a_stale_job_record_is_replaced_and_a_fresh_one_is_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_ready_and_empty_partitions_get_no_job() {
     let store = memory();
-    let p = partition();
+    let p = test_partition();
     let layout = KeyLayout::default();
     let config = ReadinessConfig::default();
     let empty = dispatch_partition(
@@ -247,7 +245,7 @@ async fn not_ready_and_empty_partitions_get_no_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compactors_own_writes_start_no_new_work() {
     let store = memory();
-    let p = partition();
+    let p = test_partition();
     land(&store, &p, "f1.parquet", 0, 50).await;
     land(&store, &p, "f2.parquet", 100, 50).await;
     let before: std::collections::BTreeSet<String> = all_keys(&store).await.into_iter().collect();
@@ -413,7 +411,7 @@ async fn backfill_schedules_partitions_with_files_and_dry_run_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_job_deletes_its_record() {
     let store = memory();
-    let p = partition();
+    let p = test_partition();
     land(&store, &p, "f.parquet", 0, 20).await;
     let layout = KeyLayout::default();
     dispatch_closed(&store, &p).await;
@@ -437,7 +435,7 @@ async fn a_finished_job_deletes_its_record() {
 async fn files_arriving_during_a_job_re_arm_its_record() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
-    let p = partition();
+    let p = test_partition();
     land(&plain, &p, "f1.parquet", 0, 20).await;
     let layout = KeyLayout::default();
     dispatch_closed(&plain, &p).await;
@@ -498,7 +496,7 @@ async fn files_arriving_during_a_job_re_arm_its_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_job_commits_nothing_and_leaves_its_record() {
     let store = memory();
-    let p = partition();
+    let p = test_partition();
     land(&store, &p, "f1.parquet", 0, 200).await;
     land(&store, &p, "f2.parquet", 1000, 200).await;
     let layout = KeyLayout::default();
@@ -529,25 +527,11 @@ async fn a_timed_out_job_commits_nothing_and_leaves_its_record() {
     );
 }
 
-/// Every file (not directory) under `dir`.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(files_under(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_per_invocation_is_bounded_whatever_the_burst() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
-    let p = partition();
+    let p = test_partition();
     for i in 0..40 {
         land(&plain, &p, &format!("f{i:02}.parquet"), i * 10, 1).await;
     }
@@ -584,7 +568,7 @@ async fn a_denied_read_of_a_missing_job_record_is_no_record() {
         Arc::new(crate::testing::DenyMissingStore::new(Arc::clone(&inner))),
         "memory://",
     );
-    let p = partition();
+    let p = test_partition();
     land(&store, &p, "f1.parquet", 0, 10).await;
     assert!(job::read_job(&store, &p).await.unwrap().is_none());
     let config = ReadinessConfig::default();
@@ -694,7 +678,7 @@ async fn a_backfill_goes_past_a_failing_partition_and_stops_before_its_deadline(
     for p in [
         &PartitionId::parse("acme", "2026-11-29T08").unwrap(),
         &bad,
-        &partition(),
+        &test_partition(),
     ] {
         land(&store, p, "f.parquet", 0, 10).await;
     }
@@ -771,7 +755,7 @@ fn attempt_outputs_belong_to_their_job_only() {
 async fn a_dispatched_job_names_its_attempt_after_the_job() {
     let store = memory();
     let layout = KeyLayout::default();
-    let p = partition();
+    let p = test_partition();
     land(&store, &p, "a.parquet", 0, 10).await;
     let outcome = dispatch_closed(&store, &p).await;
     let job = outcome.job_id.unwrap();

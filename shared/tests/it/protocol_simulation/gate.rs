@@ -5,16 +5,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
-use object_store::{
-    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, UploadPart,
+use object_store::{GetResult, ListResult, PutPayload, PutResult, UploadPart};
+use ourios_compaction::store::hooked::{
+    CopyRequest, GetRequest, HookedStore, Inner, ListRequest, MetaStream, PathStream, PutRequest,
+    StoreHooks, Upload, UploadRequest,
 };
 use tokio::sync::oneshot;
 
-use super::store::{ObjResult, VirtualStore};
+type ObjResult<T> = object_store::Result<T>;
 
 /// How long a task may run without reaching the store before the simulation reports a hang.
 const HANG: Duration = Duration::from_secs(300);
@@ -164,98 +164,31 @@ impl Turn {
 }
 
 /// A task's view of the store: every operation waits its turn at the gate.
-#[derive(Debug)]
-pub(crate) struct GateStore {
-    pub(crate) inner: Arc<VirtualStore>,
-    pub(crate) turn: Turn,
-}
-
-impl std::fmt::Display for GateStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GateStore(task {})", self.turn.task)
-    }
-}
-
-/// A multipart upload whose part, completion and abort each wait at the gate.
-#[derive(Debug)]
-pub(crate) struct GateUpload {
-    pub(crate) inner: Box<dyn MultipartUpload>,
-    pub(crate) turn: Turn,
-    pub(crate) key: String,
-}
-
-impl Drop for GateUpload {
-    fn drop(&mut self) {
-        self.turn
-            .gate
-            .update(self.turn.task, |s| s.open_uploads -= 1);
-    }
-}
+pub(crate) type GateStore = HookedStore<Turn>;
 
 #[async_trait::async_trait]
-impl MultipartUpload for GateUpload {
-    fn put_part(&mut self, data: PutPayload) -> UploadPart {
-        let part = self.inner.put_part(data);
-        let (turn, what) = (self.turn.clone(), format!("put_part {}", self.key));
-        Box::pin(async move { turn.run(what, part).await })
+impl StoreHooks for Turn {
+    const NAME: &'static str = "GateStore";
+
+    async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> ObjResult<PutResult> {
+        let what = format!("put({:?}) {}", put.opts.mode, put.location);
+        self.run(what, put.forward(inner)).await
     }
 
-    async fn complete(&mut self) -> ObjResult<PutResult> {
-        let what = format!("complete {}", self.key);
-        self.turn.run(what, self.inner.complete()).await
+    async fn put_multipart(&self, inner: &Inner, start: UploadRequest<'_>) -> ObjResult<Upload> {
+        let what = format!("put_multipart {}", start.location);
+        let upload = self.run(what, start.forward(inner)).await?;
+        self.gate.update(self.task, |s| s.open_uploads += 1);
+        Ok(upload)
     }
 
-    async fn abort(&mut self) -> ObjResult<()> {
-        let what = format!("abort {}", self.key);
-        self.turn.run(what, self.inner.abort()).await
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for GateStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> ObjResult<PutResult> {
-        let what = format!("put({:?}) {location}", opts.mode);
-        self.turn
-            .run(what, self.inner.put_opts(location, payload, opts))
-            .await
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> ObjResult<GetResult> {
+        let what = format!("get(head {}) {}", get.options.head, get.location);
+        self.run(what, get.forward(inner)).await
     }
 
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> ObjResult<Box<dyn MultipartUpload>> {
-        let what = format!("put_multipart {location}");
-        let inner = self
-            .turn
-            .run(what, self.inner.put_multipart_opts(location, opts))
-            .await?;
-        let turn = self.turn.clone();
-        turn.gate.update(turn.task, |s| s.open_uploads += 1);
-        Ok(Box::new(GateUpload {
-            inner,
-            turn,
-            key: location.to_string(),
-        }))
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> ObjResult<GetResult> {
-        let what = format!("get(head {}) {location}", options.head);
-        self.turn
-            .run(what, self.inner.get_opts(location, options))
-            .await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, ObjResult<Path>>,
-    ) -> BoxStream<'static, ObjResult<Path>> {
-        let (inner, turn) = (Arc::clone(&self.inner), self.turn.clone());
+    fn delete(&self, inner: &Inner, locations: PathStream) -> PathStream {
+        let (inner, turn) = (Arc::clone(inner), self.clone());
         locations
             .then(move |location| {
                 let (inner, turn) = (Arc::clone(&inner), turn.clone());
@@ -273,13 +206,18 @@ impl ObjectStore for GateStore {
             .boxed()
     }
 
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, ObjResult<ObjectMeta>> {
-        let (inner, turn) = (Arc::clone(&self.inner), self.turn.clone());
-        let prefix = prefix.cloned();
+    /// The whole listing waits at the gate once, when first polled.
+    fn list(&self, inner: &Inner, list: ListRequest<'_>) -> MetaStream {
+        let (inner, turn) = (Arc::clone(inner), self.clone());
+        let (prefix, offset) = (list.prefix.cloned(), list.offset.cloned());
         futures::stream::once(async move {
             let what = format!("list {}", prefix.as_ref().map_or("", |p| p.as_ref()));
-            let listing = inner.list(prefix.as_ref()).try_collect::<Vec<_>>();
-            turn.run(what, listing).await
+            let list = ListRequest {
+                prefix: prefix.as_ref(),
+                offset: offset.as_ref(),
+            };
+            turn.run(what, list.forward(&inner).try_collect::<Vec<_>>())
+                .await
         })
         .map(|listed| match listed {
             Ok(metas) => futures::stream::iter(metas.into_iter().map(Ok)).boxed(),
@@ -289,22 +227,32 @@ impl ObjectStore for GateStore {
         .boxed()
     }
 
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> ObjResult<ListResult> {
+    async fn list_dirs(&self, inner: &Inner, prefix: Option<&Path>) -> ObjResult<ListResult> {
         let what = format!("list_dirs {}", prefix.map_or("", |p| p.as_ref()));
-        self.turn
-            .run(what, self.inner.list_with_delimiter(prefix))
+        self.run(what, inner.list_with_delimiter(prefix)).await
+    }
+
+    async fn copy(&self, inner: &Inner, copy: CopyRequest<'_>) -> ObjResult<()> {
+        let what = format!("copy {} {}", copy.from, copy.to);
+        self.run(what, copy.forward(inner)).await
+    }
+
+    fn put_part(&self, upload: &mut Upload, location: &Path, data: PutPayload) -> UploadPart {
+        let part = upload.put_part(data);
+        let (turn, what) = (self.clone(), format!("put_part {location}"));
+        Box::pin(async move { turn.run(what, part).await })
+    }
+
+    async fn complete(&self, upload: &mut Upload, location: &Path) -> ObjResult<PutResult> {
+        self.run(format!("complete {location}"), upload.complete())
             .await
     }
 
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: object_store::CopyOptions,
-    ) -> ObjResult<()> {
-        let what = format!("copy {from} {to}");
-        self.turn
-            .run(what, self.inner.copy_opts(from, to, options))
-            .await
+    async fn abort(&self, upload: &mut Upload, location: &Path) -> ObjResult<()> {
+        self.run(format!("abort {location}"), upload.abort()).await
+    }
+
+    fn upload_dropped(&self, _location: &Path) {
+        self.gate.update(self.task, |s| s.open_uploads -= 1);
     }
 }

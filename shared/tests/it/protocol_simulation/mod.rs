@@ -54,7 +54,10 @@ use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compacti
 use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{multi_thread_runtime, parquet_bytes, random_stream, rows_batch};
+use ourios_compaction::testing::{
+    HostClock, StoreState, VirtualStore, multi_thread_runtime, parquet_bytes, random_stream,
+    rows_batch,
+};
 
 const GRACE: Duration = Duration::from_secs(60);
 const GRACE_MS: i64 = 60_000;
@@ -81,27 +84,8 @@ fn readiness_config() -> ReadinessConfig {
 }
 
 mod gate;
-mod store;
 
 use gate::{Gate, GateStore, TaskState, Turn, Verdict};
-use store::{StoreState, VirtualStore};
-
-/// A host's clocks: the store's time plus a fixed skew; monotonic time is the store's.
-#[derive(Debug)]
-struct HostClock {
-    store: Arc<StoreState>,
-    skew_ms: i64,
-}
-
-impl Clock for HostClock {
-    fn now_ms(&self) -> i64 {
-        self.store.now() + self.skew_ms
-    }
-
-    fn monotonic_ms(&self) -> u64 {
-        (self.store.now() - START_MS) as u64
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // The tasks.
@@ -313,6 +297,7 @@ impl Sim {
         Arc::new(HostClock {
             store: Arc::clone(&self.state),
             skew_ms,
+            origin_ms: START_MS,
         })
     }
 
@@ -331,14 +316,14 @@ impl Sim {
             .expect("lock")
             .insert(id, TaskState::default());
         let store = Store::from_object_store(
-            Arc::new(GateStore {
-                inner: Arc::clone(&self.virtual_store),
-                turn: Turn {
+            Arc::new(GateStore::wrap(
+                Arc::clone(&self.virtual_store) as Arc<dyn ObjectStore>,
+                Arc::new(Turn {
                     gate: Arc::clone(&self.gate),
                     task: id,
                     serial: Arc::default(),
-                },
-            }),
+                }),
+            )),
             "sim://",
         );
         let layout = self.layout.clone();

@@ -19,6 +19,20 @@ pub fn command(args: &[&str]) -> Command {
     command
 }
 
+/// The arguments of `command` (`generate`, `compact`, ...) for `tenant`'s partition of hour
+/// 2026-11-29T10 in `store`; callers add their own flags.
+pub fn partition_args<'a>(command: &'a str, store: &'a str, tenant: &'a str) -> Vec<&'a str> {
+    vec![
+        command,
+        "--store",
+        store,
+        "--tenant",
+        tenant,
+        "--hour",
+        "2026-11-29T10",
+    ]
+}
+
 /// The arguments of `compact` of the partition (`tenant`, `hour`) in `store` at a memory
 /// `budget`, reporting in JSON, as a user types them; callers add their own flags.
 pub fn compact_json<'a>(

@@ -1,5 +1,6 @@
-//! The in-memory object store of the simulation: Last-Modified from the virtual clock,
-//! create-only and versioned conditional puts, multipart uploads visible on completion.
+//! The in-memory object store of the simulations: Last-Modified from a virtual clock,
+//! create-only and versioned conditional puts, multipart uploads visible on completion, and
+//! its objects readable without a runtime between steps.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -16,26 +17,37 @@ use object_store::{
     UploadPart,
 };
 
-pub(crate) type ObjResult<T> = object_store::Result<T>;
+use crate::clock::Clock;
+
+type ObjResult<T> = object_store::Result<T>;
 
 /// An object's bytes, Last-Modified (virtual store clock, ms) and ETag.
-pub(crate) type Entry = (Bytes, i64, u64);
+pub type Entry = (Bytes, i64, u64);
 
+/// The objects of a [`VirtualStore`] and its clock.
 #[derive(Debug, Default)]
-pub(crate) struct StoreState {
-    pub(crate) objects: Mutex<BTreeMap<String, Entry>>,
+pub struct StoreState {
+    /// The objects by key.
+    pub objects: Mutex<BTreeMap<String, Entry>>,
     /// Every key ever written (an ingest file counts as ingested once its put took effect).
-    pub(crate) written: Mutex<BTreeSet<String>>,
-    pub(crate) now_ms: AtomicI64,
-    pub(crate) next_tag: AtomicU64,
+    pub written: Mutex<BTreeSet<String>>,
+    /// The store's clock (Unix ms), which dates every write.
+    pub now_ms: AtomicI64,
+    next_tag: AtomicU64,
 }
 
 impl StoreState {
-    pub(crate) fn now(&self) -> i64 {
+    /// The store's time (Unix ms).
+    pub fn now(&self) -> i64 {
         self.now_ms.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn insert(&self, key: String, bytes: Bytes, mode: &PutMode) -> ObjResult<PutResult> {
+    /// The keys stored now.
+    pub fn keys(&self) -> BTreeSet<String> {
+        self.objects.lock().expect("lock").keys().cloned().collect()
+    }
+
+    fn insert(&self, key: String, bytes: Bytes, mode: &PutMode) -> ObjResult<PutResult> {
         let mut objects = self.objects.lock().expect("lock");
         match mode {
             PutMode::Create if objects.contains_key(&key) => {
@@ -63,6 +75,28 @@ impl StoreState {
     }
 }
 
+/// A simulated host's clocks over a [`VirtualStore`]: the store's time plus a fixed skew;
+/// monotonic time is the store's time since `origin_ms`.
+#[derive(Debug)]
+pub struct HostClock {
+    /// The store whose clock the host reads.
+    pub store: Arc<StoreState>,
+    /// How far the host's wall clock is ahead of the store's (behind when negative).
+    pub skew_ms: i64,
+    /// The store time at which the host's monotonic clock reads zero.
+    pub origin_ms: i64,
+}
+
+impl Clock for HostClock {
+    fn now_ms(&self) -> i64 {
+        self.store.now() + self.skew_ms
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        (self.store.now() - self.origin_ms) as u64
+    }
+}
+
 fn meta(key: &str, entry: &Entry) -> ObjectMeta {
     ObjectMeta {
         location: Path::parse(key).expect("sim keys parse"),
@@ -73,9 +107,11 @@ fn meta(key: &str, entry: &Entry) -> ObjectMeta {
     }
 }
 
+/// An in-memory store whose Last-Modified comes from a virtual clock ([`StoreState::now_ms`]).
 #[derive(Debug, Default)]
-pub(crate) struct VirtualStore {
-    pub(crate) state: Arc<StoreState>,
+pub struct VirtualStore {
+    /// Its objects and clock, shared with the test that checks them.
+    pub state: Arc<StoreState>,
 }
 
 impl std::fmt::Display for VirtualStore {
@@ -86,11 +122,11 @@ impl std::fmt::Display for VirtualStore {
 
 /// A multipart upload: its parts appear at the key only on completion.
 #[derive(Debug)]
-pub(crate) struct VirtualUpload {
-    pub(crate) state: Arc<StoreState>,
-    pub(crate) key: String,
-    pub(crate) parts: Arc<Mutex<BTreeMap<usize, Bytes>>>,
-    pub(crate) next_part: usize,
+struct VirtualUpload {
+    state: Arc<StoreState>,
+    key: String,
+    parts: Arc<Mutex<BTreeMap<usize, Bytes>>>,
+    next_part: usize,
 }
 
 #[async_trait::async_trait]

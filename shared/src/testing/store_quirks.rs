@@ -1,0 +1,303 @@
+//! Store behaviours tests need that a plain in-memory store lacks: listings in another order,
+//! refused and forbidden reads, and S3's dating of multipart objects; each a [`StoreHooks`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{TimeZone, Utc};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{GetResult, ListResult, ObjectMeta, ObjectStore, PutResult};
+
+use crate::clock::Clock;
+use crate::store::hooked::{
+    CopyRequest, GetRequest, HookedStore, Inner, ListRequest, MetaStream, PutRequest, StoreHooks,
+    StoreResult, Upload, UploadRequest,
+};
+
+/// Lists in reverse order.
+#[derive(Debug)]
+pub struct ReversedListing;
+
+#[async_trait::async_trait]
+impl StoreHooks for ReversedListing {
+    const NAME: &'static str = "ReversedListingStore";
+
+    fn list(&self, inner: &Inner, list: ListRequest<'_>) -> MetaStream {
+        let listed = list.forward(inner);
+        futures::stream::once(async move {
+            let mut all: Vec<ObjectMeta> = listed.try_collect().await?;
+            all.reverse();
+            Ok::<_, object_store::Error>(futures::stream::iter(all.into_iter().map(Ok)))
+        })
+        .try_flatten()
+        .boxed()
+    }
+
+    async fn list_dirs(&self, inner: &Inner, prefix: Option<&Path>) -> StoreResult<ListResult> {
+        let mut result = inner.list_with_delimiter(prefix).await?;
+        result.objects.reverse();
+        Ok(result)
+    }
+}
+
+/// A store wrapper that returns every listing in reverse order, to prove that nothing
+/// depends on the order a store lists in.
+pub type ReversedListingStore = HookedStore<ReversedListing>;
+
+impl ReversedListingStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        Self::wrap(inner, Arc::new(ReversedListing))
+    }
+}
+
+/// How a [`RefusingStore`] answers a GET of a refused key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `403 Forbidden`, as S3 answers for a KMS key the caller may not use or for an
+    /// archived object (`InvalidObjectState`).
+    Forbidden,
+    /// `404 Not Found`: the object vanished between the listing and the GET.
+    Vanished,
+}
+
+/// Refuses GETs of keys ending in one of some suffixes.
+#[derive(Debug)]
+pub struct Refusals(Vec<(String, Refusal)>);
+
+#[async_trait::async_trait]
+impl StoreHooks for Refusals {
+    const NAME: &'static str = "RefusingStore";
+
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
+        let location = get.location;
+        let refusal = self
+            .0
+            .iter()
+            .find(|(suffix, _)| location.as_ref().ends_with(suffix.as_str()));
+        match refusal {
+            Some((_, Refusal::Forbidden)) => Err(object_store::Error::PermissionDenied {
+                path: location.to_string(),
+                source: "InvalidObjectState: the object is archived".into(),
+            }),
+            Some((_, Refusal::Vanished)) => Err(object_store::Error::NotFound {
+                path: location.to_string(),
+                source: "NoSuchKey".into(),
+            }),
+            None => get.forward(inner).await,
+        }
+    }
+}
+
+/// A store wrapper whose GETs of keys ending in one of some suffixes fail with a
+/// [`Refusal`]; everything else passes through.
+pub type RefusingStore = HookedStore<Refusals>;
+
+impl RefusingStore {
+    /// Wraps `inner`, refusing GETs of keys ending in each suffix of `refused`.
+    pub fn new(inner: Arc<dyn ObjectStore>, refused: Vec<(String, Refusal)>) -> Self {
+        Self::wrap(inner, Arc::new(Refusals(refused)))
+    }
+}
+
+/// Answers a GET or HEAD of a missing key with 403.
+#[derive(Debug)]
+pub struct DenyMissing;
+
+#[async_trait::async_trait]
+impl StoreHooks for DenyMissing {
+    const NAME: &'static str = "DenyMissingStore";
+
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
+        match get.forward(inner).await {
+            Err(object_store::Error::NotFound { path, .. }) => {
+                Err(object_store::Error::PermissionDenied {
+                    path,
+                    source: "403 Access Denied (the caller may not list this key)".into(),
+                })
+            }
+            other => other,
+        }
+    }
+}
+
+/// A store wrapper that answers a GET or HEAD of a missing key with 403 Permission Denied,
+/// as S3 does for a caller that may read a key but not list it.
+pub type DenyMissingStore = HookedStore<DenyMissing>;
+
+impl DenyMissingStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        Self::wrap(inner, Arc::new(DenyMissing))
+    }
+}
+
+/// Dates each object a multipart upload wrote at the upload's initiation, read from the
+/// store's clock.
+#[derive(Debug)]
+pub struct MultipartDating {
+    clock: Arc<dyn Clock>,
+    /// When each upload in flight started, by key (Unix ms).
+    started_ms: Mutex<HashMap<Path, i64>>,
+    /// The Last-Modified of each object a completed upload wrote (Unix ms).
+    dated_ms: Mutex<HashMap<Path, i64>>,
+}
+
+impl MultipartDating {
+    fn set_date(&self, location: &Path, date_ms: Option<i64>) {
+        if let Ok(mut dated) = self.dated_ms.lock() {
+            match date_ms {
+                Some(ms) => dated.insert(location.clone(), ms),
+                None => dated.remove(location),
+            };
+        }
+    }
+
+    /// `meta` with the Last-Modified of its upload's initiation, when an upload wrote it.
+    fn dated(&self, mut meta: ObjectMeta) -> ObjectMeta {
+        let date_ms = self
+            .dated_ms
+            .lock()
+            .ok()
+            .and_then(|dated| dated.get(&meta.location).copied());
+        if let Some(date) = date_ms.and_then(|ms| Utc.timestamp_millis_opt(ms).single()) {
+            meta.last_modified = date;
+        }
+        meta
+    }
+}
+
+#[async_trait::async_trait]
+impl StoreHooks for Arc<MultipartDating> {
+    const NAME: &'static str = "MultipartDatingStore";
+
+    async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
+        let location = put.location;
+        let result = put.forward(inner).await?;
+        self.set_date(location, None);
+        Ok(result)
+    }
+
+    async fn put_multipart(&self, inner: &Inner, start: UploadRequest<'_>) -> StoreResult<Upload> {
+        let (location, started_ms) = (start.location, self.clock.now_ms());
+        let upload = start.forward(inner).await?;
+        if let Ok(mut started) = self.started_ms.lock() {
+            started.insert(location.clone(), started_ms);
+        }
+        Ok(upload)
+    }
+
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
+        let mut result = get.forward(inner).await?;
+        result.meta = self.dated(result.meta);
+        Ok(result)
+    }
+
+    fn list(&self, inner: &Inner, list: ListRequest<'_>) -> MetaStream {
+        let dating = Arc::clone(self);
+        list.forward(inner)
+            .map_ok(move |meta| dating.dated(meta))
+            .boxed()
+    }
+
+    async fn list_dirs(&self, inner: &Inner, prefix: Option<&Path>) -> StoreResult<ListResult> {
+        let mut result = inner.list_with_delimiter(prefix).await?;
+        result.objects = result.objects.into_iter().map(|m| self.dated(m)).collect();
+        Ok(result)
+    }
+
+    async fn copy(&self, inner: &Inner, copy: CopyRequest<'_>) -> StoreResult<()> {
+        let to = copy.to;
+        copy.forward(inner).await?;
+        self.set_date(to, None);
+        Ok(())
+    }
+
+    async fn complete(&self, upload: &mut Upload, location: &Path) -> StoreResult<PutResult> {
+        let result = upload.complete().await?;
+        let started_ms = self
+            .started_ms
+            .lock()
+            .ok()
+            .and_then(|mut started| started.remove(location));
+        self.set_date(location, started_ms);
+        Ok(result)
+    }
+}
+
+/// A store wrapper with S3's dating of multipart objects: an object a multipart upload wrote
+/// is dated when the upload started, not when it completed (a plain PUT is dated as it lands).
+/// A file uploaded for longer than a grace period is older than the grace the moment it
+/// appears.
+pub type MultipartDatingStore = HookedStore<Arc<MultipartDating>>;
+
+impl MultipartDatingStore {
+    /// Wraps `inner`, whose own dates come from `clock`.
+    pub fn new(inner: Arc<dyn ObjectStore>, clock: Arc<dyn Clock>) -> Self {
+        let dating = MultipartDating {
+            clock,
+            started_ms: Mutex::default(),
+            dated_ms: Mutex::default(),
+        };
+        Self::wrap(inner, Arc::new(Arc::new(dating)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt, PutPayload};
+
+    use super::*;
+    use crate::testing::ManualClock;
+
+    /// The Unix-ms Last-Modified of `meta`.
+    fn last_modified_ms(meta: &ObjectMeta) -> i64 {
+        meta.last_modified.timestamp_millis()
+    }
+
+    #[tokio::test]
+    async fn a_multipart_object_is_dated_at_the_upload_start() {
+        let clock = ManualClock::at(1_000_000);
+        let store = MultipartDatingStore::new(Arc::new(InMemory::new()), clock.clone());
+        let big = Path::from("p/big");
+        let mut upload = store.put_multipart(&big).await.expect("start");
+        clock.set_now_ms(5_000_000);
+        upload
+            .put_part(PutPayload::from_static(b"part"))
+            .await
+            .expect("part");
+        upload.complete().await.expect("complete");
+        let small = Path::from("p/small");
+        store
+            .put(&small, PutPayload::from_static(b"x"))
+            .await
+            .expect("put");
+        assert_eq!(
+            last_modified_ms(&store.head(&big).await.expect("head")),
+            1_000_000
+        );
+        let listed: Vec<ObjectMeta> = store
+            .list(Some(&Path::from("p")))
+            .try_collect()
+            .await
+            .expect("list");
+        let dates: Vec<i64> = listed.iter().map(last_modified_ms).collect();
+        assert_eq!(dates[0], 1_000_000);
+        assert_ne!(dates[1], 1_000_000, "a plain put keeps the store's date");
+        let dirs = store
+            .list_with_delimiter(Some(&Path::from("p")))
+            .await
+            .expect("dirs");
+        assert_eq!(last_modified_ms(&dirs.objects[0]), 1_000_000);
+        store
+            .put(&big, PutPayload::from_static(b"rewritten"))
+            .await
+            .expect("put");
+        assert_ne!(
+            last_modified_ms(&store.head(&big).await.expect("head")),
+            1_000_000
+        );
+    }
+}
