@@ -13,7 +13,7 @@ use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::{partition_files, release_quarantined};
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
-use ourios_compaction::report::Status;
+use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
     Refusal, RefusingStore, get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet,
@@ -518,6 +518,24 @@ fn file_of_rows(start: i64, first_tag: i64, count: i64) -> Bytes {
     parquet_bytes(&[rows_batch(&rows)], rows.len().max(1))
 }
 
+/// Checks that `report` says `partial` and quarantined one file, `key`, for a row count that
+/// disagrees with the 1,000 values its pages declare (`words`), the file left as `bytes`.
+async fn assert_quarantined_alone(
+    store: &Store,
+    report: &CompactionReport,
+    (key, bytes, words): (&str, &Bytes, &str),
+) {
+    assert_eq!(report.status, Status::Partial, "{report:?}");
+    assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
+    assert_eq!(report.quarantined[0].file, key);
+    let reason = &report.quarantined[0].reason;
+    assert!(
+        reason.contains(words) && reason.contains("declare 1000 values"),
+        "{reason}"
+    );
+    assert_eq!(&get_bytes(store, key).await, bytes, "left untouched");
+}
+
 /// A file whose footer counts no row while its chunks and pages hold 1,000 is no empty file
 /// (invariants 1 and 7): it is quarantined, left in place through garbage collection, while
 /// the other inputs compact and a truly empty file is still consumed.
@@ -525,18 +543,10 @@ fn file_of_rows(start: i64, first_tag: i64, count: i64) -> Bytes {
 async fn a_footer_counting_no_row_over_full_pages_is_quarantined_not_consumed() {
     let (store, layout, partition, dir, start) =
         refusing_partition(Arc::new(InMemory::new()), vec![]);
-    put_bytes(
-        &store,
-        &format!("{dir}/a0-good.parquet"),
-        file_of_rows(start, 0, 500),
-    )
-    .await;
-    put_bytes(
-        &store,
-        &format!("{dir}/a1-good.parquet"),
-        file_of_rows(start, 500, 500),
-    )
-    .await;
+    for (name, first_tag) in [("a0-good.parquet", 0), ("a1-good.parquet", 500)] {
+        let bytes = file_of_rows(start, first_tag, 500);
+        put_bytes(&store, &format!("{dir}/{name}"), bytes).await;
+    }
     let lying = format!("{dir}/lying-footer.parquet");
     let lying_bytes = with_footer_row_counts(&file_of_rows(start, 1_000, 1_000), |_| 0);
     put_bytes(&store, &lying, lying_bytes.clone()).await;
@@ -549,25 +559,14 @@ async fn a_footer_counting_no_row_over_full_pages_is_quarantined_not_consumed() 
     let report = compact_partition(&store, &layout, &partition, &options)
         .await
         .expect("runs");
-    assert_eq!(report.status, Status::Partial, "{report:?}");
+    let quarantined = (lying.as_str(), &lying_bytes, "counts 0 rows");
+    assert_quarantined_alone(&store, &report, quarantined).await;
     assert_eq!(
         (report.inputs.files, report.inputs.rows),
         (3, 1_000),
         "the good files and the empty one"
     );
-    assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
-    assert_eq!(report.quarantined[0].file, lying);
-    let reason = &report.quarantined[0].reason;
-    assert!(
-        reason.contains("counts 0 rows") && reason.contains("declare 1000 values"),
-        "{reason}"
-    );
     assert_eq!(report.gc_deleted, 3, "the good files and the empty one");
-    assert_eq!(
-        get_bytes(&store, &lying).await,
-        lying_bytes,
-        "left untouched"
-    );
 
     let out = report.output.expect("the good files compact").key;
     let mut tags: Vec<i64> = (read_parquet(&store, &out).await.iter())
@@ -614,25 +613,17 @@ async fn a_footer_under_counting_its_pages_is_quarantined() {
     put_bytes(&store, &lying, lying_bytes.clone()).await;
 
     let scratch = tempfile::tempdir().expect("scratch");
-    let mut options = CompactOptions::new(scratch.path());
-    options.gc_grace = std::time::Duration::ZERO;
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Partial, "{report:?}");
+    let report = compact_partition(
+        &store,
+        &layout,
+        &partition,
+        &CompactOptions::new(scratch.path()),
+    )
+    .await
+    .expect("runs");
+    let quarantined = (lying.as_str(), &lying_bytes, "counts 500 rows");
+    assert_quarantined_alone(&store, &report, quarantined).await;
     assert_eq!((report.inputs.files, report.inputs.rows), (1, 500));
-    assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
-    assert_eq!(report.quarantined[0].file, lying);
-    let reason = &report.quarantined[0].reason;
-    assert!(
-        reason.contains("counts 500 rows") && reason.contains("declare 1000 values"),
-        "{reason}"
-    );
-    assert_eq!(
-        get_bytes(&store, &lying).await,
-        lying_bytes,
-        "left untouched"
-    );
     let files = partition_files(&store, &layout, &partition)
         .await
         .expect("files");
