@@ -21,7 +21,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::file::metadata::ParquetMetaData;
 
 use crate::error::{Error, Result};
-use crate::input::page_check::{PageFacts, check_footer_size, check_pages};
+use crate::input::page_check::{PageFacts, check_footer_size, check_pages, check_row_counts};
 use crate::input::schema::{check_key_columns, map_with_child_types};
 use crate::input::type_union::time_nanos;
 use crate::options::{KeyColumns, SORT_KEY_METADATA};
@@ -226,14 +226,16 @@ pub fn check_inputs(
 }
 
 /// Checks one input against its partition: readable footer, key columns present and typed,
-/// every time inside the hour and every tenant value equal to the partition's. A file with
-/// a readable footer and no rows passes whatever its columns (it holds nothing to lose and
-/// is consumed with the other inputs). `Err` holds the reason the file is a bad input.
+/// every time inside the hour and every tenant value equal to the partition's. A file whose
+/// footer, chunks and pages all agree that it holds no row passes whatever its columns (it
+/// holds nothing to lose and is consumed with the other inputs). `Err` holds the reason the
+/// file is a bad input.
 ///
 /// Before any page is decoded, the footer's size and every page header are checked (see
 /// [`crate::input::page_check`]): no page may decode to more than [`page_cap_bytes`] of budget
-/// B (`budget_bytes`) nor inflate beyond what it declares, and no row group may hold more
-/// pages and dictionaries at once than [`reader_cap_bytes`].
+/// B (`budget_bytes`) nor inflate beyond what it declares, no row group may hold more pages
+/// and dictionaries at once than [`reader_cap_bytes`], and each row group's row count must
+/// agree with the values its pages declare ([`check_row_counts`]).
 pub fn check_input(
     staged: StagedInput,
     partition: &PartitionId,
@@ -248,6 +250,7 @@ pub fn check_input(
     let builder = open(&staged)?;
     let pages = check_pages(&file, builder.metadata(), page_cap_bytes(budget_bytes))?;
     check_held_pages(builder.metadata(), &pages, budget_bytes)?;
+    check_row_counts(builder.metadata(), &pages)?;
     let schema = builder.schema().clone();
     let metadata = builder.metadata().clone();
     let rows: u64 = metadata

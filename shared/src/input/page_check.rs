@@ -16,7 +16,9 @@
 //! - a page inflates to another size than its header declares (checked by inflating it,
 //!   output discarded, for the codecs a reader would inflate without a bound: gzip, brotli
 //!   and LZ4 frames; snappy by its own length prefix; zstd, LZ4 raw and Hadoop LZ4 are
-//!   inflated into the declared size by the reader itself).
+//!   inflated into the declared size by the reader itself);
+//! - a row group's row count disagrees with the values its chunks and their pages declare
+//!   ([`check_row_counts`]).
 //!
 //! It also gives the decoded size of each column chunk as its pages declare it (bounded by
 //! the cap), which the job uses instead of the footer's claims.
@@ -255,6 +257,43 @@ pub fn check_pages(
         facts.row_groups.push(chunks);
     }
     Ok(facts)
+}
+
+/// Checks each row group's row count against the values its column chunks hold, from the
+/// footer's `num_values` and from the walk's [`ChunkPages::levels`] (what the data page
+/// headers declare): a chunk must declare the values its pages declare, a column that repeats
+/// nothing must hold one value for each row, and a repeated one (lists, maps) at least one,
+/// and none exactly when the row group has no row. A reader trusts the row count: a footer
+/// that under-counts hides the rows past its count, and one that counts no row at all makes
+/// the file look empty, to be consumed and deleted with its rows. `Err` holds the reason the
+/// file is a bad input.
+pub fn check_row_counts(metadata: &ParquetMetaData, pages: &PageFacts) -> Result<(), String> {
+    let groups = metadata.row_groups().iter().zip(&pages.row_groups);
+    for (rg_index, (rg, walked)) in groups.enumerate() {
+        let rows = rg.num_rows();
+        for (chunk, walked) in rg.columns().iter().zip(walked) {
+            let column = chunk.column_path().string();
+            let levels = walked.levels;
+            if u64::try_from(chunk.num_values()) != Ok(levels) {
+                return Err(format!(
+                    "row group {rg_index}, column {column}: the footer declares {} values but the chunk's pages declare {levels}",
+                    chunk.num_values()
+                ));
+            }
+            let repeated = chunk.column_descr().max_rep_level() > 0;
+            let agrees = match u64::try_from(rows) {
+                Ok(rows) if repeated => levels >= rows && (levels == 0) == (rows == 0),
+                Ok(rows) => levels == rows,
+                Err(_) => false,
+            };
+            if !agrees {
+                return Err(format!(
+                    "row group {rg_index} counts {rows} rows but the pages of its column {column} declare {levels} values: the footer miscounts the file's rows"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn walk_chunk<R: Read + Seek>(
@@ -731,6 +770,90 @@ mod tests {
         assert!(!header.is_compressed);
         assert!(!header.is_dictionary);
         assert!(PageHeader::read(&mut &bytes[..5]).is_err(), "truncated");
+    }
+
+    /// `metadata` with the rows of row group `g` counted `rows(g, as written)` and the values
+    /// of its chunks `values(g, as written)`.
+    fn recounted(
+        metadata: &ParquetMetaData,
+        rows: impl Fn(usize, i64) -> i64,
+        values: impl Fn(usize, i64) -> i64,
+    ) -> ParquetMetaData {
+        let groups = (metadata.row_groups().iter().enumerate())
+            .map(|(g, rg)| {
+                let columns = (rg.columns().iter())
+                    .map(|c| {
+                        let builder = c.clone().into_builder();
+                        builder.set_num_values(values(g, c.num_values())).build()
+                    })
+                    .collect::<parquet::errors::Result<Vec<_>>>()
+                    .expect("columns");
+                let builder = rg.clone().into_builder().set_column_metadata(columns);
+                builder.set_num_rows(rows(g, rg.num_rows())).build()
+            })
+            .collect::<parquet::errors::Result<Vec<_>>>()
+            .expect("row groups");
+        metadata
+            .clone()
+            .into_builder()
+            .set_row_groups(groups)
+            .build()
+    }
+
+    #[test]
+    fn row_counts_must_agree_with_the_values_the_pages_declare() {
+        let tmp = file_with(Compression::SNAPPY, WriterVersion::PARQUET_2_0);
+        let file = tmp.reopen().expect("open");
+        let reader = SerializedFileReader::new(tmp.reopen().expect("open")).expect("reader");
+        let metadata = reader.metadata();
+        let facts = check_pages(&file, metadata, 1 << 20).expect("pages");
+        let as_written = |_: usize, n: i64| n;
+        assert_eq!(check_row_counts(metadata, &facts), Ok(()));
+        // A footer that counts no row over full pages, or fewer or more rows than they hold.
+        for (rows, expected) in [
+            (0, "counts 0 rows"),
+            (6_999, "counts 6999"),
+            (7_001, "7001"),
+        ] {
+            let lying = recounted(metadata, |g, n| if g == 1 { rows } else { n }, as_written);
+            let refused = check_row_counts(&lying, &facts).expect_err("miscounted");
+            assert!(
+                refused.starts_with("row group 1 ") && refused.contains(expected),
+                "{refused}"
+            );
+            assert!(refused.contains("declare 7000 values"), "{refused}");
+        }
+        // A chunk whose declared values are not its pages'.
+        let lying = recounted(metadata, as_written, |g, n| if g == 2 { 0 } else { n });
+        let refused = check_row_counts(&lying, &facts).expect_err("miscounted");
+        assert!(
+            refused.contains("row group 2, column t: the footer declares 0 values"),
+            "{refused}"
+        );
+
+        // Lists: at least one value a row, none exactly when there is no row.
+        let lists = arrow::array::ListArray::from_iter_primitive::<arrow::datatypes::Int64Type, _, _>(
+            (0..100).map(|i| Some(vec![Some(i), Some(i + 1), None])),
+        );
+        let batch =
+            RecordBatch::try_from_iter([("l", Arc::new(lists) as ArrayRef)]).expect("batch");
+        let tmp = tempfile::NamedTempFile::new().expect("file");
+        let mut writer = ArrowWriter::try_new(tmp.reopen().expect("reopen"), batch.schema(), None)
+            .expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+        let reader = SerializedFileReader::new(tmp.reopen().expect("open")).expect("reader");
+        let metadata = reader.metadata();
+        let facts = check_pages(&tmp.reopen().expect("open"), metadata, 1 << 20).expect("pages");
+        assert_eq!(facts.row_groups[0][0].levels, 300);
+        for (rows, agrees) in [(100, true), (300, true), (0, false), (301, false)] {
+            let recounted = recounted(metadata, |_, _| rows, as_written);
+            assert_eq!(
+                check_row_counts(&recounted, &facts).is_ok(),
+                agrees,
+                "{rows} rows"
+            );
+        }
     }
 
     /// The footer of a file whose one leaf's path has `levels` segments.

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, StringArray, UInt64Array};
+use arrow::array::{AsArray, Int64Array, StringArray, UInt64Array};
+use arrow::datatypes::Int64Type;
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -12,12 +13,13 @@ use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::{partition_files, release_quarantined};
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
-use ourios_compaction::report::Status;
+use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
     Refusal, RefusingStore, get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet,
     rows_batch,
 };
+use parquet::file::metadata::{ParquetMetaDataReader, ParquetMetaDataWriter};
 
 /// The test partition on `memory`, read through a store that refuses `refusals` (object names
 /// and how they are refused): that store, the layout, the partition, its ingest directory and
@@ -483,4 +485,148 @@ async fn a_released_file_is_live_again_and_the_next_job_merges_it() {
         .await
         .expect("files");
     assert_eq!(files.live, vec![output]);
+}
+
+/// `bytes` (a Parquet file) with its footer rewritten so that row group `g` counts `rows(g)`
+/// rows (and the file their sum), its chunks' declared values and its pages left as written.
+fn with_footer_row_counts(bytes: &Bytes, rows: impl Fn(usize) -> i64) -> Bytes {
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(bytes)
+        .expect("metadata");
+    let tail = &bytes[bytes.len() - 8..bytes.len() - 4];
+    let footer_bytes = u32::from_le_bytes(tail.try_into().expect("four bytes")) as usize;
+    let row_groups = (metadata.row_groups().iter().enumerate())
+        .map(|(g, rg)| {
+            let builder = rg.clone().into_builder().set_num_rows(rows(g));
+            builder.build().expect("row group")
+        })
+        .collect();
+    let metadata = metadata.into_builder().set_row_groups(row_groups).build();
+    let mut out = bytes[..bytes.len() - 8 - footer_bytes].to_vec();
+    ParquetMetaDataWriter::new(&mut out, &metadata)
+        .finish()
+        .expect("footer");
+    Bytes::from(out)
+}
+
+/// `count` rows from `first_tag` on, every service set (no null for a statistics check to
+/// catch), in one row group.
+fn file_of_rows(start: i64, first_tag: i64, count: i64) -> Bytes {
+    let rows: Vec<_> = (first_tag..first_tag + count)
+        .map(|tag| (Some(format!("svc-{}", tag % 7)), start + tag, tag))
+        .collect();
+    parquet_bytes(&[rows_batch(&rows)], rows.len().max(1))
+}
+
+/// Checks that `report` says `partial` and quarantined one file, `key`, for a row count that
+/// disagrees with the 1,000 values its pages declare (`words`), the file left as `bytes`.
+async fn assert_quarantined_alone(
+    store: &Store,
+    report: &CompactionReport,
+    (key, bytes, words): (&str, &Bytes, &str),
+) {
+    assert_eq!(report.status, Status::Partial, "{report:?}");
+    assert_eq!(report.quarantined.len(), 1, "{:?}", report.quarantined);
+    assert_eq!(report.quarantined[0].file, key);
+    let reason = &report.quarantined[0].reason;
+    assert!(
+        reason.contains(words) && reason.contains("declare 1000 values"),
+        "{reason}"
+    );
+    assert_eq!(&get_bytes(store, key).await, bytes, "left untouched");
+}
+
+/// A file whose footer counts no row while its chunks and pages hold 1,000 is no empty file
+/// (invariants 1 and 7): it is quarantined, left in place through garbage collection, while
+/// the other inputs compact and a truly empty file is still consumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_footer_counting_no_row_over_full_pages_is_quarantined_not_consumed() {
+    let (store, layout, partition, dir, start) =
+        refusing_partition(Arc::new(InMemory::new()), vec![]);
+    for (name, first_tag) in [("a0-good.parquet", 0), ("a1-good.parquet", 500)] {
+        let bytes = file_of_rows(start, first_tag, 500);
+        put_bytes(&store, &format!("{dir}/{name}"), bytes).await;
+    }
+    let lying = format!("{dir}/lying-footer.parquet");
+    let lying_bytes = with_footer_row_counts(&file_of_rows(start, 1_000, 1_000), |_| 0);
+    put_bytes(&store, &lying, lying_bytes.clone()).await;
+    let empty = format!("{dir}/no-rows.parquet");
+    put_bytes(&store, &empty, parquet_bytes(&[rows_batch(&[])], 10)).await;
+
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut options = CompactOptions::new(scratch.path());
+    options.gc_grace = std::time::Duration::ZERO;
+    let report = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("runs");
+    let quarantined = (lying.as_str(), &lying_bytes, "counts 0 rows");
+    assert_quarantined_alone(&store, &report, quarantined).await;
+    assert_eq!(
+        (report.inputs.files, report.inputs.rows),
+        (3, 1_000),
+        "the good files and the empty one"
+    );
+    assert_eq!(report.gc_deleted, 3, "the good files and the empty one");
+
+    let out = report.output.expect("the good files compact").key;
+    let mut tags: Vec<i64> = (read_parquet(&store, &out).await.iter())
+        .flat_map(|b| {
+            let tags = b
+                .column_by_name("tag")
+                .expect("tag")
+                .as_primitive::<Int64Type>();
+            tags.values().to_vec()
+        })
+        .collect();
+    tags.sort_unstable();
+    assert_eq!(tags, (0..1_000).collect::<Vec<_>>(), "every good row once");
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    assert_eq!(files.live, vec![out]);
+    let quarantined: Vec<&str> = files.quarantined.iter().map(|q| q.key.as_str()).collect();
+    assert_eq!(quarantined, vec![lying.as_str()]);
+
+    // A rerun and its garbage collection leave the file where it is.
+    let again = compact_partition(&store, &layout, &partition, &options)
+        .await
+        .expect("rerun");
+    assert_eq!(again.status, Status::Noop, "{again:?}");
+    assert_eq!(get_bytes(&store, &lying).await, lying_bytes);
+}
+
+/// A footer that counts 500 rows over a row group whose pages hold 1,000 values a column is
+/// refused from its page headers, before any page is decoded, with a reason naming the row
+/// group and the column (invariants 1 and 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_footer_under_counting_its_pages_is_quarantined() {
+    let (store, layout, partition, dir, start) =
+        refusing_partition(Arc::new(InMemory::new()), vec![]);
+    put_bytes(
+        &store,
+        &format!("{dir}/a0-good.parquet"),
+        file_of_rows(start, 0, 500),
+    )
+    .await;
+    let lying = format!("{dir}/under-counted.parquet");
+    let lying_bytes = with_footer_row_counts(&file_of_rows(start, 500, 1_000), |_| 500);
+    put_bytes(&store, &lying, lying_bytes.clone()).await;
+
+    let scratch = tempfile::tempdir().expect("scratch");
+    let report = compact_partition(
+        &store,
+        &layout,
+        &partition,
+        &CompactOptions::new(scratch.path()),
+    )
+    .await
+    .expect("runs");
+    let quarantined = (lying.as_str(), &lying_bytes, "counts 500 rows");
+    assert_quarantined_alone(&store, &report, quarantined).await;
+    assert_eq!((report.inputs.files, report.inputs.rows), (1, 500));
+    let files = partition_files(&store, &layout, &partition)
+        .await
+        .expect("files");
+    assert_eq!(files.live, vec![report.output.expect("an output").key]);
+    assert_eq!(files.quarantined.len(), 1);
 }

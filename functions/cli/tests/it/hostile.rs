@@ -2,7 +2,8 @@
 //! process stays inside the memory bound: a 300 MiB value compressed to almost nothing, a
 //! gzip page that inflates far beyond its header, a footer claiming chunks of 2^50 bytes,
 //! 12,000 columns, a schema 2,000 levels deep, a footer declaring 300,000 levels, and two
-//! files whose union is wider than the budget allows.
+//! files whose union is wider than the budget allows. A footer that counts no row over pages
+//! that hold rows is quarantined and kept, not consumed as an empty file.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use arrow::datatypes::{DataType, Field, Fields, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
-use parquet::file::metadata::{ParquetMetaDataReader, ParquetMetaDataWriter};
+use parquet::file::metadata::{ParquetMetaDataReader, ParquetMetaDataWriter, RowGroupMetaData};
 use parquet::file::properties::WriterProperties;
 
 const HOUR: &str = "2026-11-29T10";
@@ -88,12 +89,9 @@ fn gzip_bomb(path: &Path) {
     std::fs::write(path, bytes).expect("patched");
 }
 
-fn absurd_footer(path: &Path) {
-    write(
-        path,
-        &one_row_with_body("small".into()),
-        Compression::SNAPPY,
-    );
+/// Rewrites the footer of the Parquet file at `path`, each row group through `rewrite`, its
+/// pages left as they were written.
+fn rewrite_row_groups(path: &Path, rewrite: impl Fn(RowGroupMetaData) -> RowGroupMetaData) {
     let bytes = std::fs::read(path).expect("read");
     let footer_len =
         u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap());
@@ -101,29 +99,7 @@ fn absurd_footer(path: &Path) {
     let metadata = ParquetMetaDataReader::new()
         .parse_and_finish(&std::fs::File::open(path).expect("open"))
         .expect("metadata");
-    let row_groups = metadata
-        .row_groups()
-        .iter()
-        .map(|rg| {
-            let columns = rg
-                .columns()
-                .iter()
-                .map(|c| {
-                    c.clone()
-                        .into_builder()
-                        .set_total_uncompressed_size(1 << 50)
-                        .build()
-                        .expect("column")
-                })
-                .collect();
-            rg.clone()
-                .into_builder()
-                .set_total_byte_size(1 << 50)
-                .set_column_metadata(columns)
-                .build()
-                .expect("row group")
-        })
-        .collect();
+    let row_groups = metadata.row_groups().iter().cloned().map(rewrite).collect();
     let metadata = metadata.into_builder().set_row_groups(row_groups).build();
     let mut footer = Vec::new();
     ParquetMetaDataWriter::new(&mut footer, &metadata)
@@ -132,6 +108,32 @@ fn absurd_footer(path: &Path) {
     let mut out = bytes[..data_end].to_vec();
     out.extend_from_slice(&footer);
     std::fs::write(path, out).expect("rewritten");
+}
+
+fn absurd_footer(path: &Path) {
+    write(
+        path,
+        &one_row_with_body("small".into()),
+        Compression::SNAPPY,
+    );
+    rewrite_row_groups(path, |rg| {
+        let columns = rg
+            .columns()
+            .iter()
+            .map(|c| {
+                c.clone()
+                    .into_builder()
+                    .set_total_uncompressed_size(1 << 50)
+                    .build()
+                    .expect("column")
+            })
+            .collect();
+        rg.into_builder()
+            .set_total_byte_size(1 << 50)
+            .set_column_metadata(columns)
+            .build()
+            .expect("row group")
+    });
 }
 
 fn many_columns(path: &Path) {
@@ -341,4 +343,68 @@ fn stress_hostile_files_are_quarantined_one_by_one_inside_the_memory_bound() {
 #[test]
 fn stress_hostile_files_are_quarantined_the_same_when_the_job_fans_out() {
     compact_hostile_partition(&["--fan-out", "3"]);
+}
+
+/// A file whose footer counts no row while its chunks and pages hold 1,000 is no empty file:
+/// `compact --gc-grace 0s` quarantines it instead of retiring it and collecting it with its
+/// rows, the other files compact, and `files` still lists it as quarantined (invariants 1
+/// and 7).
+#[test]
+fn a_footer_counting_no_row_is_quarantined_not_deleted() {
+    let (dir, lying_dir) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let generate = |store: &Path, files: &str, rows: &str| {
+        let store = store.to_string_lossy().to_string();
+        let args = [
+            "generate", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--files", files,
+            "--rows", rows,
+        ];
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    generate(dir.path(), "2", "500");
+    generate(lying_dir.path(), "1", "1000");
+    let written = std::fs::read_dir(partition_dir(lying_dir.path(), "acme"))
+        .expect("partition")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .expect("the generated file");
+    let lying = partition_dir(dir.path(), "acme").join("lying-footer.parquet");
+    std::fs::copy(&written, &lying).expect("copied");
+    rewrite_row_groups(&lying, |rg| {
+        rg.into_builder()
+            .set_num_rows(0)
+            .build()
+            .expect("row group")
+    });
+    let lying_bytes = std::fs::read(&lying).expect("read");
+
+    let store = dir.path().to_string_lossy().to_string();
+    let mut args = compact_json(&store, "acme", HOUR, "64MiB");
+    args.extend(["--gc-grace", "0s"]);
+    let out = run(&args);
+    let report = json(&out);
+    assert_eq!(report["status"], "partial", "{report:#}");
+    assert_eq!(report["inputs"]["rows"], 1000, "{report:#}");
+    let quarantined = report["quarantined"].as_array().expect("quarantined");
+    assert_eq!(quarantined.len(), 1, "{report:#}");
+    let file = quarantined[0]["file"].as_str().expect("file");
+    let reason = quarantined[0]["reason"].as_str().expect("reason");
+    assert!(file.ends_with("/lying-footer.parquet"), "{file}");
+    assert!(reason.contains("counts 0 rows"), "{reason}");
+    assert_eq!(report["gc_deleted"], 2, "the two good files");
+    assert_eq!(std::fs::read(&lying).expect("kept"), lying_bytes);
+
+    let out = run(&[
+        "files", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--json",
+    ]);
+    let files = json(&out);
+    assert_eq!(files["quarantined"][0]["key"], file, "{files:#}");
+    assert_eq!(files["live"].as_array().map(Vec::len), Some(1), "{files:#}");
 }
