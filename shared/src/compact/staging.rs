@@ -56,10 +56,10 @@ pub(crate) async fn stage_and_check(
     if !refused.is_empty() && staged.is_empty() && !others_readable {
         // Fail and retry rather than quarantine a whole partition.
         let (key, reason) = &refused[0];
-        return Err(Error::Config {
-            message: format!(
-                "the store refused to read every input of {partition} (e.g. {key}: {reason})"
-            ),
+        return Err(Error::AccessDenied {
+            partition: partition.to_string(),
+            key: key.to_string(),
+            reason: reason.clone(),
         });
     }
 
