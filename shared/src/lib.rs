@@ -19,7 +19,7 @@
 //!    a grace period, measured on the store's clock ([`manifest::gc`]).
 //! 4. **Convergence.** Any crash leaves a state from which a rerun converges; uncommitted
 //!    outputs are swept by [`manifest::gc`], and the incomplete uploads of a killed attempt by
-//!    the next attempt of its job ([`serverless::dispatch::worker`]).
+//!    the next attempt of its job ([`serverless::dispatch::job_lifecycle`]).
 //! 5. **Late files stay live.** Files that land during a compaction are not retired by it.
 //! 6. **Idempotence.** Rerunning a job that committed changes nothing (`noop`): each attempt
 //!    names its output `part-<hash of the input set>-<job id>`, and the manifest records the
@@ -134,7 +134,7 @@
 //! | | [`serverless::function_settings`] | the functions' settings from named variables |
 //! | | [`serverless::metrics`] | CloudWatch embedded-metric-format lines |
 //! | | [`serverless::state_machine`] | starting the fan-out state machine for a job too large for one invocation |
-//! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's and the compactor's entry points (`serverless::dispatch::invocation`, `serverless::dispatch::compactor`, `serverless::dispatch::worker`), sweep, backfill |
+//! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's entry point (`serverless::dispatch::planner`), the compactor's (`serverless::dispatch::compactor`) and its side of a job (`serverless::dispatch::job_lifecycle`: compact, then end the job record), sweep, backfill |
 //! | bench | [`bench`](mod@bench) | benchmark support |
 //! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
 //! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::service` |

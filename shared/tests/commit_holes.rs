@@ -18,7 +18,7 @@ use std::sync::Arc;
 use ourios_compaction::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, commit, load_latest,
 };
-use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compaction_job};
+use ourios_compaction::serverless::dispatch::job_lifecycle::{RecordAction, run_compaction_job};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::testing::{
     Fault, FaultyStore, ManualClock, parquet_bytes, put_bytes, read_parquet, rows_batch,

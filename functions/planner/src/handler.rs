@@ -7,7 +7,7 @@ use std::time::Instant;
 use aws_lambda_events::sqs::SqsBatchResponse;
 use chrono::{DateTime, Utc};
 use ourios_compaction::error::{ErrorKind, InvocationError};
-use ourios_compaction::serverless::dispatch::invocation::{Planner, PlannerAnswer, PlannerCounts};
+use ourios_compaction::serverless::dispatch::planner::{Planner, PlannerAnswer, PlannerCounts};
 use ourios_compaction::serverless::events::{HttpRequest, Invocation, parse_invocation};
 use ourios_compaction::serverless::metrics::{Unit, emf_line};
 use serde_json::{Value, json};
