@@ -281,16 +281,25 @@ fn test_code(code: &str) -> (Vec<(usize, usize)>, Vec<String>) {
 
 /// Every top-level module the code names, with the byte offset where it does.
 fn crate_references(code: &str, depth: usize) -> Vec<(usize, String)> {
+    references_under(code, "crate::", |climbs| climbs >= depth)
+}
+
+/// The first segments of the paths the code names under the module `root` (`crate::` or
+/// `crate::compact::`), and of the `super::` chains whose number of climbs `reaches` it.
+fn references_under(
+    code: &str,
+    root: &str,
+    reaches: impl Fn(usize) -> bool,
+) -> Vec<(usize, String)> {
     let bytes = code.as_bytes();
     let mut found = Vec::new();
     let boundary = |at: usize| at == 0 || !(is_ident_char(bytes[at - 1]) || bytes[at - 1] == b'$');
-    for (at, _) in code.match_indices("crate::") {
+    for (at, _) in code.match_indices(root) {
         if !boundary(at) {
             continue;
         }
-        found.extend(path_heads(bytes, at + "crate::".len()));
+        found.extend(path_heads(bytes, at + root.len()));
     }
-    // `super::` chains that climb to the crate root.
     for (at, _) in code.match_indices("super::") {
         if !boundary(at) || (at >= 2 && &code[at - 2..at] == "::") {
             continue;
@@ -301,7 +310,7 @@ fn crate_references(code: &str, depth: usize) -> Vec<(usize, String)> {
             climbs += 1;
             j = skip_space(bytes, j + "super::".len());
         }
-        if climbs >= depth {
+        if reaches(climbs) {
             found.extend(path_heads(bytes, j));
         }
     }
@@ -465,29 +474,7 @@ fn every_layer_module_is_declared_and_every_declared_module_has_a_layer() {
 /// Every module of `compact/` the code names: `crate::compact::<step>` paths and groups, and
 /// `super::` chains that climb from a file at `depth` to `compact`.
 fn compact_references(code: &str, depth: usize) -> Vec<(usize, String)> {
-    let bytes = code.as_bytes();
-    let mut found = Vec::new();
-    let boundary = |at: usize| at == 0 || !(is_ident_char(bytes[at - 1]) || bytes[at - 1] == b'$');
-    for (at, _) in code.match_indices("crate::compact::") {
-        if boundary(at) {
-            found.extend(path_heads(bytes, at + "crate::compact::".len()));
-        }
-    }
-    for (at, _) in code.match_indices("super::") {
-        if !boundary(at) || (at >= 2 && &code[at - 2..at] == "::") {
-            continue;
-        }
-        let mut j = at;
-        let mut climbs = 0;
-        while code[j..].starts_with("super::") {
-            climbs += 1;
-            j = skip_space(bytes, j + "super::".len());
-        }
-        if climbs + 1 == depth {
-            found.extend(path_heads(bytes, j));
-        }
-    }
-    found
+    references_under(code, "crate::compact::", |climbs| climbs + 1 == depth)
 }
 
 #[test]

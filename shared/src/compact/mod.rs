@@ -15,9 +15,9 @@
 //! 6. **Collect garbage** of the partition past the grace period (`job`).
 //!
 //! Steps 2 to 4 run in one task (`producing`), or fanned out into key ranges
-//! ([`fan_out`]), which commits through step 5 too. Every request of these steps goes
-//! through a counting store, and the report prices them with the job's duration and CPU time
-//! (`cost`, `cpu_ms`) (`job`).
+//! ([`fan_out`]), which commits through step 5 too. The job (`job`) runs the steps under its
+//! report: every request goes through a counting store, and the report prices them with the
+//! job's duration and CPU time (`cost`, `cpu_ms`).
 //!
 //! The steps never name this driver, and each names only the steps before it in this order:
 //! `job`, `state`, `staging`, `writing`, `producing`, `committing`, [`fan_out`]
