@@ -243,6 +243,22 @@ pub enum Error {
         message: String,
     },
 
+    /// The store refused to read every input of a partition (403: a KMS key or a bucket policy
+    /// the function may not use). The function's own access is at fault, not the files, so none
+    /// is quarantined and nothing is committed; the job fails and is retried.
+    #[error(
+        "the store refused to read every input of {partition} (e.g. {key}: {reason}); nothing \
+         was quarantined or committed (grant the function read access to the partition's files)"
+    )]
+    AccessDenied {
+        /// The partition.
+        partition: String,
+        /// One of the refused inputs.
+        key: String,
+        /// The store's reason for it.
+        reason: String,
+    },
+
     /// A file asked to be released from quarantine is not a quarantined ingest file.
     #[error("{key} is not a quarantined ingest file of {partition}")]
     NotQuarantined {
@@ -295,6 +311,9 @@ impl Error {
             Error::Arrow { .. } | Error::Invariant { .. } | Error::Encode { .. } => ErrorKind::Bug,
             Error::Conflict { .. } => ErrorKind::Conflict,
             Error::Service { .. } => ErrorKind::Transient,
+            // Like a single refused request (`Error::Store`, above): access granted since, or
+            // credentials that settled, let a retry succeed.
+            Error::AccessDenied { .. } => ErrorKind::Transient,
         }
     }
 
@@ -394,5 +413,11 @@ mod tests {
             serde_json::json!("InvalidInput")
         );
         assert_eq!(ErrorKind::Transient.http_status(), 503);
+        let refused = Error::AccessDenied {
+            partition: "p".into(),
+            key: "k".into(),
+            reason: "403".into(),
+        };
+        assert_eq!(refused.kind(), ErrorKind::Transient);
     }
 }

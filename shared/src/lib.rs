@@ -19,7 +19,7 @@
 //!    a grace period, measured on the store's clock ([`manifest::gc`]).
 //! 4. **Convergence.** Any crash leaves a state from which a rerun converges; uncommitted
 //!    outputs are swept by [`manifest::gc`], and the incomplete uploads of a killed attempt by
-//!    the next attempt of its job ([`serverless::dispatch::worker`]).
+//!    the next attempt of its job ([`serverless::dispatch::job_lifecycle`]).
 //! 5. **Late files stay live.** Files that land during a compaction are not retired by it.
 //! 6. **Idempotence.** Rerunning a job that committed changes nothing (`noop`): each attempt
 //!    names its output `part-<hash of the input set>-<job id>`, and the manifest records the
@@ -117,8 +117,14 @@
 //! | | [`read::read_plan`] | the byte ranges a scan fetches, from footer offsets (fetch blocks) |
 //! | | [`read::planned_reader`] | the Parquet reader of one object, serving reads from a read plan |
 //! | | [`read::inspect`] | footer summaries |
-//! | compact | [`compact`] | the driver: one partition, in named steps |
-//! | | [`compact::fan_out`] | one partition fanned out into key ranges: the shape, the groups, the tasks run here, the task entry point of the state machine |
+//! | compact | [`compact`] | the driver: one partition, in named steps, each step a module below |
+//! | | `compact::job` | what a job's steps share, and running them under the job's report (counted requests, garbage collection, price) |
+//! | | `compact::state` | step 1: the latest manifest and a listing give the live set, the inputs the job wants |
+//! | | `compact::staging` | steps 2 and 3: inputs staged (downloaded into scratch) and checked, the bad ones quarantined |
+//! | | `compact::writing` | step 4: a group's checked inputs sorted and written into one object, and an output's name |
+//! | | `compact::producing` | steps 2 to 4: a group sorted into an output or a run, the job in one task, late files without rows settled |
+//! | | `compact::committing` | step 5: the commit of what was produced, the outputs no commit made live deleted |
+//! | | [`compact::fan_out`] | one partition fanned out into key ranges: the shape, the groups, the tasks run here, the task entry point of the state machine, the commit of a fanned-out job |
 //! | | [`compact::fan_out::tasks`] | the tasks (plan, run, split, merge, gather), each a function of the job's records in the store |
 //! | | `compact::fan_out::range_read` | one range of a run: its row groups by range requests, its rows counted |
 //! | | `compact::fan_out::admission` | the plan's union of columns: every input's footer read, the files it refuses quarantined as a one-output job would |
@@ -129,7 +135,7 @@
 //! | | [`serverless::function_settings`] | the functions' settings from named variables |
 //! | | [`serverless::metrics`] | CloudWatch embedded-metric-format lines |
 //! | | [`serverless::state_machine`] | starting the fan-out state machine for a job too large for one invocation |
-//! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's and the compactor's entry points (`serverless::dispatch::invocation`, `serverless::dispatch::compactor`, `serverless::dispatch::worker`), sweep, backfill |
+//! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's entry point (`serverless::dispatch::planner`), the compactor's (`serverless::dispatch::compactor`) and its side of a job (`serverless::dispatch::job_lifecycle`: compact, then end the job record), sweep, backfill |
 //! | bench | [`bench`](mod@bench) | benchmark support |
 //! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
 //! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::service` |

@@ -10,7 +10,7 @@ use ourios_compaction::Result;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::CompactionReport;
-use ourios_compaction::serverless::dispatch::worker::run_compaction_job;
+use ourios_compaction::serverless::dispatch::job_lifecycle::run_compaction_job;
 use ourios_compaction::serverless::dispatch::{
     BackfillReport, OutcomeDecision, PartitionOutcome, backfill, backfill_partitions,
     partition_facts,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use aws_lambda_events::sqs::SqsBatchResponse;
 use chrono::{DateTime, Utc};
 use ourios_compaction::error::InvocationError;
-use ourios_compaction::serverless::dispatch::invocation::{Planner, PlannerAnswer, PlannerCounts};
+use ourios_compaction::serverless::dispatch::planner::{Planner, PlannerAnswer, PlannerCounts};
 use ourios_compaction::serverless::events::{
     HttpRequest, Invocation, NotAnEvent, parse_invocation,
 };

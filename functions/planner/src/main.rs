@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use ourios_compaction::logging::{LogStyle, init_tracing};
-use ourios_compaction::serverless::dispatch::invocation::Planner;
+use ourios_compaction::serverless::dispatch::planner::Planner;
 use ourios_compaction::serverless::function_settings::{FunctionSettings, deadline_instant};
 use ourios_compaction::settings::process_env;
 use ourios_compaction::store::Store;

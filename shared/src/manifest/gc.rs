@@ -24,7 +24,7 @@
 //!
 //! Abandoned multipart uploads (a crash mid-upload) are invisible to listings and never become
 //! objects, so they never enter a live set. The next attempt of the same dispatched job aborts
-//! them ([`crate::serverless::dispatch::worker`]); the bucket's lifecycle rule
+//! them ([`crate::serverless::dispatch::job_lifecycle`]); the bucket's lifecycle rule
 //! `AbortIncompleteMultipartUpload` removes the rest (see `infra/`).
 
 use std::sync::Arc;

@@ -9,6 +9,7 @@ use arrow::datatypes::Int64Type;
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use ourios_compaction::ErrorKind;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::{partition_files, release_quarantined};
 use ourios_compaction::options::CompactOptions;
@@ -261,6 +262,8 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
         .expect("runs");
     assert_eq!(report.status, Status::Failed, "{report:?}");
     assert!(report.quarantined.is_empty());
+    // The function's access is at fault, not the request: a retry may succeed once it is granted.
+    assert_eq!(report.error_kind, Some(ErrorKind::Transient), "{report:?}");
     let error = report.error.expect("an error");
     assert!(error.contains("refused to read every input"), "{error}");
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use ourios_compaction::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, commit, load_latest,
 };
-use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compaction_job};
+use ourios_compaction::serverless::dispatch::job_lifecycle::{RecordAction, run_compaction_job};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::testing::small_budget_options as options;
 use ourios_compaction::testing::test_partition as partition;

@@ -47,6 +47,19 @@ const ROOT_ITEMS: &[&str] = &["Error", "ErrorKind", "Result"];
 /// The test support module, which test code of any layer may name.
 const TEST_SUPPORT: &str = "testing";
 
+/// The steps of the compaction driver (`compact/mod.rs`), each a module of `compact/`, in the
+/// order they may name each other: a step names only the steps before it, never a later one
+/// nor the driver, so nothing in `compact/` imports in a circle.
+const COMPACT_STEPS: &[&str] = &[
+    "job",
+    "state",
+    "staging",
+    "writing",
+    "producing",
+    "committing",
+    "fan_out",
+];
+
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
@@ -268,16 +281,25 @@ fn test_code(code: &str) -> (Vec<(usize, usize)>, Vec<String>) {
 
 /// Every top-level module the code names, with the byte offset where it does.
 fn crate_references(code: &str, depth: usize) -> Vec<(usize, String)> {
+    references_under(code, "crate::", |climbs| climbs >= depth)
+}
+
+/// The first segments of the paths the code names under the module `root` (`crate::` or
+/// `crate::compact::`), and of the `super::` chains whose number of climbs `reaches` it.
+fn references_under(
+    code: &str,
+    root: &str,
+    reaches: impl Fn(usize) -> bool,
+) -> Vec<(usize, String)> {
     let bytes = code.as_bytes();
     let mut found = Vec::new();
     let boundary = |at: usize| at == 0 || !(is_ident_char(bytes[at - 1]) || bytes[at - 1] == b'$');
-    for (at, _) in code.match_indices("crate::") {
+    for (at, _) in code.match_indices(root) {
         if !boundary(at) {
             continue;
         }
-        found.extend(path_heads(bytes, at + "crate::".len()));
+        found.extend(path_heads(bytes, at + root.len()));
     }
-    // `super::` chains that climb to the crate root.
     for (at, _) in code.match_indices("super::") {
         if !boundary(at) || (at >= 2 && &code[at - 2..at] == "::") {
             continue;
@@ -288,7 +310,7 @@ fn crate_references(code: &str, depth: usize) -> Vec<(usize, String)> {
             climbs += 1;
             j = skip_space(bytes, j + "super::".len());
         }
-        if climbs >= depth {
+        if reaches(climbs) {
             found.extend(path_heads(bytes, j));
         }
     }
@@ -449,6 +471,53 @@ fn every_layer_module_is_declared_and_every_declared_module_has_a_layer() {
     );
 }
 
+/// Every module of `compact/` the code names: `crate::compact::<step>` paths and groups, and
+/// `super::` chains that climb from a file at `depth` to `compact`.
+fn compact_references(code: &str, depth: usize) -> Vec<(usize, String)> {
+    references_under(code, "crate::compact::", |climbs| climbs + 1 == depth)
+}
+
+#[test]
+fn the_compaction_steps_name_only_earlier_steps_and_never_the_driver() {
+    let src = src_dir();
+    let mut files = Vec::new();
+    rust_files(&src.join("compact"), &mut files);
+    let mut violations = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let path = module_path(relative);
+        let shown = format!("src/{}", relative.display());
+        let Some(step) = path.get(1) else {
+            continue; // compact/mod.rs: the driver names every step.
+        };
+        let Some(rank) = COMPACT_STEPS.iter().position(|s| s == step) else {
+            violations.push(format!(
+                "{shown}: `compact::{step}` is not in COMPACT_STEPS (add it there and to the \
+                 crate doc)"
+            ));
+            continue;
+        };
+        let code = code_only(&std::fs::read_to_string(file).unwrap());
+        for (at, head) in compact_references(&code, path.len()) {
+            let line = line_of(&code, at);
+            match COMPACT_STEPS.iter().position(|s| *s == head) {
+                Some(named) if named <= rank => {}
+                Some(_) => violations.push(format!(
+                    "{shown}:{line}: step `{step}` names the later step `compact::{head}`"
+                )),
+                None => violations.push(format!(
+                    "{shown}:{line}: step `{step}` names `compact::{head}` of the driver"
+                )),
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "compaction steps that name a later step or the driver:\n{}",
+        violations.join("\n")
+    );
+}
+
 #[test]
 fn the_crate_doc_names_every_module() {
     let src = src_dir();
@@ -502,4 +571,13 @@ fn the_scanner_sees_paths_groups_and_test_code() {
         .map(|(_, h)| h)
         .collect();
     assert_eq!(heads, ["store"]);
+    let steps = code_only(
+        "use crate::compact::{job::JobContext, state};\nuse super::super::writing::Written;\n\
+         use super::admission::admit;\n",
+    );
+    let heads: Vec<String> = compact_references(&steps, 3)
+        .into_iter()
+        .map(|(_, h)| h)
+        .collect();
+    assert_eq!(heads, ["job", "state", "writing"]);
 }

@@ -18,7 +18,7 @@ use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{FanOutShape, Status};
 use ourios_compaction::serverless::dispatch::compactor::{Compactor, CompactorAnswer};
 use ourios_compaction::serverless::dispatch::job::read_job;
-use ourios_compaction::serverless::dispatch::worker::{JobOutcome, RecordAction};
+use ourios_compaction::serverless::dispatch::job_lifecycle::{JobOutcome, RecordAction};
 use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::serverless::events::{Invocation, KeyScope, parse_invocation};
 use ourios_compaction::serverless::readiness::ReadinessConfig;

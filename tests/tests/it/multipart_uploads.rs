@@ -6,7 +6,7 @@ use chrono::TimeZone;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
-use ourios_compaction::serverless::dispatch::worker::run_compaction_job;
+use ourios_compaction::serverless::dispatch::job_lifecycle::run_compaction_job;
 use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_integration_tests::{

@@ -26,7 +26,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::file::metadata::ParquetMetaDataReader;
 
-use crate::compact::{JobContext, WantedInput, is_refusal};
+use crate::compact::job::JobContext;
+use crate::compact::staging::is_refusal;
+use crate::compact::state::WantedInput;
 use crate::error::{Error, Result};
 use crate::input::page_check::{MAX_LEAF_COLUMNS, check_schema_nesting};
 use crate::input::schema::{check_key_columns, leaf_limit, unify_weighted};

@@ -28,14 +28,16 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{
-    JobContext, Produced, WantedInput, commit_fanned_out, read_partition, settle_without_rows,
-};
+use crate::compact::committing::commit_produced;
+use crate::compact::job::{JobContext, JobRun};
+use crate::compact::producing::{Produced, settle_without_rows};
+use crate::compact::state::{WantedInput, read_partition};
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
+use crate::manifest::{load_latest, unaddressable_inputs};
 use crate::options::{CompactOptions, FanOut};
 use crate::partition::{KeyLayout, PartitionId};
-use crate::report::{CompactionReport, FanOutShape};
+use crate::report::{CompactionReport, FanOutShape, Status};
 use crate::scratch::free_bytes;
 use crate::store::Store;
 
@@ -158,6 +160,66 @@ pub async fn run_fan_out_task(
         }
     };
     Ok(TaskAnswer::Next(answer))
+}
+
+/// Commits a fanned-out job whose runs and merges are done ([`tasks`]; its id is
+/// `options.attempt_id`), collects the partition's garbage and reports, as
+/// [`compact_partition`](crate::compact::compact_partition) does.
+pub async fn commit_fanned_out(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> Result<CompactionReport> {
+    if options.attempt_id.is_none() {
+        return Err(Error::Config {
+            message: "committing a fanned-out job needs its job id".into(),
+        });
+    }
+    let (run, mut report) = JobRun::start(store, layout, partition, options)?;
+    let committed = commit(&run.context(), &mut report).await;
+    Ok(run.finish(committed, report).await)
+}
+
+/// Step 5 of a job fanned out elsewhere: its tasks' records gathered and committed on the
+/// latest manifest, unless a version since the plan's forgot retired files (invariant 11).
+async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<()> {
+    let (store, layout, partition, attempt_id) =
+        (job.store, job.layout, job.partition, job.attempt_id);
+    let manifest = load_latest(store, layout, partition).await?;
+    report.manifest_version = manifest.version;
+    let plan = match tasks::read_plan(job).await {
+        Ok(plan) => plan,
+        // A retry of a commit that landed (its records are deleted after it).
+        Err(_)
+            if manifest
+                .compacted
+                .iter()
+                .any(|c| is_range_of(&c.key, attempt_id)) =>
+        {
+            report.status = Status::Noop;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    if manifest.forgotten_in > plan.manifest_version {
+        return Err(Error::Conflict {
+            partition: partition.to_string(),
+            message: format!(
+                "version {} forgot retired files after the plan read version {}",
+                manifest.forgotten_in, plan.manifest_version
+            ),
+        });
+    }
+    let produced = tasks::gather(job).await?;
+    let ingest_dir = layout.ingest_dir(partition);
+    let listing = store.list(&ingest_dir).await?;
+    report.unaddressable = unaddressable_inputs(&ingest_dir, &listing.unaddressable);
+    let listing = listing.objects;
+    let split = tasks::read_split(job).await.ok();
+    let committed = commit_produced(job, &manifest, &listing, produced, report).await;
+    tasks::delete_state(job, &plan, split.as_ref(), false).await;
+    committed
 }
 
 /// What a task answers.

@@ -21,10 +21,11 @@ use serde::{Deserialize, Serialize};
 use super::admission::admit;
 use super::range_read::{range_input, stage_row_groups};
 use crate::clock::Expiry;
-use crate::compact::{
-    JobContext, OutputTarget, Produced, WantedInput, WriteJob, Written, input_set_hash,
-    sort_and_write, sort_group,
-};
+use crate::compact::committing::delete_quietly;
+use crate::compact::job::JobContext;
+use crate::compact::producing::{OutputTarget, Produced, sort_group};
+use crate::compact::state::WantedInput;
+use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
 use crate::error::{Error, Result};
 use crate::input::StagedInput;
 use crate::input::schema::{leaf_limit, unify};
@@ -425,7 +426,7 @@ pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
     }
     let commit_by = commit_deadline(job, &outputs).await?;
     for run in &split.runs {
-        super::super::delete_quietly(job.store, &run.key).await;
+        delete_quietly(job.store, &run.key).await;
     }
     let written = outputs
         .into_iter()
@@ -510,7 +511,7 @@ pub(crate) async fn delete_state(
         keys.push(state_key(job, &range_name(range)));
     }
     for key in keys {
-        super::super::delete_quietly(job.store, key.as_ref()).await;
+        delete_quietly(job.store, key.as_ref()).await;
     }
 }
 

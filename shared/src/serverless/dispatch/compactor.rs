@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::worker::{
+use super::job_lifecycle::{
     JobOutcome, RecordAction, end_fanned_out_job, hand_off_if_large, run_compaction_job,
 };
 use crate::compact::fan_out::{FanOutTask, TaskAnswer, run_fan_out_task};

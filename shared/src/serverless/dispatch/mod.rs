@@ -6,9 +6,9 @@
 //! its inputs and carries it out.
 
 pub mod compactor;
-pub mod invocation;
 pub mod job;
-pub mod worker;
+pub mod job_lifecycle;
+pub mod planner;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -9,7 +9,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use proptest::prelude::*;
 
-use super::invocation::{Planner, PlannerAnswer};
+use super::planner::{Planner, PlannerAnswer};
 use super::tests::s3_event;
 use crate::manifest::{CompactedFile, Manifest, QuarantinedFile, RetiredFile, live_set};
 use crate::partition::{KeyLayout, PartitionId};

@@ -9,8 +9,8 @@ use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use serde_json::json;
 
-use super::invocation::{Planner, PlannerAnswer};
-use super::worker::{RecordAction, run_compaction_job};
+use super::job_lifecycle::{RecordAction, run_compaction_job};
+use super::planner::{Planner, PlannerAnswer};
 use super::*;
 use crate::manifest::{list_versions, partition_files};
 use crate::options::CompactOptions;

@@ -50,7 +50,7 @@ use ourios_compaction::manifest::{live_set, load_latest, partition_files};
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
-use ourios_compaction::serverless::dispatch::worker::{RecordAction, run_compaction_job};
+use ourios_compaction::serverless::dispatch::job_lifecycle::{RecordAction, run_compaction_job};
 use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;

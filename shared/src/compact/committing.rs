@@ -1,0 +1,170 @@
+//! Step 5, committing: one create-only manifest write makes the outputs live and retires the
+//! inputs; losing the race is detected and reported (`noop` or `conflict`), and outputs no
+//! commit made live are deleted.
+
+use std::time::Instant;
+
+use object_store::ObjectStoreExt;
+
+use crate::compact::job::JobContext;
+use crate::compact::producing::Produced;
+use crate::compact::writing::Written;
+use crate::error::{Error, Result};
+use crate::manifest::{
+    CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit,
+};
+use crate::report::{CompactionReport, InputTotals, Status};
+use crate::store::{Store, key_path};
+
+/// Step 5: commits what was produced, and reports it.
+pub(crate) async fn commit_produced(
+    job: &JobContext<'_>,
+    manifest: &Manifest,
+    listing: &[object_store::ObjectMeta],
+    produced: Produced,
+    report: &mut CompactionReport,
+) -> Result<()> {
+    let (store, layout, partition, options) = (job.store, job.layout, job.partition, job.options);
+    let Produced {
+        consumed,
+        rows,
+        quarantined,
+        outputs: written,
+        stats,
+        fan_out,
+        commit_by,
+    } = produced;
+    report.quarantined = quarantined.clone();
+    report.fan_out = fan_out;
+    report.inputs = InputTotals {
+        files: consumed.len() as u64,
+        bytes: consumed.iter().map(|c| c.bytes).sum(),
+        rows,
+    };
+    if let Some(w) = written.first() {
+        report.row_group_bytes = w.row_group_bytes;
+    }
+    report.runs_spilled = stats.runs_spilled;
+    report.merge_passes = stats.merge_passes;
+    report.spill_bytes = stats.spill_bytes;
+    if consumed.is_empty() && written.is_empty() && quarantined.is_empty() {
+        // Every new input vanished since the listing: no version would change anything.
+        report.status = Status::Noop;
+        return Ok(());
+    }
+
+    // Each attempt names its outputs uniquely, so a late job may delete its own outputs: no
+    // manifest can reference them.
+    if let Some(deadline) = options.deadline
+        && Instant::now() >= deadline
+    {
+        delete_outputs(store, &written, None).await;
+        return Err(Error::Deadline {
+            partition: partition.to_string(),
+        });
+    }
+
+    // Retired entries whose files are gone are forgotten (ingest files and earlier outputs
+    // alike), so the manifest stays as small as the grace period allows.
+    let compacted_listing = store.list_sorted(&layout.compacted_dir(partition)).await?;
+    let listed: std::collections::HashSet<&str> = listing
+        .iter()
+        .chain(&compacted_listing)
+        .map(|m| m.location.as_ref())
+        .collect();
+    let forget = manifest
+        .retired
+        .iter()
+        .filter(|r| !listed.contains(r.key.as_str()))
+        .map(|r| r.key.clone())
+        .collect();
+    let request = CommitRequest {
+        inputs: consumed.iter().map(|c| c.key.to_string()).collect(),
+        outputs: written
+            .iter()
+            .map(|w| CompactedFile {
+                key: w.output.key.clone(),
+                rows: w.output.rows,
+                bytes: w.output.bytes,
+                input_set: w.input_set.clone(),
+            })
+            .collect(),
+        quarantined: quarantined
+            .iter()
+            .map(|q| QuarantinedFile {
+                key: q.file.clone(),
+                reason: q.reason.clone(),
+            })
+            .collect(),
+        released: Vec::new(),
+        forget,
+        ingested_bytes: consumed
+            .iter()
+            .filter(|c| !c.is_compacted)
+            .map(|c| c.bytes)
+            .sum(),
+        attempt_id: report.attempt_id.clone(),
+        now_ms: options.clock.now_ms(),
+        commit_by,
+    };
+    let outcome = match commit(store, layout, partition, manifest, &request).await {
+        Err(e @ Error::Deadline { .. }) => {
+            delete_outputs(store, &written, None).await;
+            return Err(e);
+        }
+        other => other?,
+    };
+    match outcome {
+        CommitOutcome::Committed(m) => {
+            report.manifest_version = m.version;
+            report.write_amplification = m.write_amplification();
+            report.outputs = written.into_iter().map(|w| w.output).collect();
+            report.output = match report.outputs.as_slice() {
+                [one] => Some(one.clone()),
+                _ => None,
+            };
+            report.status = if quarantined.is_empty() {
+                Status::Compacted
+            } else {
+                Status::Partial
+            };
+        }
+        CommitOutcome::AlreadyCommitted(m) => {
+            report.manifest_version = m.version;
+            report.write_amplification = m.write_amplification();
+            report.status = Status::Noop;
+            // Another attempt committed the same input set under its own names.
+            delete_outputs(store, &written, Some(&m)).await;
+        }
+        CommitOutcome::Conflict { current, reason } => {
+            report.manifest_version = current.version;
+            // The winner retired one of our inputs, so no later commit can make our outputs
+            // live; if a lost response hid our own commit and a later one retired them
+            // since, they wait for the grace period like any input.
+            delete_outputs(store, &written, Some(&current)).await;
+            return Err(Error::Conflict {
+                partition: partition.to_string(),
+                message: reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Deletes outputs no commit made live: all of them, or those `manifest` does not reference.
+async fn delete_outputs(store: &Store, written: &[Written], manifest: Option<&Manifest>) {
+    for w in written {
+        if manifest.is_none_or(|m| !m.references(&w.output.key)) {
+            delete_quietly(store, &w.output.key).await;
+        }
+    }
+}
+
+pub(crate) async fn delete_quietly(store: &Store, key: &str) {
+    let Ok(path) = key_path(key) else {
+        return;
+    };
+    if let Err(e) = store.object_store().delete(&path).await {
+        tracing::warn!(key, error = %e, "could not delete an uncommitted output; GC will sweep it");
+    }
+}

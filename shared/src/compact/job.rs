@@ -1,0 +1,161 @@
+//! The job: what its steps share, and the job run under its report, from its start to its end.
+//! Every request of the steps goes through a counting store; when they succeed the partition's
+//! garbage is collected past the grace period (step 6); and the report prices the job's
+//! requests with its duration and CPU time (`cost`, `cpu_ms`).
+
+use std::time::{Duration, Instant};
+
+use crate::cost::RequestCounts;
+use crate::error::{Error, Result};
+use crate::gauge::MemoryGauge;
+use crate::manifest::gc::collect_garbage_with;
+use crate::options::CompactOptions;
+use crate::partition::{KeyLayout, PartitionId};
+use crate::report::{CompactionReport, Status};
+use crate::sort::resources::{peak_rss_bytes, process_cpu_time};
+use crate::store::Store;
+
+/// What one job works with, shared by its tasks.
+pub(crate) struct JobContext<'a> {
+    pub(crate) store: &'a Store,
+    pub(crate) layout: &'a KeyLayout,
+    pub(crate) partition: &'a PartitionId,
+    pub(crate) options: &'a CompactOptions,
+    pub(crate) gauge: &'a MemoryGauge,
+    pub(crate) attempt_id: &'a str,
+}
+
+/// A job under way, from its start to its report: the counting store its steps go through,
+/// its id, its memory gauge and its clocks.
+pub(crate) struct JobRun<'a> {
+    layout: &'a KeyLayout,
+    partition: &'a PartitionId,
+    options: &'a CompactOptions,
+    store: Store,
+    attempt_id: String,
+    gauge: MemoryGauge,
+    started: Instant,
+    cpu_started: Duration,
+    requests_before: RequestCounts,
+}
+
+impl<'a> JobRun<'a> {
+    /// Starts a job under `options` (validated; `Err` only when they are not): its requests
+    /// counted and its time taken from here, its report begun.
+    pub(crate) fn start(
+        store: &Store,
+        layout: &'a KeyLayout,
+        partition: &'a PartitionId,
+        options: &'a CompactOptions,
+    ) -> Result<(Self, CompactionReport)> {
+        options.validate()?;
+        let started = Instant::now();
+        let cpu_started = process_cpu_time();
+        let store = store.counting_requests();
+        let requests_before = store.request_counts();
+        let attempt_id = options
+            .attempt_id
+            .clone()
+            .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
+        let mut report = CompactionReport::new(&partition.relative_dir(), &attempt_id);
+        report.budget_bytes = options.budget_bytes;
+        let gauge = MemoryGauge::new();
+        let run = JobRun {
+            layout,
+            partition,
+            options,
+            store,
+            attempt_id,
+            gauge,
+            started,
+            cpu_started,
+            requests_before,
+        };
+        Ok((run, report))
+    }
+
+    /// What the job's steps work with.
+    pub(crate) fn context(&self) -> JobContext<'_> {
+        JobContext {
+            store: &self.store,
+            layout: self.layout,
+            partition: self.partition,
+            options: self.options,
+            gauge: &self.gauge,
+            attempt_id: &self.attempt_id,
+        }
+    }
+
+    /// Ends the job with what its steps gave: an error that left nothing committed is reported
+    /// as `failed`, `timeout` or `conflict`; on success the partition's garbage is collected
+    /// (step 6); and the report is priced and logged.
+    pub(crate) async fn finish(
+        self,
+        result: Result<()>,
+        mut report: CompactionReport,
+    ) -> CompactionReport {
+        let JobRun {
+            layout,
+            partition,
+            options,
+            store,
+            gauge,
+            started,
+            cpu_started,
+            requests_before,
+            ..
+        } = self;
+        let store = &store;
+        if let Err(e) = result {
+            report.error_kind = Some(e.kind());
+            report.status = match e {
+                Error::Deadline { .. } => Status::Timeout,
+                Error::Conflict { .. } => Status::Conflict,
+                _ => Status::Failed,
+            };
+            report.error = Some(match e {
+                Error::Deadline { .. } => Error::Deadline {
+                    partition: partition.to_string(),
+                }
+                .to_string(),
+                other => other.to_string(),
+            });
+        }
+        if report.status.is_success() {
+            let gc = collect_garbage_with(
+                store,
+                layout,
+                partition,
+                options.gc_grace,
+                false,
+                &options.clock,
+            );
+            match gc.await {
+                Ok(gc) => report.gc_deleted = gc.deleted,
+                Err(e) => {
+                    tracing::warn!(partition = %partition, error = %e, "garbage collection failed")
+                }
+            }
+        }
+        report.peak_decoded_bytes = gauge.peak();
+        report.decoded_bytes_at_end = gauge.current();
+        report.peak_rss_bytes = peak_rss_bytes();
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        report.cpu_ms = process_cpu_time().saturating_sub(cpu_started).as_millis() as u64;
+        let requests = store.request_counts().since(&requests_before);
+        report.price(&options.prices, options.function_memory_mb, requests);
+        tracing::info!(
+            partition = %report.partition,
+            attempt_id = %report.attempt_id,
+            status = ?report.status,
+            rows = report.inputs.rows,
+            files = report.inputs.files,
+            runs_spilled = report.runs_spilled,
+            duration_ms = report.duration_ms,
+            cpu_ms = report.cpu_ms,
+            usd = report.cost.usd,
+            "compaction finished"
+        );
+        report
+    }
+}

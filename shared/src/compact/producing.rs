@@ -1,0 +1,232 @@
+//! Steps 2 to 4, producing what a commit takes: a group of inputs staged, checked and sorted
+//! into one object (the job's output, or a run of a fanned-out job), restarting without any
+//! input found bad midway; the whole job in one task; and late files that bring no row settled
+//! without rewriting the earlier outputs.
+
+use std::time::Duration;
+
+use object_store::path::Path;
+
+use crate::clock::Expiry;
+use crate::compact::job::JobContext;
+use crate::compact::staging::{CheckedGroup, consumed_input, quarantine, stage_and_check};
+use crate::compact::state::WantedInput;
+use crate::compact::writing::{WriteJob, Written, output_key, sort_and_write};
+use crate::error::Result;
+use crate::input::schema::{leaf_limit, unify_weighted};
+use crate::report::{FanOutShape, Quarantined};
+use crate::scratch::ScratchDir;
+use crate::sort::SortStats;
+
+/// What steps 2 to 4 produced, ready to commit.
+pub(crate) struct Produced {
+    /// Inputs consumed (read and sorted, or valid and empty), in ordinal order.
+    pub(crate) consumed: Vec<WantedInput>,
+    /// Rows read from them.
+    pub(crate) rows: u64,
+    /// Bad inputs.
+    pub(crate) quarantined: Vec<Quarantined>,
+    /// The outputs written, in key order.
+    pub(crate) outputs: Vec<Written>,
+    /// The sort's work, summed over tasks.
+    pub(crate) stats: SortStats,
+    /// How the job fanned out.
+    pub(crate) fan_out: Option<FanOutShape>,
+    /// When the outputs become too old to commit (`None`: no grace, no limit).
+    pub(crate) commit_by: Option<Expiry>,
+}
+
+/// Steps 2 to 4 in one task: stage, check, sort and write one output. `compacted_in_one_piece`
+/// says the earlier outputs among `wanted` need no merge among themselves
+/// ([`Manifest::compacted_in_one_piece`](crate::manifest::Manifest::compacted_in_one_piece)).
+pub(crate) async fn produce_one(
+    job: &JobContext<'_>,
+    wanted: Vec<WantedInput>,
+    compacted_in_one_piece: bool,
+) -> Result<Produced> {
+    let options = job.options;
+    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let target = OutputTarget::Output {
+        compacted_in_one_piece,
+    };
+    let sorted = sort_group(job, wanted, &scratch, &target).await?;
+    drop(scratch);
+    // INVARIANT: an output is committed within half the grace of its upload (on this host's
+    // monotonic clock), so GC, which waits the whole grace on the store's clock, never sweeps
+    // it as an orphan just before a commit references it.
+    let commit_by = (sorted.written.as_ref())
+        .filter(|_| options.gc_grace > Duration::ZERO)
+        .map(|_| Expiry::after(&options.clock, options.gc_grace / 2));
+    Ok(Produced {
+        commit_by,
+        consumed: sorted.consumed,
+        rows: sorted.rows,
+        quarantined: sorted.quarantined,
+        stats: sorted.written.as_ref().map(|w| w.stats).unwrap_or_default(),
+        outputs: sorted.written.into_iter().collect(),
+        fan_out: None,
+    })
+}
+
+/// Before a job fans out over earlier outputs in one piece: checks the other inputs alone,
+/// and when none of them brings a row (all bad, empty or gone), settles them (bad ones
+/// quarantined, empty ones consumed) without rewriting the outputs, as [`sort_group`] does in
+/// one task. `None`: some input has rows to merge, or the check would download more than the
+/// memory budget's worth of them, and the job fans out. The inputs are checked smallest first,
+/// as many at a time as are downloaded at once, and the first with rows ends the check, so a
+/// fanned-out job with good late files stages about one batch of them twice; a late file larger
+/// than what is left of the budget ends it too (the invocation that asks may have little
+/// scratch space, and the groups of the fan-out read such a file anyway).
+pub(crate) async fn settle_without_rows(
+    job: &JobContext<'_>,
+    wanted: &[WantedInput],
+    compacted_in_one_piece: bool,
+) -> Result<Option<Produced>> {
+    if !compacted_in_one_piece || !wanted.iter().any(|w| w.is_compacted) {
+        return Ok(None);
+    }
+    let mut others: Vec<WantedInput> = wanted.iter().filter(|w| !w.is_compacted).cloned().collect();
+    others.sort_by(|a, b| a.bytes.cmp(&b.bytes).then_with(|| a.key.cmp(&b.key)));
+    let options = job.options;
+    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let (mut consumed, mut quarantined) = (Vec::new(), Vec::new());
+    let mut allowance = options.budget_bytes;
+    let mut rest = others.as_slice();
+    while !rest.is_empty() {
+        let mut batch_len = 0;
+        while batch_len < rest.len().min(options.parallel_downloads.max(1))
+            && rest[batch_len].bytes <= allowance
+        {
+            allowance -= rest[batch_len].bytes;
+            batch_len += 1;
+        }
+        if batch_len == 0 {
+            return Ok(None);
+        }
+        let (batch, tail) = rest.split_at(batch_len);
+        rest = tail;
+        let group = stage_and_check(job, batch.to_vec(), &scratch, true).await?;
+        if !group.checked.is_empty() {
+            return Ok(None);
+        }
+        consumed.extend(group.empty.iter().map(consumed_input));
+        quarantined.extend(group.quarantined);
+    }
+    quarantined.sort_by(|a, b| a.file.cmp(&b.file));
+    consumed.sort_by(|a: &WantedInput, b: &WantedInput| a.key.cmp(&b.key));
+    Ok(Some(Produced {
+        consumed,
+        rows: 0,
+        quarantined,
+        outputs: Vec::new(),
+        stats: SortStats::default(),
+        fan_out: None,
+        commit_by: None,
+    }))
+}
+
+/// Where a sorted group goes.
+pub(crate) enum OutputTarget {
+    /// The job's output, named by its input set ([`output_key`]). When the earlier outputs
+    /// among the inputs are in one piece and no other input with rows passes the check, none
+    /// is written: they stand as they are, and only the bad and empty inputs are committed.
+    Output { compacted_in_one_piece: bool },
+    /// A run of a fanned-out job, at this key.
+    Run(Path),
+}
+
+/// What sorting one group of inputs gave.
+pub(crate) struct SortedGroup {
+    pub(crate) consumed: Vec<WantedInput>,
+    pub(crate) rows: u64,
+    pub(crate) quarantined: Vec<Quarantined>,
+    /// `None` when no input held a row.
+    pub(crate) written: Option<Written>,
+}
+
+/// Steps 2 to 4 for a group of inputs: stage them in `scratch`, check them, and sort the good
+/// ones into `target`, restarting without any input found bad midway.
+pub(crate) async fn sort_group(
+    job: &JobContext<'_>,
+    wanted: Vec<WantedInput>,
+    scratch: &ScratchDir,
+    target: &OutputTarget,
+) -> Result<SortedGroup> {
+    let (partition, options) = (job.partition, job.options);
+    let CheckedGroup {
+        mut checked,
+        empty,
+        mut quarantined,
+    } = stage_and_check(job, wanted, scratch, false).await?;
+
+    // Step 4: sort and write, restarting without any input found bad midway.
+    let written = loop {
+        let (unified, rejected) = {
+            // A previous compacted output outweighs any ingest file: its rows are live.
+            let schemas: Vec<(&str, &arrow::datatypes::Schema, u64)> = checked
+                .iter()
+                .map(|c| {
+                    let weight = if c.staged.is_compacted {
+                        u64::MAX
+                    } else {
+                        c.rows
+                    };
+                    (c.staged.name.as_str(), c.schema.as_ref(), weight)
+                })
+                .collect();
+            unify_weighted(&schemas, &options.keys, leaf_limit(options.budget_bytes))
+        };
+        for rejection in rejected.iter().rev() {
+            let bad = checked.remove(rejection.position);
+            quarantined.push(quarantine(&bad.staged, &rejection.reason)?);
+        }
+        let Some(unified) = unified.filter(|_| !checked.is_empty()) else {
+            break None;
+        };
+        if matches!(
+            target,
+            OutputTarget::Output {
+                compacted_in_one_piece: true
+            }
+        ) && checked.iter().all(|c| c.staged.is_compacted)
+        {
+            // Nothing new to merge: rewriting the earlier outputs would change no row. They
+            // are neither consumed nor retired.
+            checked.clear();
+            break None;
+        }
+        let input_bytes: u64 = checked.iter().map(|c| c.staged.size).sum();
+        let write = WriteJob {
+            inputs: &checked,
+            unified: &unified,
+            threshold_input_bytes: input_bytes,
+            range: None,
+        };
+        let name = |row_group_bytes: u64| match target {
+            OutputTarget::Output { .. } => output_key(
+                job.layout,
+                partition,
+                &checked,
+                row_group_bytes,
+                options,
+                job.attempt_id,
+            ),
+            OutputTarget::Run(key) => (key.clone(), String::new()),
+        };
+        match sort_and_write(job, scratch, &write, &name).await? {
+            Ok(written) => break Some(written),
+            Err((position, reason)) => {
+                let bad = checked.remove(position);
+                quarantined.push(quarantine(&bad.staged, &reason)?);
+            }
+        }
+    };
+    quarantined.sort_by(|a, b| a.file.cmp(&b.file));
+    let consumed = checked.iter().chain(&empty).map(consumed_input).collect();
+    Ok(SortedGroup {
+        consumed,
+        rows: checked.iter().map(|c| c.rows).sum(),
+        quarantined,
+        written,
+    })
+}

@@ -1,0 +1,244 @@
+//! Steps 2 and 3, staging and checking: each wanted input gets a local file (the store's own
+//! file for a local directory, a streamed download into scratch otherwise), then its footer
+//! and key columns are checked against the partition; bad inputs are quarantined (recorded,
+//! left untouched, never deleted).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use futures::StreamExt;
+use object_store::path::Path;
+
+use crate::compact::job::JobContext;
+use crate::compact::state::WantedInput;
+use crate::error::{Error, Result};
+use crate::input::{CheckedInput, StagedInput};
+use crate::options::CompactOptions;
+use crate::partition::{PartitionId, staged_input_name};
+use crate::report::Quarantined;
+use crate::scratch::ScratchDir;
+use crate::store::Store;
+
+/// What steps 2 and 3 left of a group of inputs.
+pub(crate) struct CheckedGroup {
+    /// Inputs that passed the check with rows, in ordinal order.
+    pub(crate) checked: Vec<CheckedInput>,
+    /// Valid inputs without rows: consumed with the others, kept out of the union.
+    pub(crate) empty: Vec<CheckedInput>,
+    /// Bad inputs.
+    pub(crate) quarantined: Vec<Quarantined>,
+}
+
+/// Steps 2 and 3 for a group of inputs: stage them in `scratch` and check them. Unless
+/// `others_readable` (other live inputs were read by an earlier job), every input refused by
+/// the store fails the job: the function's own access is then at fault, not the files.
+pub(crate) async fn stage_and_check(
+    job: &JobContext<'_>,
+    wanted: Vec<WantedInput>,
+    scratch: &ScratchDir,
+    others_readable: bool,
+) -> Result<CheckedGroup> {
+    let (store, partition, options) = (job.store, job.partition, job.options);
+    // Step 2: stage.
+    let (staged, unreadable) =
+        stage_inputs(store, wanted, scratch, options.parallel_downloads).await?;
+    let mut refused = Vec::new();
+    for (key, outcome) in unreadable {
+        match outcome {
+            Unreadable::Refused(reason) => refused.push((key, reason)),
+            // Gone since the listing (deleted, or retired by another job's GC): nothing to
+            // read, keep or retire; the next listing no longer holds it.
+            Unreadable::Vanished(reason) => {
+                tracing::warn!(file = %key, reason, "input vanished since the listing; skipped")
+            }
+        }
+    }
+    if !refused.is_empty() && staged.is_empty() && !others_readable {
+        // Fail and retry rather than quarantine a whole partition.
+        let (key, reason) = &refused[0];
+        return Err(Error::AccessDenied {
+            partition: partition.to_string(),
+            key: key.to_string(),
+            reason: reason.clone(),
+        });
+    }
+
+    // Step 3: check.
+    let checking = Instant::now();
+    let (checked, mut quarantined) = check_inputs(staged, partition, options).await?;
+    for (key, reason) in &refused {
+        quarantined.push(quarantine_key(
+            key,
+            &format!("the store refused to read it: {reason}"),
+        ));
+    }
+    tracing::debug!(
+        elapsed_ms = checking.elapsed().as_millis() as u64,
+        "inputs checked"
+    );
+    let (empty, checked) = checked.into_iter().partition(|c| c.rows == 0);
+    Ok(CheckedGroup {
+        checked,
+        empty,
+        quarantined,
+    })
+}
+
+/// A checked input as the commit retires it.
+pub(crate) fn consumed_input(c: &CheckedInput) -> WantedInput {
+    WantedInput {
+        key: c.staged.key.clone(),
+        bytes: c.staged.size,
+        is_compacted: c.staged.is_compacted,
+    }
+}
+
+/// Why an input could not be staged.
+#[derive(Debug)]
+enum Unreadable {
+    /// The store refused the GET (403: a KMS key the function may not use, an archived
+    /// storage class answering `InvalidObjectState`): a bad input, with the store's reason.
+    Refused(String),
+    /// The object is gone (404) since the listing.
+    Vanished(String),
+}
+
+/// Stages the wanted inputs in order; and names the ones the store would not give.
+async fn stage_inputs(
+    store: &Store,
+    wanted: Vec<WantedInput>,
+    scratch: &ScratchDir,
+    parallel_downloads: usize,
+) -> Result<(Vec<StagedInput>, Vec<(Path, Unreadable)>)> {
+    // Every download runs to its end before this returns, even after one fails: a download
+    // dropped midway leaves its file creation or write running on a blocking thread, which
+    // could put a file back into the scratch directory while it is being removed. Once one has
+    // failed, the downloads not yet started are skipped (`None`).
+    let failed = AtomicBool::new(false);
+    let failed = &failed;
+    let outcomes: Vec<Result<Option<_>>> = futures::stream::iter(wanted.into_iter().enumerate())
+        .map(|(i, wanted)| async move {
+            if failed.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            let outcome = stage_input(store, scratch, i, wanted).await;
+            if outcome.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            outcome.map(Some)
+        })
+        .buffered(parallel_downloads.max(1))
+        .collect()
+        .await;
+    let mut staged = Vec::new();
+    let mut unreadable = Vec::new();
+    for outcome in outcomes {
+        match outcome? {
+            Some(Ok(input)) => staged.push(input),
+            Some(Err(refused)) => unreadable.push(refused),
+            None => return Err(Error::invariant("a download was skipped, yet none failed")),
+        }
+    }
+    Ok((staged, unreadable))
+}
+
+/// Stages input `i` of a job: its local path when the store is a directory, else a download
+/// into `scratch`; `Err` inside for an input that cannot be read (refused or vanished).
+async fn stage_input(
+    store: &Store,
+    scratch: &ScratchDir,
+    i: usize,
+    wanted: WantedInput,
+) -> Result<std::result::Result<StagedInput, (Path, Unreadable)>> {
+    let WantedInput {
+        key,
+        bytes: size,
+        is_compacted,
+    } = wanted;
+    let name = key.filename().unwrap_or_default().to_string();
+    let local = match store.read_in_place(&key) {
+        Some(path) if path.exists() || is_compacted => path,
+        Some(_) => {
+            let gone = Unreadable::Vanished("no longer in the store".into());
+            return Ok(Err((key, gone)));
+        }
+        None => {
+            let dest = scratch.path().join(staged_input_name(i));
+            match store.download(&key, &dest).await {
+                Ok(_) => dest,
+                // A compacted file is this system's own: any failure fails the job.
+                Err(e) if is_compacted => return Err(e),
+                Err(Error::Store { source, .. }) if is_refusal(&source) => {
+                    let refused = Unreadable::Refused(source.to_string());
+                    return Ok(Err((key, refused)));
+                }
+                Err(Error::Store {
+                    source: source @ object_store::Error::NotFound { .. },
+                    ..
+                }) => return Ok(Err((key, Unreadable::Vanished(source.to_string())))),
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    Ok(Ok(StagedInput {
+        key,
+        name,
+        size,
+        local,
+        is_compacted,
+    }))
+}
+
+/// A store answer that refuses this object for good (403), as opposed to a transient error.
+pub(crate) fn is_refusal(error: &object_store::Error) -> bool {
+    matches!(
+        error,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    )
+}
+
+/// Checks the staged inputs ([`crate::input::check_inputs`]) off the runtime's threads and
+/// quarantines the bad ones, in the inputs' order.
+async fn check_inputs(
+    staged: Vec<StagedInput>,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
+    let partition = partition.clone();
+    let keys = options.keys.clone();
+    let budget = options.budget_bytes;
+    let verdicts = tokio::task::spawn_blocking(move || {
+        crate::input::check_inputs(staged, &partition, &keys, budget)
+    })
+    .await
+    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))??;
+    let mut checked = Vec::new();
+    let mut quarantined = Vec::new();
+    for (staged, verdict) in verdicts {
+        match verdict {
+            Ok(c) => checked.push(c),
+            Err(reason) => quarantined.push(quarantine(&staged, &reason)?),
+        }
+    }
+    Ok((checked, quarantined))
+}
+
+/// Quarantines a bad input; an earlier compacted output is never quarantined (its rows are
+/// live only through it), so the job fails instead ([`Error::CompactedInput`]).
+pub(crate) fn quarantine(staged: &StagedInput, reason: &str) -> Result<Quarantined> {
+    if staged.is_compacted {
+        return Err(Error::CompactedInput {
+            file: staged.key.to_string(),
+            reason: reason.to_string(),
+        });
+    }
+    Ok(quarantine_key(&staged.key, reason))
+}
+
+fn quarantine_key(key: &Path, reason: &str) -> Quarantined {
+    tracing::warn!(file = %key, reason, "quarantined bad input");
+    Quarantined {
+        file: key.to_string(),
+        reason: reason.to_string(),
+    }
+}

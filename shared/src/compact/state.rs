@@ -1,0 +1,80 @@
+//! Step 1, the partition's state: the latest manifest and a listing of the ingest directory
+//! give the live set (the reader rule), and with it the inputs the job wants, in ordinal order.
+
+use object_store::path::Path;
+
+use crate::error::Result;
+use crate::manifest::{Manifest, live_set, load_latest, unaddressable_inputs};
+use crate::partition::{KeyLayout, PartitionId};
+use crate::store::{Listing, Store, key_path};
+
+/// What step 1 read: the latest manifest, the listing of the ingest directory, the live
+/// inputs in ordinal order (`None` when there is nothing to merge) and the data keys the store
+/// cannot address.
+pub(crate) struct PartitionState {
+    pub(crate) manifest: Manifest,
+    pub(crate) listing: Vec<object_store::ObjectMeta>,
+    pub(crate) wanted: Option<Vec<WantedInput>>,
+    pub(crate) unaddressable: Vec<String>,
+}
+
+/// Step 1: the latest manifest and a listing give the live set (the reader rule); nothing
+/// uncompacted and the compacted files of one commit leave nothing to merge.
+pub(crate) async fn read_partition(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+) -> Result<PartitionState> {
+    let manifest = load_latest(store, layout, partition).await?;
+    let ingest_dir = layout.ingest_dir(partition);
+    let Listing {
+        objects: listing,
+        unaddressable,
+    } = store.list(&ingest_dir).await?;
+    let live = live_set(&ingest_dir, &listing, &manifest);
+    let wanted = if live.ingest.is_empty() && manifest.compacted_in_one_piece() {
+        None
+    } else {
+        Some(wanted_inputs(&manifest, &live)?)
+    };
+    Ok(PartitionState {
+        manifest,
+        listing,
+        wanted,
+        unaddressable: unaddressable_inputs(&ingest_dir, &unaddressable),
+    })
+}
+
+/// An input the job wants to read: its key, size and whether it is an earlier output.
+#[derive(Debug, Clone)]
+pub(crate) struct WantedInput {
+    pub(crate) key: Path,
+    pub(crate) bytes: u64,
+    pub(crate) is_compacted: bool,
+}
+
+/// The live inputs in ordinal order: earlier compacted files first (they are runs already),
+/// then ingest files in sorted-key order.
+fn wanted_inputs(manifest: &Manifest, live: &crate::manifest::LiveSet) -> Result<Vec<WantedInput>> {
+    let mut wanted = Vec::new();
+    for key in &live.compacted {
+        let bytes = manifest
+            .compacted
+            .iter()
+            .find(|c| &c.key == key)
+            .map_or(0, |c| c.bytes);
+        wanted.push(WantedInput {
+            key: key_path(key)?,
+            bytes,
+            is_compacted: true,
+        });
+    }
+    for meta in &live.ingest {
+        wanted.push(WantedInput {
+            key: meta.location.clone(),
+            bytes: meta.size,
+            is_compacted: false,
+        });
+    }
+    Ok(wanted)
+}

@@ -1,0 +1,271 @@
+//! Step 4, writing: the bounded-memory sort streams the sorted chunks of a group's checked
+//! inputs to the output writer, which uploads row groups as they complete; and the name of an
+//! output, a hash of its input set and of the settings that shape its bytes.
+
+use std::sync::Arc;
+
+use object_store::path::Path;
+use sha2::{Digest, Sha256};
+
+use crate::compact::job::JobContext;
+use crate::error::{Error, Result};
+use crate::input::CheckedInput;
+use crate::input::schema::UnifiedSchema;
+use crate::options::{CompactOptions, sort_key_label};
+use crate::output::threshold::resolve_row_group_bytes;
+use crate::output::writer::{OutputWriter, partition_output_settings};
+use crate::partition::{KeyLayout, PartitionId};
+use crate::report::OutputFile;
+use crate::scratch::ScratchDir;
+use crate::sort::key::KeyRange;
+use crate::sort::runs::SpillCompression;
+use crate::sort::sink::with_sink_thread;
+use crate::sort::{SortFailure, SortJob, SortStats, sort_inputs};
+use crate::store::upload::start_upload;
+
+/// Version of the output format; part of the output name so a format change never reuses one.
+const OUTPUT_FORMAT_VERSION: &str = "ourios-compaction/2";
+
+/// The name of an output: a hash of its input set and the settings that shape its bytes,
+/// then the job id, so no two attempts ever write the same key (an upload never overwrites
+/// an object that GC listed, or that another attempt committed). Returns the key and the hash.
+pub(crate) fn output_key(
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    inputs: &[CheckedInput],
+    row_group_bytes: u64,
+    options: &CompactOptions,
+    attempt_id: &str,
+) -> (Path, String) {
+    let inputs = inputs.iter().map(|c| (&c.staged.key, c.staged.size));
+    let hash = input_set_hash(inputs, row_group_bytes, options, None);
+    (layout.output_key(partition, &hash, attempt_id), hash)
+}
+
+/// The hash naming an input set and the settings that shape the output's bytes: the format,
+/// the row-group threshold, any layout away from the plain one, the ranges of a fanned-out
+/// job, and each input's key and size in order.
+pub(crate) fn input_set_hash<'a>(
+    inputs: impl Iterator<Item = (&'a Path, u64)>,
+    row_group_bytes: u64,
+    options: &CompactOptions,
+    ranges: Option<usize>,
+) -> String {
+    let mut hash = Sha256::new();
+    hash.update(OUTPUT_FORMAT_VERSION.as_bytes());
+    hash.update(row_group_bytes.to_le_bytes());
+    // Only settings away from the plain layout enter the hash, so plain outputs keep their names.
+    if options.row_groups_per_block != 1 {
+        hash.update(b"blocks");
+        hash.update((options.row_groups_per_block as u64).to_le_bytes());
+    }
+    if let Some(rows) = options.max_rows_per_row_group {
+        hash.update(b"max-rows");
+        hash.update(rows.to_le_bytes());
+    }
+    if let Some(ranges) = ranges {
+        hash.update(b"ranges");
+        hash.update((ranges as u64).to_le_bytes());
+    }
+    for (key, size) in inputs {
+        hash.update(key.as_ref().as_bytes());
+        hash.update([0]);
+        hash.update(size.to_le_bytes());
+    }
+    let digest = hash.finalize();
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A written output (or run), not yet committed.
+pub(crate) struct Written {
+    pub(crate) output: OutputFile,
+    pub(crate) input_set: String,
+    pub(crate) row_group_bytes: u64,
+    pub(crate) stats: SortStats,
+}
+
+/// What one sort-and-write reads.
+pub(crate) struct WriteJob<'a> {
+    /// The checked inputs, in ordinal order (presorted ones first).
+    pub(crate) inputs: &'a [CheckedInput],
+    /// Their union.
+    pub(crate) unified: &'a UnifiedSchema,
+    /// The input bytes the row-group threshold is resolved for: the inputs', or for a range
+    /// of a fanned-out job the whole job's, so every range has the same threshold.
+    pub(crate) threshold_input_bytes: u64,
+    /// Only the rows in this range (every input then presorted, and `rows` of each counts
+    /// the range's rows).
+    pub(crate) range: Option<&'a KeyRange>,
+}
+
+/// Sorts the checked inputs into a new object, named by `name` from the row-group threshold
+/// (key and input-set hash). The inner `Err` names an input that turned out unreadable
+/// (position and reason); nothing was written then.
+pub(crate) async fn sort_and_write(
+    job: &JobContext<'_>,
+    scratch: &ScratchDir,
+    write: &WriteJob<'_>,
+    name: &(dyn Fn(u64) -> (Path, String) + Sync),
+) -> Result<std::result::Result<Written, (usize, String)>> {
+    let (store, options, gauge) = (job.store, job.options, job.gauge);
+    let (checked, unified) = (write.inputs, write.unified);
+    let row_group_bytes =
+        resolve_row_group_bytes(options.row_group_bytes, write.threshold_input_bytes);
+    let label = sort_key_label(&options.keys, unified.service_index.is_some());
+    // A run of a group without a service column is sorted by time, with every service null:
+    // in the (service, time) order too.
+    let time_only = sort_key_label(&options.keys, false);
+    let presorted: Vec<bool> = checked
+        .iter()
+        .map(|c| {
+            let declared = c.declared_sort_key.as_deref();
+            c.staged.is_compacted
+                && (declared == Some(label.as_str())
+                    || (write.range.is_some() && declared == Some(time_only.as_str())))
+        })
+        .collect();
+    if write.range.is_some() && presorted.iter().any(|p| !p) {
+        return Err(Error::invariant(
+            "a range of a fanned-out job reads only sorted runs",
+        ));
+    }
+    let staged_block_bytes = if options.row_groups_per_block > 1 {
+        row_group_bytes.saturating_mul(options.row_groups_per_block as u64)
+    } else {
+        0
+    };
+    let spill_compression =
+        check_scratch_space(scratch, checked, options.budget_bytes, staged_block_bytes)?;
+
+    let (key, input_set) = name(row_group_bytes);
+    let (properties, blocks) =
+        partition_output_settings(unified, options, row_group_bytes, scratch)?;
+    // What the writer closes row groups at: a schema of many leaves caps the threshold (see
+    // `output_properties`); the name keeps the threshold asked for.
+    let row_group_bytes_used = (properties.max_row_group_bytes())
+        .map_or(row_group_bytes, |cap| row_group_bytes.min(cap as u64));
+    let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
+    let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
+
+    let sorted = tokio::task::block_in_place(|| {
+        let mut writer =
+            OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties, blocks)?;
+        let progress = options
+            .progress
+            .as_ref()
+            .map(|report| move |rows: u64| (report.0)(rows, expected_rows));
+        let job = SortJob {
+            inputs: checked,
+            presorted: &presorted,
+            unified,
+            budget_bytes: options.budget_bytes,
+            spill_compression,
+            fan_in: options.merge_fan_in,
+            code_strings: options.code_strings,
+            scratch,
+            gauge,
+            deadline: options.deadline,
+            large_service_rows: Some(large_service_rows(
+                checked,
+                row_group_bytes,
+                options.max_rows_per_row_group,
+            )),
+            progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
+            range: write.range,
+            release_above_bytes: options.release_memory_above_bytes,
+        };
+        let sorted = with_sink_thread(&mut writer, |sink| sort_inputs(&job, sink));
+        let stats = match sorted {
+            Ok(Ok(stats)) => stats,
+            Ok(Err(SortFailure::BadInput { position, reason })) => {
+                return Ok(Err((position, reason)));
+            }
+            Ok(Err(SortFailure::Failed(e))) | Err(e) => return Err(e),
+        };
+        let rows = writer.rows();
+        if rows != expected_rows {
+            return Err(Error::invariant(format!(
+                "wrote {rows} rows but the inputs hold {expected_rows}"
+            )));
+        }
+        let metadata = writer.finish()?;
+        writer
+            .inner_mut()
+            .finish()
+            .map_err(|e| Error::scratch("upload stream", e))?;
+        Ok(Ok((rows, metadata.num_row_groups() as u64, stats)))
+    });
+    match sorted {
+        Ok(Ok((rows, row_groups, stats))) => {
+            let bytes = task
+                .await
+                .map_err(|e| Error::invariant(format!("upload task failed: {e}")))??;
+            Ok(Ok(Written {
+                output: OutputFile {
+                    key: key.to_string(),
+                    bytes,
+                    rows,
+                    row_groups,
+                },
+                input_set,
+                row_group_bytes: row_group_bytes_used,
+                stats,
+            }))
+        }
+        Ok(Err(bad)) => {
+            let _ = task.await;
+            Ok(Err(bad))
+        }
+        Err(e) => {
+            let _ = task.await;
+            Err(e)
+        }
+    }
+}
+
+/// Rows of a service that fill half a row group (by bytes, or by the row cap when it is
+/// smaller): such a service gets row groups of its own.
+fn large_service_rows(
+    checked: &[CheckedInput],
+    row_group_bytes: u64,
+    max_rows: Option<u64>,
+) -> u64 {
+    let rows: u64 = checked.iter().map(|c| c.rows).sum();
+    let bytes: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
+    let row_bytes = (bytes / rows.max(1)).max(1);
+    let by_bytes = row_group_bytes / 2 / row_bytes;
+    max_rows
+        .map_or(by_bytes, |max| by_bytes.min(max / 2))
+        .max(1)
+}
+
+/// Fails early when the spill this job may write (plus `staged_block_bytes`, an output block
+/// staged before it is laid out) cannot fit the scratch file system, and picks the run
+/// encoding: plain when there is room to spare, LZ4 when space is tight.
+fn check_scratch_space(
+    scratch: &ScratchDir,
+    checked: &[CheckedInput],
+    budget_bytes: u64,
+    staged_block_bytes: u64,
+) -> Result<SpillCompression> {
+    let encoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
+    if encoded_estimate <= budget_bytes / 4 {
+        return Ok(SpillCompression::None);
+    }
+    let available_bytes = scratch.available_bytes()?;
+    // LZ4 runs take about the Parquet pages' uncompressed size; plain runs hold decoded rows,
+    // which can be several times more.
+    let needed_bytes = encoded_estimate.saturating_add(staged_block_bytes);
+    if needed_bytes > available_bytes {
+        return Err(Error::ScratchFull {
+            path: scratch.path().to_path_buf(),
+            needed_bytes,
+            available_bytes,
+        });
+    }
+    if available_bytes > 8 * encoded_estimate {
+        Ok(SpillCompression::None)
+    } else {
+        Ok(SpillCompression::Lz4)
+    }
+}
