@@ -27,10 +27,11 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
+use crate::budget::Budget;
 use crate::clock::Expiry;
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
-use crate::input::schema::{UnifiedSchema, leaf_limit, unify_weighted};
+use crate::input::schema::{UnifiedSchema, unify_weighted};
 use crate::input::{CheckedInput, StagedInput};
 use crate::manifest::gc::collect_garbage_with;
 use crate::manifest::{
@@ -418,7 +419,7 @@ pub(crate) async fn settle_without_rows(
     let options = job.options;
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
     let (mut consumed, mut quarantined) = (Vec::new(), Vec::new());
-    let mut allowance = options.budget_bytes;
+    let mut allowance = options.budget().shares().download_allowance_bytes;
     let mut rest = others.as_slice();
     while !rest.is_empty() {
         let mut batch_len = 0;
@@ -576,7 +577,11 @@ pub(crate) async fn sort_group(
                     (c.staged.name.as_str(), c.schema.as_ref(), weight)
                 })
                 .collect();
-            unify_weighted(&schemas, &options.keys, leaf_limit(options.budget_bytes))
+            unify_weighted(
+                &schemas,
+                &options.keys,
+                options.budget().shares().leaf_limit,
+            )
         };
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);
@@ -1045,7 +1050,7 @@ pub(crate) async fn sort_and_write(
         0
     };
     let spill_compression =
-        check_scratch_space(scratch, checked, options.budget_bytes, staged_block_bytes)?;
+        check_scratch_space(scratch, checked, options.budget(), staged_block_bytes)?;
 
     let (key, input_set) = name(row_group_bytes);
     let (properties, blocks) =
@@ -1068,7 +1073,7 @@ pub(crate) async fn sort_and_write(
             inputs: checked,
             presorted: &presorted,
             unified,
-            budget_bytes: options.budget_bytes,
+            budget: options.budget(),
             spill_compression,
             fan_in: options.merge_fan_in,
             code_strings: options.code_strings,
@@ -1151,15 +1156,17 @@ fn large_service_rows(
 
 /// Fails early when the spill this job may write (plus `staged_block_bytes`, an output block
 /// staged before it is laid out) cannot fit the scratch file system, and picks the run
-/// encoding: plain when there is room to spare, LZ4 when space is tight.
+/// encoding: plain when there is room to spare, LZ4 when space is tight. Inputs within the
+/// budget's [`scratch_check_above_bytes`](crate::budget::BudgetPlan::scratch_check_above_bytes)
+/// spill plain without a look.
 fn check_scratch_space(
     scratch: &ScratchDir,
     checked: &[CheckedInput],
-    budget_bytes: u64,
+    budget: Budget,
     staged_block_bytes: u64,
 ) -> Result<SpillCompression> {
     let encoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
-    if encoded_estimate <= budget_bytes / 4 {
+    if encoded_estimate <= budget.shares().scratch_check_above_bytes {
         return Ok(SpillCompression::None);
     }
     let available_bytes = scratch.available_bytes()?;
