@@ -44,7 +44,8 @@
 //! - **partition**: one tenant's hour ([`partition::PartitionId`]).
 //! - **live set**: the files a reader must read for a partition right now.
 //! - **manifest**: the per-partition record of compacted, retired and quarantined files.
-//! - **budget (B)**: bytes of decoded rows the sort may hold.
+//! - **budget (B)**: bytes of decoded rows the sort may hold; [`budget::Budget::plan`] shares it
+//!   out.
 //! - **run**: a sorted sequence of rows spilled to scratch ([`sort::runs`]).
 //! - **string codes**: repetitive strings carried as integers through the sort
 //!   ([`sort::runs::StringCoder`]).
@@ -73,6 +74,7 @@
 //! | --- | --- | --- |
 //! | ground floor | [`error`] | the error type, its kinds and retry classification |
 //! | | [`clock`] | the host's wall and monotonic clocks, substitutable in tests |
+//! | | [`budget`] | the decoded-row budget B and its plan: every share of B a step may spend, in one table |
 //! | | [`options`] | what one compaction is given ([`options::CompactOptions`]), the defaults, the key columns and the sort-key label files declare |
 //! | | [`settings`] | what an operator sets: sizes and durations parsed once, the compaction's settings read from variables through one lookup |
 //! | | [`cost`] | a job's cost in dollars: Lambda GB-seconds and S3 requests at published prices |
@@ -164,6 +166,7 @@
 //! (`block_in_place`); callers use `#[tokio::main]` or `Builder::new_multi_thread`.
 
 pub mod bench;
+pub mod budget;
 pub mod clock;
 pub mod compact;
 pub mod cost;

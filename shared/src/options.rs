@@ -5,8 +5,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::budget::Budget;
 use crate::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use crate::error::{Error, Result};
+
+/// The default and the smallest budget are the budget's own (re-exported for the settings).
+pub use crate::budget::{DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES};
 
 /// Names of the columns the engine interprets; every other column is carried through.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,10 +45,6 @@ pub fn sort_key_label(keys: &KeyColumns, has_service: bool) -> String {
     }
 }
 
-/// Default decoded-row budget when nothing else says: 64 MiB.
-pub const DEFAULT_BUDGET_BYTES: u64 = 64 << 20;
-/// Smallest budget accepted (tests use tiny budgets to force many runs).
-pub const MIN_BUDGET_BYTES: u64 = 16 << 10;
 /// Fan-in cap of one merge pass. Run batches are sized for 64 runs a pass; a pass opens more
 /// (up to this cap) when their batches are smaller, as narrow rows' are. 512 runs keep one
 /// open file each, half the 1,024 descriptors a Lambda function may open.
@@ -54,12 +54,6 @@ pub const OUTPUT_CHUNK_ROWS: usize = 1024;
 /// Target encoded bytes of one output chunk: wide rows get fewer rows per chunk, so the
 /// chunks queued for the writer stay small whatever the row width.
 pub const OUTPUT_CHUNK_BYTES: u64 = 1 << 20;
-
-/// Decoded bytes per batch read from an input under budget `budget_bytes`: a sixteenth of
-/// it, between 64 KiB and 8 MiB. The sort and the plain rewrite read alike.
-pub fn read_target_bytes(budget_bytes: u64) -> u64 {
-    (budget_bytes / 16).clamp(64 << 10, 8 << 20)
-}
 
 /// Rows per output chunk for rows of `row_bytes` (the widest input's encoded bytes per
 /// row). It depends on the inputs alone, never on the budget or the runs, so output bytes
@@ -209,6 +203,11 @@ impl CompactOptions {
             workers: 1,
             release_memory_above_bytes: None,
         }
+    }
+
+    /// The decoded-row budget B, whose plan says what each step may spend.
+    pub fn budget(&self) -> Budget {
+        Budget::new(self.budget_bytes)
     }
 
     /// Checks the settings are usable.

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use ourios_compaction::budget::Budget;
 use ourios_compaction::options::FanOut;
 use ourios_compaction::partition::DEFAULT_INGEST_PREFIX;
 use ourios_compaction::settings::{
@@ -37,6 +38,29 @@ fn size(raw: &str) -> Result<u64, String> {
     parse_size(raw).map_err(|e| e.to_string())
 }
 
+/// The budget flag: a size, e.g. `64MiB` (the one parser every command's budget goes through).
+fn budget(raw: &str) -> Result<Budget, String> {
+    size(raw).map(Budget::new)
+}
+
+/// The decoded-row memory budget of a command that compacts (`compact`, `backfill`, `bench`,
+/// `bench-ranges`).
+#[derive(Debug, Args, Clone, Copy)]
+pub struct BudgetArgs {
+    /// Decoded-row memory budget, e.g. 64MiB (default: OURIOS_MEMORY_BUDGET, else a quarter of
+    /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE when set, else 64MiB; `bench` and `bench-ranges`:
+    /// 64MiB).
+    #[arg(long = "memory-budget", value_parser = budget)]
+    pub memory_budget: Option<Budget>,
+}
+
+impl BudgetArgs {
+    /// The budget given, else `default`.
+    pub fn or(&self, default: Budget) -> Budget {
+        self.memory_budget.unwrap_or(default)
+    }
+}
+
 /// A positive size flag.
 fn positive_size(raw: &str) -> Result<u64, String> {
     parse_size(raw)
@@ -62,10 +86,8 @@ fn positive_count(raw: &str) -> Result<usize, String> {
 /// ([`CompactSettings::from_lookup`]), so both have the same defaults.
 #[derive(Debug, Args, Clone)]
 pub struct SettingsArgs {
-    /// Decoded-row memory budget, e.g. 64MiB (default: OURIOS_MEMORY_BUDGET, else a quarter of
-    /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE when set, else 64MiB).
-    #[arg(long, value_parser = size)]
-    pub memory_budget: Option<u64>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
     /// Scratch directory for spilled runs and downloaded inputs (default: OURIOS_SCRATCH, else
     /// TMPDIR, else /tmp).
     #[arg(long)]
@@ -125,9 +147,7 @@ impl SettingsArgs {
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> ourios_compaction::Result<CompactSettings> {
         let mut settings = CompactSettings::from_lookup(lookup)?;
-        if let Some(budget) = self.memory_budget {
-            settings.budget_bytes = budget;
-        }
+        settings.budget_bytes = self.budget.or(Budget::new(settings.budget_bytes)).bytes();
         if let Some(scratch) = &self.scratch {
             settings.scratch_dir = scratch.clone();
         }
@@ -199,72 +219,20 @@ pub struct PartitionArgs {
     pub hour: String,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Compact one partition into one sorted file.
-    Compact {
-        #[command(flatten)]
-        store: StoreArgs,
-        #[command(flatten)]
-        partition: PartitionArgs,
-        #[command(flatten)]
-        settings: SettingsArgs,
-        /// Print one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Compact(CompactArgs),
     /// List the live files of a partition (what a reader must read now).
-    Files {
-        #[command(flatten)]
-        store: StoreArgs,
-        #[command(flatten)]
-        partition: PartitionArgs,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Files(FilesArgs),
     /// Release quarantined files of a partition back into its live set, once what made them
     /// bad is fixed (the function's access to their KMS key, its memory, a newer build): readers
     /// read them again and the next compaction merges them, or quarantines them again if they
     /// are still bad. JSON: {"partition", "released": [{"key", "reason"}], "manifest_version"}.
-    Release {
-        #[command(flatten)]
-        store: StoreArgs,
-        #[command(flatten)]
-        partition: PartitionArgs,
-        /// Key of a quarantined file, relative to the store root, as `files` prints it; repeat
-        /// for several (default: every quarantined file of the partition).
-        #[arg(long = "key")]
-        keys: Vec<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Release(ReleaseArgs),
     /// Write realistic synthetic ingest files into a partition.
-    Generate {
-        #[command(flatten)]
-        store: StoreArgs,
-        #[command(flatten)]
-        partition: PartitionArgs,
-        /// Number of files.
-        #[arg(long, default_value_t = 10)]
-        files: usize,
-        /// Rows per file.
-        #[arg(long, default_value_t = 10_000)]
-        rows: usize,
-        /// Number of services.
-        #[arg(long, default_value_t = 12)]
-        services: usize,
-        /// Random seed.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Add 40 attribute columns of about 250 bytes each.
-        #[arg(long)]
-        wide: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Generate(GenerateArgs),
     /// Show a Parquet file's footer: row groups, key ranges, sort order, bloom filters.
     Inspect {
         /// A local file path, file:///abs/file.parquet or s3://bucket/key.parquet.
@@ -277,80 +245,13 @@ pub enum Command {
     /// manifest versions. With --tenant and --hour, one partition (JSON: that partition's
     /// report); otherwise every partition of the tenant(s) and hour(s), found by listing the
     /// manifest and compacted prefixes (JSON: {"partitions": [...], "deleted", "dry_run"}).
-    Gc {
-        #[command(flatten)]
-        store: StoreArgs,
-        /// Tenant name (default: every tenant).
-        #[arg(long)]
-        tenant: Option<String>,
-        /// Hour, UTC, as YYYY-MM-DDTHH (default: every hour).
-        #[arg(long)]
-        hour: Option<String>,
-        /// Grace period, e.g. 15m or 0s (default: 15m).
-        #[arg(long, value_parser = duration)]
-        grace: Option<Duration>,
-        /// Only print what would be deleted.
-        #[arg(long)]
-        dry_run: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Gc(GcArgs),
     /// Schedule (write job records for) or run locally the compaction of every partition in an
     /// hour range that has uncompacted files. JSON: {"partitions": [{"tenant", "hour",
     /// "decision", "reason"}], "scheduled", "considered", "dry_run", "run_local"}.
-    Backfill {
-        #[command(flatten)]
-        store: StoreArgs,
-        /// Tenant name; repeat for several (default: every tenant under the ingest prefix).
-        #[arg(long = "tenant")]
-        tenants: Vec<String>,
-        /// First hour, UTC, as YYYY-MM-DDTHH (inclusive).
-        #[arg(long)]
-        from: String,
-        /// Last hour, UTC, as YYYY-MM-DDTHH (inclusive).
-        #[arg(long)]
-        to: String,
-        /// Only print what would be scheduled or compacted.
-        #[arg(long)]
-        dry_run: bool,
-        /// Compact here, one partition after another, instead of writing job records.
-        #[arg(long)]
-        run_local: bool,
-        /// Least time between two job records written (rate limit), e.g. 100ms (default:
-        /// OURIOS_BACKFILL_INTERVAL, else 100ms).
-        #[arg(long, env = "OURIOS_BACKFILL_INTERVAL", value_parser = duration)]
-        interval: Option<Duration>,
-        /// The compactions' settings, for --run-local.
-        #[command(flatten)]
-        settings: SettingsArgs,
-        /// Print one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Backfill(BackfillArgs),
     /// Read one tenant's rows for a service and a time window, pruning with footer statistics.
-    Query {
-        #[command(flatten)]
-        store: StoreArgs,
-        /// Tenant name (required: a query never crosses tenants).
-        #[arg(long)]
-        tenant: String,
-        /// Service name (default: every service).
-        #[arg(long)]
-        service: Option<String>,
-        /// Window start, RFC 3339 (inclusive), e.g. 2026-11-29T10:20:00Z.
-        #[arg(long)]
-        from: String,
-        /// Window end, RFC 3339 (exclusive).
-        #[arg(long)]
-        to: String,
-        /// Most rows returned, in (service, time) order; 0 only counts.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
-        /// Print {"rows": [...], "stats": {...}}.
-        #[arg(long)]
-        json: bool,
-    },
+    Query(QueryArgs),
     /// The main job end to end on a local directory: generate, compact, compare.
     Demo {
         /// Directory of the demo store (created; reused runs start fresh).
@@ -367,26 +268,178 @@ pub enum Command {
     },
     /// Count the range requests of a one-service window query and of a two-column scan on one
     /// partition compacted with row groups in blocks of each size asked for.
-    BenchRanges {
-        #[command(flatten)]
-        bench: BenchArgs,
-        /// Row groups per block of each layout, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
-        blocks: Vec<usize>,
-        /// Also measure each layout with at most this many rows per row group.
-        #[arg(long)]
-        max_rows: Option<u64>,
-        /// Row-group threshold, e.g. 4MiB (default: adaptive).
-        #[arg(long = "rg-bytes", value_parser = positive_size)]
-        row_group_bytes: Option<u64>,
-        /// Round trip added to every GET of the queries, e.g. 25ms (a remote store's latency;
-        /// default: none).
-        #[arg(long, value_parser = duration)]
-        get_latency: Option<Duration>,
-        /// Transfer rate of each GET of the queries, per second, e.g. 100MiB (default: unlimited).
-        #[arg(long, value_parser = positive_size)]
-        get_bandwidth: Option<u64>,
-    },
+    BenchRanges(BenchRangesArgs),
+}
+
+/// The arguments of `compact`.
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub partition: PartitionArgs,
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `files`.
+#[derive(Debug, Args)]
+pub struct FilesArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub partition: PartitionArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub partition: PartitionArgs,
+    /// Key of a quarantined file, relative to the store root, as `files` prints it; repeat
+    /// for several (default: every quarantined file of the partition).
+    #[arg(long = "key")]
+    pub keys: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub partition: PartitionArgs,
+    /// Number of files.
+    #[arg(long, default_value_t = 10)]
+    pub files: usize,
+    /// Rows per file.
+    #[arg(long, default_value_t = 10_000)]
+    pub rows: usize,
+    /// Number of services.
+    #[arg(long, default_value_t = 12)]
+    pub services: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Add 40 attribute columns of about 250 bytes each.
+    #[arg(long)]
+    pub wide: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Tenant name (default: every tenant).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Hour, UTC, as YYYY-MM-DDTHH (default: every hour).
+    #[arg(long)]
+    pub hour: Option<String>,
+    /// Grace period, e.g. 15m or 0s (default: 15m).
+    #[arg(long, value_parser = duration)]
+    pub grace: Option<Duration>,
+    /// Only print what would be deleted.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `backfill`.
+#[derive(Debug, Args)]
+pub struct BackfillArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Tenant name; repeat for several (default: every tenant under the ingest prefix).
+    #[arg(long = "tenant")]
+    pub tenants: Vec<String>,
+    /// First hour, UTC, as YYYY-MM-DDTHH (inclusive).
+    #[arg(long)]
+    pub from: String,
+    /// Last hour, UTC, as YYYY-MM-DDTHH (inclusive).
+    #[arg(long)]
+    pub to: String,
+    /// Only print what would be scheduled or compacted.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Compact here, one partition after another, instead of writing job records.
+    #[arg(long)]
+    pub run_local: bool,
+    /// Least time between two job records written (rate limit), e.g. 100ms (default:
+    /// OURIOS_BACKFILL_INTERVAL, else 100ms).
+    #[arg(long, env = "OURIOS_BACKFILL_INTERVAL", value_parser = duration)]
+    pub interval: Option<Duration>,
+    /// The compactions' settings, for --run-local.
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `query`.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Tenant name (required: a query never crosses tenants).
+    #[arg(long)]
+    pub tenant: String,
+    /// Service name (default: every service).
+    #[arg(long)]
+    pub service: Option<String>,
+    /// Window start, RFC 3339 (inclusive), e.g. 2026-11-29T10:20:00Z.
+    #[arg(long)]
+    pub from: String,
+    /// Window end, RFC 3339 (exclusive).
+    #[arg(long)]
+    pub to: String,
+    /// Most rows returned, in (service, time) order; 0 only counts.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Print {"rows": [...], "stats": {...}}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `bench-ranges`.
+#[derive(Debug, Args)]
+pub struct BenchRangesArgs {
+    #[command(flatten)]
+    pub bench: BenchArgs,
+    /// Row groups per block of each layout, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
+    pub blocks: Vec<usize>,
+    /// Also measure each layout with at most this many rows per row group.
+    #[arg(long)]
+    pub max_rows: Option<u64>,
+    /// Row-group threshold, e.g. 4MiB (default: adaptive).
+    #[arg(long = "rg-bytes", value_parser = positive_size)]
+    pub row_group_bytes: Option<u64>,
+    /// Round trip added to every GET of the queries, e.g. 25ms (a remote store's latency;
+    /// default: none).
+    #[arg(long, value_parser = duration)]
+    pub get_latency: Option<Duration>,
+    /// Transfer rate of each GET of the queries, per second, e.g. 100MiB (default: unlimited).
+    #[arg(long, value_parser = positive_size)]
+    pub get_bandwidth: Option<u64>,
 }
 
 /// The generated partition a benchmark measures, and how (`bench`, `bench-ranges`).
@@ -401,9 +454,8 @@ pub struct BenchArgs {
     /// Rows per file.
     #[arg(long, default_value_t = 50_000)]
     pub rows: usize,
-    /// Decoded-row memory budget of the compactions (default: 64MiB).
-    #[arg(long, value_parser = size)]
-    pub memory_budget: Option<u64>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
     /// Repetitions of each measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,

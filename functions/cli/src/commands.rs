@@ -5,10 +5,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ourios_compaction::bench::generate::{GenerateSpec, generate_partition};
+use ourios_compaction::budget::Budget;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
 use ourios_compaction::manifest::{partition_files, release_quarantined};
-use ourios_compaction::options::{DEFAULT_BUDGET_BYTES, DEFAULT_GC_GRACE, Progress};
+use ourios_compaction::options::{DEFAULT_GC_GRACE, Progress};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::inspect::inspect_object;
 use ourios_compaction::read::query::{WindowQuery, query_window};
@@ -18,254 +19,241 @@ use ourios_compaction::settings::{CompactSettings, process_env};
 use ourios_compaction::store::Store;
 use ourios_compaction::{Error, Result};
 
-use crate::args::{Command, PartitionArgs, StoreArgs};
+use crate::args::{
+    BackfillArgs, BenchArgs, BenchRangesArgs, Command, CompactArgs, CostArgs, FilesArgs, GcArgs,
+    GenerateArgs, PartitionArgs, QueryArgs, ReleaseArgs, StoreArgs,
+};
 
 /// Runs one subcommand; the exit code says whether it succeeded.
 pub async fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Compact {
-            store,
-            partition,
-            settings,
-            json,
-        } => {
-            let (store, layout, partition) = open(&store, &partition)?;
-            let mut options = settings.settings(&process_env)?.options(None);
-            let show_progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            if show_progress {
-                options.progress = Some(progress_line(&partition));
-            }
-            let report = compact_partition(&store, &layout, &partition, &options).await;
-            if show_progress {
-                eprintln!();
-            }
-            let report = report?;
-            print_report(&report, json);
-            Ok(exit_for(&report))
-        }
-        Command::Files {
-            store,
-            partition,
-            json,
-        } => {
-            let (store, layout, partition) = open(&store, &partition)?;
-            let files = partition_files(&store, &layout, &partition).await?;
-            if json {
-                println!("{}", to_json(&files));
-            } else {
-                for key in &files.live {
-                    println!("{key}");
-                }
-                for q in &files.quarantined {
-                    println!("quarantined: {} ({})", q.key, q.reason);
-                }
-                for key in &files.unaddressable {
-                    println!("unaddressable: {key:?} (rename it to compact it)");
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Release {
-            store,
-            partition,
-            keys,
-            json,
-        } => {
-            let (store, layout, partition) = open(&store, &partition)?;
-            let now_ms = ourios_compaction::clock::SystemClock::shared().now_ms();
-            let released = release_quarantined(&store, &layout, &partition, &keys, now_ms).await?;
-            if json {
-                println!("{}", to_json(&released));
-            } else if released.released.is_empty() {
-                println!("nothing quarantined to release in {}", released.partition);
-            } else {
-                for q in &released.released {
-                    println!("released: {} (was: {})", q.key, q.reason);
-                }
-                println!(
-                    "manifest version {}: compact the partition to merge them",
-                    released.manifest_version
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Generate {
-            store,
-            partition,
-            files,
-            rows,
-            services,
-            seed,
-            wide,
-            json,
-        } => {
-            let (store, layout, partition) = open(&store, &partition)?;
-            let spec = GenerateSpec {
-                files,
-                rows_per_file: rows,
-                services,
-                seed,
-                wide,
-            };
-            let report = generate_partition(&store, &layout, &partition, &spec).await?;
-            if json {
-                println!("{}", to_json(&report));
-            } else {
-                println!(
-                    "wrote {} files, {} rows, {} bytes into {}",
-                    report.keys.len(),
-                    report.rows,
-                    report.bytes,
-                    layout.ingest_dir(&partition)
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Inspect { file, json } => {
-            let (store, key) = open_file(&file)?;
-            let summary = inspect_object(&store, &key, &Default::default()).await?;
-            if json {
-                println!("{}", to_json(&summary));
-            } else {
-                print!("{}", summary.render_text());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Gc {
-            store,
-            tenant,
-            hour,
-            grace,
-            dry_run,
-            json,
-        } => {
-            let grace = grace.unwrap_or(DEFAULT_GC_GRACE);
-            let reports = match (tenant, hour) {
-                (Some(tenant), Some(hour)) => {
-                    let (store, layout, partition) = open(&store, &PartitionArgs { tenant, hour })?;
-                    let report =
-                        collect_garbage(&store, &layout, &partition, grace, dry_run).await?;
-                    if json {
-                        println!("{}", to_json(&report));
-                    }
-                    vec![report]
-                }
-                (tenant, hour) => {
-                    let layout = KeyLayout::new(&store.ingest_prefix)?;
-                    let store = Store::open(&store.store)?;
-                    let scope = GcScope { tenant, hour };
-                    let summary =
-                        collect_garbage_in(&store, &layout, &scope, grace, dry_run).await?;
-                    if json {
-                        println!("{}", to_json(&summary));
-                    }
-                    summary.partitions
-                }
-            };
-            if !json {
-                print_gc(&reports, dry_run);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Query {
-            store,
-            tenant,
-            service,
-            from,
-            to,
-            limit,
-            json,
-        } => {
-            let layout = KeyLayout::new(&store.ingest_prefix)?;
-            let store = Store::open(&store.store)?;
-            let query = WindowQuery {
-                tenant,
-                service,
-                from_nanos: parse_instant(&from)?,
-                to_nanos: parse_instant(&to)?,
-                limit,
-            };
-            let result = query_window(&store, &layout, &Default::default(), &query).await?;
-            let hidden = result.stats.quarantined_files + result.stats.unaddressable_files;
-            if hidden > 0 {
-                eprintln!(
-                    "warning: {hidden} file(s) of the window's partitions are quarantined or \
-                     unaddressable; their rows are not in this answer (see `files`)"
-                );
-            }
-            if json {
-                let rows = rows_json(&result.rows)?;
-                println!(
-                    "{}",
-                    serde_json::json!({"rows": rows, "stats": result.stats})
-                );
-            } else {
-                if !result.rows.is_empty() {
-                    let table =
-                        arrow::util::pretty::pretty_format_batches(&result.rows).map_err(|e| {
-                            Error::Config {
-                                message: format!("cannot print rows: {e}"),
-                            }
-                        })?;
-                    println!("{table}");
-                }
-                println!("{}", to_json(&result.stats));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Backfill {
-            store,
-            tenants,
-            from,
-            to,
-            dry_run,
-            run_local,
-            interval,
-            settings,
-            json,
-        } => {
-            let request = ourios_compaction::serverless::events::BackfillRequest {
-                tenants: (!tenants.is_empty()).then_some(tenants),
-                from,
-                to,
-                dry_run,
-            };
-            let run = crate::backfill::BackfillRun {
-                interval: interval.unwrap_or(DEFAULT_BACKFILL_INTERVAL),
-                run_local: run_local
-                    .then(|| settings.settings(&process_env).map(|s| s.options(None)))
-                    .transpose()?,
-                json,
-            };
-            crate::backfill::run_backfill(&store, &request, &run).await
-        }
+        Command::Compact(args) => compact(args).await,
+        Command::Files(args) => files(args).await,
+        Command::Release(args) => release(args).await,
+        Command::Generate(args) => generate(args).await,
+        Command::Inspect { file, json } => inspect(&file, json).await,
+        Command::Gc(args) => gc(args).await,
+        Command::Query(args) => query(args).await,
+        Command::Backfill(args) => backfill(args).await,
         Command::Demo { store } => crate::demo::run_demo(&store).await,
-        Command::Bench { bench, cost } => {
-            let mut settings = CompactSettings::from_lookup(&process_env)?;
-            cost.apply(&mut settings);
-            settings.scratch_dir = bench.store.join(".scratch");
-            settings.budget_bytes = bench.memory_budget.unwrap_or(DEFAULT_BUDGET_BYTES);
-            crate::demo::run_bench(&bench, &settings.options(None)).await
+        Command::Bench { bench, cost } => run_bench(&bench, &cost).await,
+        Command::BenchRanges(args) => bench_ranges(args).await,
+    }
+}
+
+/// `compact`: one partition, with a progress line on a terminal.
+async fn compact(args: CompactArgs) -> Result<ExitCode> {
+    let (store, layout, partition) = open(&args.store, &args.partition)?;
+    let mut options = args.settings.settings(&process_env)?.options(None);
+    let show_progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    if show_progress {
+        options.progress = Some(progress_line(&partition));
+    }
+    let report = compact_partition(&store, &layout, &partition, &options).await;
+    if show_progress {
+        eprintln!();
+    }
+    let report = report?;
+    print_report(&report, args.json);
+    Ok(exit_for(&report))
+}
+
+/// `files`: the live, quarantined and unaddressable files of a partition.
+async fn files(args: FilesArgs) -> Result<ExitCode> {
+    let (store, layout, partition) = open(&args.store, &args.partition)?;
+    let files = partition_files(&store, &layout, &partition).await?;
+    if args.json {
+        println!("{}", to_json(&files));
+    } else {
+        for key in &files.live {
+            println!("{key}");
         }
-        Command::BenchRanges {
-            bench,
-            blocks,
-            max_rows,
-            row_group_bytes,
-            get_latency,
-            get_bandwidth,
-        } => {
-            let ranges = crate::ranges::RangeBench {
-                base: &bench,
-                blocks,
-                max_rows,
-                row_group_bytes,
-                get_latency: get_latency.unwrap_or_default(),
-                get_bandwidth,
-            };
-            crate::ranges::run_range_bench(&ranges).await
+        for q in &files.quarantined {
+            println!("quarantined: {} ({})", q.key, q.reason);
+        }
+        for key in &files.unaddressable {
+            println!("unaddressable: {key:?} (rename it to compact it)");
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `release`: quarantined files back into the live set.
+async fn release(args: ReleaseArgs) -> Result<ExitCode> {
+    let (store, layout, partition) = open(&args.store, &args.partition)?;
+    let now_ms = ourios_compaction::clock::SystemClock::shared().now_ms();
+    let released = release_quarantined(&store, &layout, &partition, &args.keys, now_ms).await?;
+    if args.json {
+        println!("{}", to_json(&released));
+    } else if released.released.is_empty() {
+        println!("nothing quarantined to release in {}", released.partition);
+    } else {
+        for q in &released.released {
+            println!("released: {} (was: {})", q.key, q.reason);
+        }
+        println!(
+            "manifest version {}: compact the partition to merge them",
+            released.manifest_version
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `generate`: synthetic ingest files.
+async fn generate(args: GenerateArgs) -> Result<ExitCode> {
+    let (store, layout, partition) = open(&args.store, &args.partition)?;
+    let spec = GenerateSpec {
+        files: args.files,
+        rows_per_file: args.rows,
+        services: args.services,
+        seed: args.seed,
+        wide: args.wide,
+    };
+    let report = generate_partition(&store, &layout, &partition, &spec).await?;
+    if args.json {
+        println!("{}", to_json(&report));
+    } else {
+        println!(
+            "wrote {} files, {} rows, {} bytes into {}",
+            report.keys.len(),
+            report.rows,
+            report.bytes,
+            layout.ingest_dir(&partition)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `inspect`: a file's footer.
+async fn inspect(file: &str, json: bool) -> Result<ExitCode> {
+    let (store, key) = open_file(file)?;
+    let summary = inspect_object(&store, &key, &Default::default()).await?;
+    if json {
+        println!("{}", to_json(&summary));
+    } else {
+        print!("{}", summary.render_text());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gc`: one partition, or every partition of the tenant(s) and hour(s).
+async fn gc(args: GcArgs) -> Result<ExitCode> {
+    let GcArgs {
+        store,
+        tenant,
+        hour,
+        grace,
+        dry_run,
+        json,
+    } = args;
+    let grace = grace.unwrap_or(DEFAULT_GC_GRACE);
+    let reports = match (tenant, hour) {
+        (Some(tenant), Some(hour)) => {
+            let (store, layout, partition) = open(&store, &PartitionArgs { tenant, hour })?;
+            let report = collect_garbage(&store, &layout, &partition, grace, dry_run).await?;
+            if json {
+                println!("{}", to_json(&report));
+            }
+            vec![report]
+        }
+        (tenant, hour) => {
+            let layout = KeyLayout::new(&store.ingest_prefix)?;
+            let store = Store::open(&store.store)?;
+            let scope = GcScope { tenant, hour };
+            let summary = collect_garbage_in(&store, &layout, &scope, grace, dry_run).await?;
+            if json {
+                println!("{}", to_json(&summary));
+            }
+            summary.partitions
+        }
+    };
+    if !json {
+        print_gc(&reports, dry_run);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `query`: one tenant's rows of a window.
+async fn query(args: QueryArgs) -> Result<ExitCode> {
+    let layout = KeyLayout::new(&args.store.ingest_prefix)?;
+    let store = Store::open(&args.store.store)?;
+    let query = WindowQuery {
+        tenant: args.tenant,
+        service: args.service,
+        from_nanos: parse_instant(&args.from)?,
+        to_nanos: parse_instant(&args.to)?,
+        limit: args.limit,
+    };
+    let result = query_window(&store, &layout, &Default::default(), &query).await?;
+    let hidden = result.stats.quarantined_files + result.stats.unaddressable_files;
+    if hidden > 0 {
+        eprintln!(
+            "warning: {hidden} file(s) of the window's partitions are quarantined or \
+             unaddressable; their rows are not in this answer (see `files`)"
+        );
+    }
+    if args.json {
+        let rows = rows_json(&result.rows)?;
+        println!(
+            "{}",
+            serde_json::json!({"rows": rows, "stats": result.stats})
+        );
+    } else {
+        if !result.rows.is_empty() {
+            let table = arrow::util::pretty::pretty_format_batches(&result.rows).map_err(|e| {
+                Error::Config {
+                    message: format!("cannot print rows: {e}"),
+                }
+            })?;
+            println!("{table}");
+        }
+        println!("{}", to_json(&result.stats));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `backfill`: schedule or compact the partitions of an hour range.
+async fn backfill(args: BackfillArgs) -> Result<ExitCode> {
+    let request = ourios_compaction::serverless::events::BackfillRequest {
+        tenants: (!args.tenants.is_empty()).then_some(args.tenants),
+        from: args.from,
+        to: args.to,
+        dry_run: args.dry_run,
+    };
+    let run = crate::backfill::BackfillRun {
+        interval: args.interval.unwrap_or(DEFAULT_BACKFILL_INTERVAL),
+        run_local: (args.run_local)
+            .then(|| {
+                args.settings
+                    .settings(&process_env)
+                    .map(|s| s.options(None))
+            })
+            .transpose()?,
+        json: args.json,
+    };
+    crate::backfill::run_backfill(&args.store, &request, &run).await
+}
+
+/// `bench`: the environment's settings, with the benchmark's store, scratch and budget.
+async fn run_bench(bench: &BenchArgs, cost: &CostArgs) -> Result<ExitCode> {
+    let mut settings = CompactSettings::from_lookup(&process_env)?;
+    cost.apply(&mut settings);
+    settings.scratch_dir = bench.store.join(".scratch");
+    settings.budget_bytes = bench.budget.or(Budget::DEFAULT).bytes();
+    crate::demo::run_bench(bench, &settings.options(None)).await
+}
+
+/// `bench-ranges`: the range requests of each block layout.
+async fn bench_ranges(args: BenchRangesArgs) -> Result<ExitCode> {
+    let ranges = crate::ranges::RangeBench {
+        base: &args.bench,
+        blocks: args.blocks,
+        max_rows: args.max_rows,
+        row_group_bytes: args.row_group_bytes,
+        get_latency: args.get_latency.unwrap_or_default(),
+        get_bandwidth: args.get_bandwidth,
+    };
+    crate::ranges::run_range_bench(&ranges).await
 }
 
 fn open(store: &StoreArgs, partition: &PartitionArgs) -> Result<(Store, KeyLayout, PartitionId)> {

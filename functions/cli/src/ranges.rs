@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ourios_compaction::bench::generate::{GenerateSpec, generate_partition, service_names};
+use ourios_compaction::budget::Budget;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::options::{CompactOptions, DEFAULT_BUDGET_BYTES, KeyColumns};
+use ourios_compaction::options::{CompactOptions, KeyColumns};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::query::{QueryStats, WindowQuery, query_window};
 use ourios_compaction::read::scan::scan_columns;
@@ -122,7 +123,7 @@ async fn measure_layout(
     let layout = KeyLayout::default();
     let keys = KeyColumns::default();
     let mut options = CompactOptions::new(bench.base.store.join(".scratch"));
-    options.budget_bytes = bench.base.memory_budget.unwrap_or(DEFAULT_BUDGET_BYTES);
+    options.budget_bytes = bench.base.budget.or(Budget::DEFAULT).bytes();
     options.row_group_bytes = bench.row_group_bytes;
     options.row_groups_per_block = layout_of.0;
     options.max_rows_per_row_group = layout_of.1;

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::input::schema::{conform, unify};
 use crate::input::{DictionaryColumns, RowWidth, SizedBatches, StagedInput, check_inputs};
 use crate::manifest::{live_set, load_latest};
-use crate::options::{CompactOptions, read_target_bytes};
+use crate::options::CompactOptions;
 use crate::output::threshold::resolve_row_group_bytes;
 use crate::output::writer::{OutputWriter, partition_output_settings};
 use crate::partition::{KeyLayout, PartitionId};
@@ -79,7 +79,7 @@ pub async fn rewrite_plain(
     let (properties, blocks) =
         partition_output_settings(&unified, options, row_group_bytes, &scratch)?;
     let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone());
-    let read_target = read_target_bytes(options.budget_bytes);
+    let read_target = options.budget().shares().read_target_bytes;
     let rows = tokio::task::block_in_place(|| -> Result<u64> {
         let mut writer =
             OutputWriter::try_new(upload, Arc::clone(&unified.schema), properties, blocks)?;

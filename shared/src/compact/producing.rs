@@ -13,7 +13,7 @@ use crate::compact::staging::{CheckedGroup, consumed_input, quarantine, stage_an
 use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, output_key, sort_and_write};
 use crate::error::Result;
-use crate::input::schema::{leaf_limit, unify_weighted};
+use crate::input::schema::unify_weighted;
 use crate::report::{FanOutShape, Quarantined};
 use crate::scratch::ScratchDir;
 use crate::sort::SortStats;
@@ -90,7 +90,7 @@ pub(crate) async fn settle_without_rows(
     let options = job.options;
     let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
     let (mut consumed, mut quarantined) = (Vec::new(), Vec::new());
-    let mut allowance = options.budget_bytes;
+    let mut allowance = options.budget().shares().download_allowance_bytes;
     let mut rest = others.as_slice();
     while !rest.is_empty() {
         let mut batch_len = 0;
@@ -174,7 +174,7 @@ pub(crate) async fn sort_group(
                     (c.staged.name.as_str(), c.schema.as_ref(), weight)
                 })
                 .collect();
-            unify_weighted(&schemas, &options.keys, leaf_limit(options.budget_bytes))
+            unify_weighted(&schemas, &options.keys, options.budget().shares().leaf_limit)
         };
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);

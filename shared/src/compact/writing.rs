@@ -7,6 +7,7 @@ use std::sync::Arc;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
+use crate::budget::Budget;
 use crate::compact::job::JobContext;
 use crate::error::{Error, Result};
 use crate::input::CheckedInput;
@@ -135,7 +136,7 @@ pub(crate) async fn sort_and_write(
         0
     };
     let spill_compression =
-        check_scratch_space(scratch, checked, options.budget_bytes, staged_block_bytes)?;
+        check_scratch_space(scratch, checked, options.budget(), staged_block_bytes)?;
 
     let (key, input_set) = name(row_group_bytes);
     let (properties, blocks) =
@@ -158,7 +159,7 @@ pub(crate) async fn sort_and_write(
             inputs: checked,
             presorted: &presorted,
             unified,
-            budget_bytes: options.budget_bytes,
+            budget: options.budget(),
             spill_compression,
             fan_in: options.merge_fan_in,
             code_strings: options.code_strings,
@@ -241,15 +242,17 @@ fn large_service_rows(
 
 /// Fails early when the spill this job may write (plus `staged_block_bytes`, an output block
 /// staged before it is laid out) cannot fit the scratch file system, and picks the run
-/// encoding: plain when there is room to spare, LZ4 when space is tight.
+/// encoding: plain when there is room to spare, LZ4 when space is tight. Inputs within the
+/// budget's [`scratch_check_above_bytes`](crate::budget::BudgetPlan::scratch_check_above_bytes)
+/// spill plain without a look.
 fn check_scratch_space(
     scratch: &ScratchDir,
     checked: &[CheckedInput],
-    budget_bytes: u64,
+    budget: Budget,
     staged_block_bytes: u64,
 ) -> Result<SpillCompression> {
     let encoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
-    if encoded_estimate <= budget_bytes / 4 {
+    if encoded_estimate <= budget.shares().scratch_check_above_bytes {
         return Ok(SpillCompression::None);
     }
     let available_bytes = scratch.available_bytes()?;

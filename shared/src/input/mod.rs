@@ -20,6 +20,7 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::file::metadata::ParquetMetaData;
 
+use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::input::page_check::{PageFacts, check_footer_size, check_pages, check_row_counts};
 use crate::input::schema::{check_key_columns, map_with_child_types};
@@ -82,28 +83,20 @@ fn open(
 /// dictionary at the usual one-megabyte limits of Parquet writers.
 pub const READER_BYTES_PER_COLUMN: u64 = 2 << 20;
 
-/// The most one page of an input may decode to under budget B: a quarter of B, and never
-/// less than 8 MiB (writers' pages are about 1 MiB).
+/// The most one page of an input may decode to under budget B (see
+/// [`BudgetPlan::page_cap_bytes`](crate::budget::BudgetPlan::page_cap_bytes)).
 pub fn page_cap_bytes(budget_bytes: u64) -> u64 {
-    (budget_bytes / 4).max(8 << 20)
+    Budget::new(budget_bytes).shares().page_cap_bytes
 }
 
 /// The most that reading one row group of an input with `leaves` leaf columns may hold at once
-/// in pages and dictionaries under budget B: what three and a half times B leaves beside the
-/// columns' fixed cost (counted up to the twice B the leaf limit gives them, see
-/// [`crate::input::schema::leaf_limit`]), and never less than 16 MiB (two pages at their
-/// floor, see [`page_cap_bytes`]). A function has four times B; the rows keep at least a
-/// quarter of B (the rest of B goes to the reader), and another quarter is left for the
-/// writer's staged block and the upload's part. Measured: a file of 300 int64 columns with
-/// dictionaries of 400 KB each (132 MB of pages and dictionaries a row group) compacts in a
-/// peak RSS of 207 MiB at a 64 MiB budget, where 149 MiB are allowed.
+/// in pages and dictionaries under budget B (see
+/// [`BudgetPlan::reader_cap_bytes`](crate::budget::BudgetPlan::reader_cap_bytes)). Measured: a
+/// file of 300 int64 columns with dictionaries of 400 KB each (132 MB of pages and dictionaries
+/// a row group) compacts in a peak RSS of 207 MiB at a 64 MiB budget, where 149 MiB are
+/// allowed.
 pub fn reader_cap_bytes(budget_bytes: u64, leaves: u64) -> u64 {
-    let fixed = leaves
-        .saturating_mul(crate::input::schema::LEAF_BYTES)
-        .min(budget_bytes.saturating_mul(2));
-    (budget_bytes.saturating_mul(7) / 2)
-        .saturating_sub(fixed)
-        .max(16 << 20)
+    Budget::new(budget_bytes).shares().reader_cap_bytes(leaves)
 }
 
 /// Refuses an input whose reader would hold more than [`reader_cap_bytes`] at once: a

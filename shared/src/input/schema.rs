@@ -113,8 +113,8 @@ pub fn unify(
 /// files are taken in order of that backing, then of their own weight, then of their position.
 /// So one stray file cannot get the many rows around it quarantined because its name sorts
 /// first. A file that would take the union past `max_leaves` leaf columns
-/// ([`leaf_limit`]) is rejected too. The union's columns come in ordinal order, as with
-/// [`unify`]; rejections are in ordinal order.
+/// ([`BudgetPlan::leaf_limit`](crate::budget::BudgetPlan::leaf_limit)) is rejected too. The
+/// union's columns come in ordinal order, as with [`unify`]; rejections are in ordinal order.
 pub fn unify_weighted(
     schemas: &[(&str, &Schema, u64)],
     keys: &KeyColumns,
@@ -169,29 +169,6 @@ pub fn unify_weighted(
     rejected.extend(more);
     rejected.sort_by_key(|r| r.position);
     (unified, rejected)
-}
-
-/// Memory a leaf column of the union takes beside the budget, about: its reader (a page, a
-/// ZSTD decompression context of about 95 KB) and its writer (page buffers, statistics, a
-/// dictionary's hash table of about 70 KB, a ZSTD codec, which in parquet 60 holds a
-/// decompression context too, and, while a page is compressed before its row group closes, a
-/// compression context of 1.0 MB at 256 KiB pages, of which the writer's row groups let at most
-/// 32 chunks hold one at a time). Measured on ZSTD files of 300 and 650 int64 columns of
-/// 200,000 and 50,000 distinct rows at a 64 MiB budget: 140 to 210 KB of peak RSS a leaf above
-/// a narrow file's; files of 250 to 1,000 columns of 3,000 rows showed 160 to 214 KB.
-pub(crate) const LEAF_BYTES: u64 = 256 << 10;
-/// Leaf columns a job may always hold, whatever its budget.
-const MIN_LEAF_LIMIT: usize = 256;
-
-/// The most leaf columns the union of a job's inputs may have under `budget_bytes`: their
-/// fixed cost may take up to twice the budget (a function has four times it), and never
-/// fewer than 256 (`MIN_LEAF_LIMIT`): 512 at 64 MiB (a 256 MB function), 3,536 at
-/// 442 MiB (1,769 MB). Without it, 2,000 columns took 389 MiB at a 64 MiB budget.
-pub fn leaf_limit(budget_bytes: u64) -> usize {
-    let by_budget = budget_bytes.saturating_mul(2) / LEAF_BYTES;
-    usize::try_from(by_budget)
-        .unwrap_or(usize::MAX)
-        .max(MIN_LEAF_LIMIT)
 }
 
 /// Leaf columns of a column of type `t` (a struct's fields, a list's element, a map's keys
@@ -382,6 +359,7 @@ pub fn conform_column(batch: &RecordBatch, field: &Field) -> Result<ArrayRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::Budget;
     use arrow::datatypes::TimeUnit;
 
     fn schema(fields: Vec<(&str, DataType)>) -> Schema {
@@ -484,10 +462,8 @@ mod tests {
             )
         };
         let (a, b, again) = (wide("a"), wide("b"), wide("a"));
-        let limit = leaf_limit(64 << 20);
+        let limit = Budget::new(64 << 20).shares().leaf_limit;
         assert_eq!(limit, 512);
-        assert_eq!(leaf_limit(8 << 20), MIN_LEAF_LIMIT);
-        assert_eq!(leaf_limit(442 << 20), 3536);
         let (u, rejected) = unify_weighted(
             &[("a", &a, 10), ("b", &b, 20), ("c", &again, 10)],
             &keys,

@@ -21,30 +21,20 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use arrow::compute::filter_record_batch;
 
+use crate::budget::{Budget, SortDemand};
 use crate::error::{Error, Result};
 use crate::gauge::{Charge, MemoryGauge, batch_memory_bytes};
 use crate::input::schema::{UnifiedSchema, conform};
 use crate::input::{CheckedInput, RowWidth, SizedBatches, catch_reader_panic};
-use crate::options::{output_chunk_rows, read_target_bytes};
+use crate::options::output_chunk_rows;
 use crate::scratch::ScratchDir;
 use crate::sort::alignment::{AligningSink, ServiceCounts, count_services};
 use crate::sort::key::{KeyRange, SortKey};
-use crate::sort::merge::{MergeSettings, RunSource, SIZED_FAN_IN, merge_runs};
+use crate::sort::merge::{MergeSettings, RunSource, merge_runs};
 use crate::sort::resources::open_files_allowance;
 use crate::sort::runs::RunFormation;
-use crate::sort::runs::{RUN_READ_BUFFER_BYTES, SpillCompression, StringCoder, StringDecoder};
+use crate::sort::runs::{SpillCompression, StringCoder, StringDecoder};
 use crate::sort::sink::ChunkSink;
-
-/// The share of B (one part in this many) for the dictionaries of coded string columns.
-const STRING_CODES_SHARE: u64 = 32;
-
-/// The merge gives the allocator's free memory back each time it has merged this part of
-/// the rows' budget (see [`MemoryRelease`](crate::sort::resources::MemoryRelease)). Each release
-/// hands pages back that later allocations fault in again. On the bloat partition every half
-/// budget keeps the peak RSS within 2-4 MB of every quarter's and takes 7-8% less time; on a
-/// wide hour it faults a third fewer pages in, for 3-7% less CPU. Once per whole budget lets
-/// the bloat partition grow 8-15 MB more.
-const RELEASE_SHARE: u64 = 2;
 
 /// One sort job: what to read and under which limits.
 pub struct SortJob<'a> {
@@ -55,7 +45,7 @@ pub struct SortJob<'a> {
     /// The output schema.
     pub unified: &'a UnifiedSchema,
     /// Decoded-row budget B.
-    pub budget_bytes: u64,
+    pub budget: Budget,
     /// Whether spilled runs are compressed.
     pub spill_compression: SpillCompression,
     /// Merge fan-in cap.
@@ -117,36 +107,22 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let started = Instant::now();
     let key = SortKey::new(job.unified);
     let schema = &job.unified.schema;
-    let read_target = read_target_bytes(job.budget_bytes);
-    // The reader of an input holds a page and a dictionary per column beside the rows it
-    // returns (about 100 MB for a file of 50 wide columns), and in the merge the writer holds
-    // as much again (a page and a compressor per column): leave that room inside B, keeping
-    // at least a quarter of B for rows. One decoded batch also waits for the sorter (see
-    // `decode_inputs`).
-    let reader_bytes = job.inputs.iter().map(|i| i.reader_bytes_estimate).max();
-    let codes_bytes = if job.code_strings {
-        job.budget_bytes / STRING_CODES_SHARE
-    } else {
-        0
-    };
-    let rows_budget = job
-        .budget_bytes
-        .saturating_sub(reader_bytes.unwrap_or(0) + read_target)
-        .max(job.budget_bytes / 4)
-        - codes_bytes;
-    // Each run the merge reads holds a read buffer beside its batch; the batches are sized
-    // so that `SIZED_FAN_IN` runs fit (narrow rows' batches are smaller, and a merge then
-    // opens more of them, up to the fan-in cap).
-    let sized_fan_in = job.fan_in.clamp(2, SIZED_FAN_IN);
-    let run_readers_bytes = sized_fan_in as u64 * RUN_READ_BUFFER_BYTES;
-    let share = rows_budget
-        .saturating_sub(run_readers_bytes)
-        .max(rows_budget / 2)
-        / (sized_fan_in as u64 + 1);
-    let mut coder = StringCoder::new(job.unified, codes_bytes, job.gauge);
+    // Room inside B for the largest reader of an input (its pages and dictionaries), for the
+    // string codes and for one decoded batch waiting for the sorter (see `decode_inputs`).
+    let plan = job.budget.plan(SortDemand {
+        reader_bytes: (job.inputs.iter().map(|i| i.reader_bytes_estimate).max()).unwrap_or(0),
+        code_strings: job.code_strings,
+        fan_in: job.fan_in,
+    });
+    let (read_target, share, sized_fan_in) = (
+        plan.read_target_bytes,
+        plan.run_batch_bytes,
+        plan.sized_fan_in,
+    );
+    let mut coder = StringCoder::new(job.unified, plan.string_codes_bytes, job.gauge);
     let mut formation = RunFormation::new(
         &key,
-        rows_budget,
+        plan.rows_bytes,
         share,
         job.spill_compression,
         job.gauge,
@@ -158,7 +134,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         .filter(|&(position, _)| !is_presorted(job, position))
         .map(|(_, input)| input.uncompressed_bytes)
         .sum();
-    if encoded_bytes > rows_budget {
+    if encoded_bytes > plan.rows_bytes {
         formation = formation.spill_from_start();
     }
     let mut presorted_sources = Vec::new();
@@ -254,7 +230,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         chunk_rows,
         run_batch_target_bytes: share,
         compression,
-        release_interval_bytes: rows_budget / RELEASE_SHARE,
+        release_interval_bytes: plan.release_interval_bytes,
         release_above_bytes: job.release_above_bytes,
     };
     let merged = merge_runs(

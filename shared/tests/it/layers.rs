@@ -15,6 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "ground floor",
         &[
+            "budget",
             "clock",
             "cost",
             "error",

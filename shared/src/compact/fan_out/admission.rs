@@ -31,7 +31,7 @@ use crate::compact::staging::is_refusal;
 use crate::compact::state::WantedInput;
 use crate::error::{Error, Result};
 use crate::input::page_check::{MAX_LEAF_COLUMNS, check_schema_nesting};
-use crate::input::schema::{check_key_columns, leaf_limit, unify_weighted};
+use crate::input::schema::{check_key_columns, unify_weighted};
 use crate::input::{CHECK_STACK_BYTES, catch_reader_panic};
 use crate::options::KeyColumns;
 use crate::read::inspect::stored_footer_range;
@@ -66,7 +66,7 @@ pub(crate) async fn admit(
 ) -> Result<Admission> {
     let inputs: Vec<&WantedInput> = groups.iter().flatten().collect();
     // The footers being read hold at most half the budget (one footer may pass it alone).
-    let units = footer_units(job.options.budget_bytes / 2).max(1);
+    let units = footer_units(job.options.budget().shares().footers_bytes).max(1);
     let limits = FooterLimits {
         room: Arc::new(tokio::sync::Semaphore::new(units)),
         units,
@@ -102,7 +102,7 @@ pub(crate) async fn admit(
             positions.push(position);
         }
     }
-    let limit = leaf_limit(job.options.budget_bytes);
+    let limit = job.options.budget().shares().leaf_limit;
     let (_, refusals) = unify_weighted(&candidates, &job.options.keys, limit);
     let mut refused = vec![None; inputs.len()];
     for refusal in refusals {

@@ -28,7 +28,7 @@ use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
 use crate::error::{Error, Result};
 use crate::input::StagedInput;
-use crate::input::schema::{leaf_limit, unify};
+use crate::input::schema::unify;
 use crate::output::threshold::resolve_row_group_bytes;
 use crate::read::planned_reader::PlannedReader;
 use crate::read::split::{row_group_spans, row_groups_in_range, split_points};
@@ -262,7 +262,7 @@ pub(crate) async fn split(job: &JobContext<'_>) -> Result<Split> {
         leaves.extend(schema.columns().iter().map(|c| c.path().string()));
     }
     // Each group kept its inputs' union within the leaf limit; the ranges merge every run.
-    let limit = leaf_limit(job.options.budget_bytes);
+    let limit = job.options.budget().shares().leaf_limit;
     if leaves.len() > limit {
         return Err(Error::TooWide {
             partition: job.partition.to_string(),

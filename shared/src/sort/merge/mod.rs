@@ -38,12 +38,6 @@ pub struct MergeStats {
     pub intermediate_bytes: u64,
 }
 
-/// Runs whose batches the merge's share of the budget is sized for: each run is written in
-/// batches of at most 1/(this + 1) of it (see [`MergeSettings::run_batch_target_bytes`]), so
-/// this many runs always fit one pass. Runs of narrow rows write smaller batches (at most 1,024
-/// rows), and a pass then opens as many of them as the same memory holds.
-pub const SIZED_FAN_IN: usize = 64;
-
 /// Settings of a merge.
 #[derive(Debug, Clone, Copy)]
 pub struct MergeSettings {

@@ -137,10 +137,8 @@ pub fn run_batch_rows(target_bytes: u64, row_bytes: u64) -> usize {
     (target_bytes / row_bytes.max(1)).clamp(1, MAX_RUN_BATCH_ROWS as u64) as usize
 }
 
-/// Bytes an open run reader holds beside its batch: its read buffer, which gathers the small
-/// message headers (batch bodies larger than it are read past it, straight into the batch).
-/// A merge holds one per open run, so it is charged to the budget with the run's batch.
-pub const RUN_READ_BUFFER_BYTES: u64 = 8 << 10;
+/// Bytes an open run reader holds beside its batch (the budget's plan leaves room for them).
+pub use crate::budget::RUN_READ_BUFFER_BYTES;
 
 /// Reads a run back, batch by batch.
 pub struct RunReader {
