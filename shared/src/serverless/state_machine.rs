@@ -3,7 +3,7 @@
 //! invocation does not start a second one.
 
 use aws_sdk_sfn::Client;
-use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region, SharedCredentialsProvider};
+use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sfn::error::{DisplayErrorContext, SdkError};
 use aws_sdk_sfn::operation::start_execution::StartExecutionError;
 use serde_json::{Value, json};
@@ -32,11 +32,10 @@ pub struct Execution {
 }
 
 impl FanOutStateMachine {
-    /// The state machine named by [`STATE_MACHINE_SETTING`], called in the region of `lookup`
-    /// (`AWS_REGION`; `AWS_ENDPOINT_URL_SFN` or `AWS_ENDPOINT_URL` for another endpoint) with
-    /// its keys (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), else with
-    /// the standard credential chain ([`crate::store::aws_credentials`]). `None` when the
-    /// setting is unset or empty.
+    /// The state machine named by [`STATE_MACHINE_SETTING`], called with the credentials and
+    /// region of the function's environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_SESSION_TOKEN`, `AWS_REGION`; `AWS_ENDPOINT_URL_SFN` or `AWS_ENDPOINT_URL` for
+    /// another endpoint). `None` when the setting is unset or empty.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Option<Self>> {
         let var = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let Some(arn) = var(STATE_MACHINE_SETTING) else {
@@ -51,19 +50,16 @@ impl FanOutStateMachine {
                 ),
             });
         }
+        let missing = |name: &str| Error::Config {
+            message: format!("{STATE_MACHINE_SETTING} is set but {name} is not"),
+        };
+        let key_id = var("AWS_ACCESS_KEY_ID").ok_or_else(|| missing("AWS_ACCESS_KEY_ID"))?;
+        let secret =
+            var("AWS_SECRET_ACCESS_KEY").ok_or_else(|| missing("AWS_SECRET_ACCESS_KEY"))?;
+        let credentials = Credentials::new(key_id, secret, var("AWS_SESSION_TOKEN"), None, "env");
         let region = var("AWS_REGION")
             .or_else(|| var("AWS_DEFAULT_REGION"))
             .unwrap_or_else(|| "us-east-1".to_string());
-        let credentials = match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
-            (Some(key_id), Some(secret)) => SharedCredentialsProvider::new(Credentials::new(
-                key_id,
-                secret,
-                var("AWS_SESSION_TOKEN"),
-                None,
-                "env",
-            )),
-            _ => crate::store::aws_credentials::standard_chain(&region),
-        };
         let mut config = aws_sdk_sfn::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(region))
@@ -229,10 +225,9 @@ mod tests {
             .expect_err("not an ARN");
         assert!(err.to_string().contains(STATE_MACHINE_SETTING), "{err}");
         const ARN: &str = "arn:aws:states:us-east-1:123456789012:stateMachine:ourios-fan-out";
-        let chained = FanOutStateMachine::from_lookup(&lookup(&[(STATE_MACHINE_SETTING, ARN)]))
-            .expect("without keys, the standard credential chain")
-            .expect("set");
-        assert_eq!(chained.arn(), ARN);
+        let err = FanOutStateMachine::from_lookup(&lookup(&[(STATE_MACHINE_SETTING, ARN)]))
+            .expect_err("no credentials");
+        assert!(err.to_string().contains("AWS_ACCESS_KEY_ID"), "{err}");
         let machine = FanOutStateMachine::from_lookup(&lookup(&[
             (STATE_MACHINE_SETTING, ARN),
             ("AWS_ACCESS_KEY_ID", "k"),

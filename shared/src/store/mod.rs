@@ -1,6 +1,5 @@
 //! Store construction from a URL, and the few object-store helpers the engine needs.
 
-pub mod aws_credentials;
 pub mod aws_env;
 pub mod counting;
 pub mod hooked;
@@ -108,7 +107,7 @@ pub struct Listing {
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     local_root: Option<PathBuf>,
-    /// Raw S3 calls (an S3 store opened from a URL, never wrapped).
+    /// Raw S3 calls (an S3 store with credentials in the environment, never wrapped).
     raw: Option<RawS3>,
     display: String,
     /// The request counters of a [`Store::counting_requests`] store.
@@ -120,17 +119,11 @@ impl Store {
     pub fn open(url: &str) -> Result<Self> {
         match StoreUrl::parse(url)? {
             StoreUrl::S3 { bucket, prefix } => {
-                let region = aws_env::region(&crate::settings::process_env);
-                let credentials = aws_credentials::standard_chain(&region);
-                let builder = aws_env::object_store_builder()
-                    .with_bucket_name(&bucket)
-                    .with_credentials(aws_credentials::object_store_credentials(
-                        credentials.clone(),
-                    ));
+                let builder = aws_env::object_store_builder().with_bucket_name(&bucket);
                 let s3 = builder.build().map_err(|e| Error::Config {
                     message: format!("cannot configure S3 for bucket {bucket}: {e}"),
                 })?;
-                let raw = Some(RawS3::from_env(&bucket, &prefix, credentials));
+                let raw = RawS3::from_env(&bucket, &prefix);
                 let inner: Arc<dyn ObjectStore> = if prefix.is_empty() {
                     Arc::new(s3)
                 } else {
@@ -225,7 +218,7 @@ impl Store {
         Some(path)
     }
 
-    /// The raw S3 client of an S3 store opened from a URL.
+    /// The raw S3 client of an S3 store opened from a URL with credentials in the environment.
     pub fn raw_s3(&self) -> Option<&RawS3> {
         self.raw.as_ref()
     }
@@ -252,8 +245,8 @@ impl Store {
     /// listed: a local directory is listed here entry by entry, and an S3 listing that
     /// object_store fails is taken again by raw key ([`RawS3::list`]). Skipping is safe: a
     /// key that cannot be addressed was never read, retired or deleted, so no manifest names
-    /// it. Without raw S3 access (a wrapped store) the object_store error is returned, naming
-    /// the key.
+    /// it. Without raw S3 access (no credentials in the environment, a wrapped store) the
+    /// object_store error is returned, naming the key.
     pub async fn list(&self, prefix: &Path) -> Result<Listing> {
         let mut listing = match &self.local_root {
             Some(root) => {

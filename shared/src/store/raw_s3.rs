@@ -5,12 +5,11 @@
 //! object_store 0.14 turns every listed key into a `Path` and fails the whole listing on one it
 //! cannot represent (an empty `//` segment, a `.` or `..` segment, a control character). Here
 //! keys come back as the strings S3 holds (`encoding-type=url`, decoded once), so such a key is
-//! reported and skipped while the rest of the listing goes on. Region and endpoint come from
-//! the same environment variables object_store reads (`store::aws_env`), and credentials from
-//! the same standard chain (`store::aws_credentials`).
+//! reported and skipped while the rest of the listing goes on. Credentials, region and
+//! endpoint come from the same environment variables object_store reads (`store::aws_env`).
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{BehaviorVersion, Region, SharedCredentialsProvider};
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
 use aws_sdk_s3::types::EncodingType;
 use object_store::ObjectMeta;
@@ -59,12 +58,14 @@ pub struct RawS3 {
 }
 
 impl RawS3 {
-    /// A client signing with `credentials` (the standard chain, [`aws_credentials`]), in the
-    /// region and at the endpoint of the standard AWS environment (`AWS_REGION`,
-    /// `AWS_ENDPOINT_URL[_S3]`).
-    ///
-    /// [`aws_credentials`]: crate::store::aws_credentials
-    pub fn from_env(bucket: &str, prefix: &str, credentials: SharedCredentialsProvider) -> Self {
+    /// A client from the standard AWS environment (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL[_S3]`), or
+    /// `None` when no credentials are in the environment (then only object_store is used).
+    pub fn from_env(bucket: &str, prefix: &str) -> Option<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let key_id = var("AWS_ACCESS_KEY_ID")?;
+        let secret = var("AWS_SECRET_ACCESS_KEY")?;
+        let credentials = Credentials::new(key_id, secret, var("AWS_SESSION_TOKEN"), None, "env");
         let env: Lookup<'_> = &process_env;
         let region = aws_env::region(env);
         let mut config = aws_sdk_s3::Config::builder()
@@ -79,11 +80,11 @@ impl RawS3 {
         } else {
             format!("{prefix}/")
         };
-        Self {
+        Some(Self {
             client: Client::from_conf(config.build()),
             bucket: bucket.to_string(),
             root,
-        }
+        })
     }
 
     /// Every object under `prefix` (relative to the store root), or with `delimited` only the

@@ -3,8 +3,7 @@
 //! `compact` JSON when they sit in the partition) and skipped, never read, retired or deleted,
 //! and no partition or tenant stops because of them (`files`, `compact`, `query`, `gc` through
 //! the CLI; the planner's sweep through its entry point). Names it can address are data
-//! whatever they hold (a backslash, a C1 control character). invariant 10. The raw-key listing
-//! signs with the standard AWS credential chain, so a profile alone is enough.
+//! whatever they hold (a backslash, a C1 control character). invariant 10.
 
 use std::collections::BTreeSet;
 
@@ -16,7 +15,7 @@ use ourios_compaction::serverless::dispatch::sweep;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
 use ourios_integration_tests::{
-    assert_exactly_once, cli_bin, cli_json, land_file, land_files, live_tags, s3_url,
+    assert_exactly_once, cli_json, land_file, land_files, live_tags, s3_url,
 };
 
 const HOUR: &str = "2026-11-29T10";
@@ -153,65 +152,4 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
             "{key:?} is gone: {skipped:?}"
         );
     }
-}
-
-/// With credentials from a shared credentials file and a profile only (no key in the
-/// environment, as with `aws configure --profile`, SSO, an instance profile or a task role),
-/// the CLI lists a partition holding foreign keys: object_store and the raw-key listing both
-/// sign with the standard AWS credential chain. invariant 10.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_profile_alone_lists_a_partition_holding_foreign_keys() {
-    let url = s3_url("foreign-profile");
-    let store = Store::open(&url).expect("store");
-    let layout = KeyLayout::default();
-    let acme = PartitionId::parse("acme", HOUR).expect("partition");
-    let tags = land_files(&store, &layout, &acme, 2, 500).await;
-    let raw = store.raw_s3().expect("the S3 test store has raw S3 access");
-    let foreign = foreign_in_partition(&layout, &acme);
-    for key in &foreign {
-        raw.put_raw(key, Bytes::from_static(b"not addressable"))
-            .await
-            .expect("a foreign key lands");
-    }
-
-    let home = tempfile::tempdir().expect("a directory");
-    let credentials = home.path().join("credentials");
-    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
-    std::fs::write(
-        &credentials,
-        format!(
-            "[ourios-test]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
-            var("AWS_ACCESS_KEY_ID"),
-            var("AWS_SECRET_ACCESS_KEY")
-        ),
-    )
-    .expect("a credentials file");
-    let out = std::process::Command::new(cli_bin())
-        .args([
-            "files", "--store", &url, "--tenant", "acme", "--hour", HOUR, "--json",
-        ])
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY")
-        .env_remove("AWS_SESSION_TOKEN")
-        .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
-        .env("AWS_CONFIG_FILE", home.path().join("no-config"))
-        .env("AWS_PROFILE", "ourios-test")
-        // No instance metadata service is asked: none but the test server may be reached.
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("AWS_METADATA_ENDPOINT", "http://127.0.0.1:9")
-        .output()
-        .expect("the CLI starts");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "files with a profile alone failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let files: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
-    assert_eq!(
-        files["live"].as_array().map(Vec::len),
-        Some(tags.len() / 500),
-        "{files}"
-    );
-    assert_eq!(files["unaddressable"], serde_json::json!(foreign));
 }
