@@ -8,7 +8,6 @@ use object_store::memory::InMemory;
 use ourios_compaction::error::ErrorKind;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::SWEEP_CURSOR_KEY;
-use ourios_compaction::serverless::dispatch::planner::Planner;
 use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::serverless::dispatch::planner::Planner;
 use ourios_compaction::serverless::events::KeyScope;

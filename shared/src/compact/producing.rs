@@ -174,7 +174,11 @@ pub(crate) async fn sort_group(
                     (c.staged.name.as_str(), c.schema.as_ref(), weight)
                 })
                 .collect();
-            unify_weighted(&schemas, &options.keys, options.budget().shares().leaf_limit)
+            unify_weighted(
+                &schemas,
+                &options.keys,
+                options.budget().shares().leaf_limit,
+            )
         };
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);
