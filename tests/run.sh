@@ -7,7 +7,7 @@
 #                               release mode, with a real S3-compatible server started here (the
 #                               lints, docs and infra checks build beside the release build)
 #   bash tests/run.sh --quick   the inner loop: formatting and the unit, property and in-memory
-#                               tests (no S3 server, no function builds, no stress shapes; 25
+#                               tests (no S3 server, no function builds, no stress shapes; 10
 #                               seeds of each simulation)
 #   bash tests/run.sh --quick F only those of them whose names contain F (e.g. manifest::)
 #   bash tests/run.sh --install only install what the full run needs, then stop
@@ -118,9 +118,9 @@ if [[ "$mode" == quick ]]; then
     # unoptimised and incremental. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
     # release-sized partitions under peak-RSS bounds and are left to the full run, as is every
     # test that needs the S3 server or cargo-lambda (the ourios-integration-tests crate).
-    # The two simulations run 25 seeds each here (the full run: 5,000 and 200); OURIOS_SIM_SEEDS
+    # The two simulations run 10 seeds each here (the full run: 5,000 and 200); OURIOS_SIM_SEEDS
     # set by the caller wins, and a failing seed prints its replay command either way.
-    export OURIOS_SIM_SEEDS="${OURIOS_SIM_SEEDS:-25}"
+    export OURIOS_SIM_SEEDS="${OURIOS_SIM_SEEDS:-10}"
     step "cargo test --profile quick (unit, property and in-memory tests; not stress_*, bench_*, tests/tests; $OURIOS_SIM_SEEDS seeds a simulation)"
     cargo test --profile quick --workspace --exclude ourios-integration-tests -- \
         --skip stress_ --skip bench_ "${filter[@]}"
