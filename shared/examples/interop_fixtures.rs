@@ -132,7 +132,7 @@ async fn write_compacted(
             });
         }
     };
-    let written = root.path().join(&output.key);
+    let written = root.path().join(output.key.as_str());
     std::fs::copy(&written, path).map_err(|e| io(&written, e))?;
     Ok(())
 }

@@ -33,7 +33,7 @@
 //! 9. **Determinism.** The same input files give a byte-identical output, whatever the listing
 //!    order, budget, spill pattern or thread count.
 //! 10. **Keys as themselves.** The key listed is the key read, retired and deleted
-//!     ([`store::key_path`], never a re-encoding); a key the store cannot address is reported
+//!     ([`object_key::ObjectKey`], never a re-encoding); a key the store cannot address is reported
 //!     (in the job report when it looks like data) and skipped ([`store::Store::list`],
 //!     [`store::raw_s3`] on S3), and never stops other partitions.
 //! 11. **No resurrection.** A commit based on a version older than the last forgetting of
@@ -78,6 +78,7 @@
 //! | | [`options`] | what one compaction is given ([`options::CompactOptions`]), the defaults, the key columns and the sort-key label files declare |
 //! | | [`settings`] | what an operator sets: sizes and durations parsed once, the compaction's settings read from variables through one lookup |
 //! | | [`cost`] | a job's cost in dollars: Lambda GB-seconds and S3 requests at published prices |
+//! | | [`object_key`] | an object's key in the store: built from a listed location, written as the same string, parsed back in one place |
 //! | | [`partition`] | partition ids and the object-key layout: every key built and parsed |
 //! | | [`report`] | the job report |
 //! | | [`rng`] | the seeded random numbers of generated data and tests (SplitMix64) |
@@ -176,6 +177,7 @@ pub mod input;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod manifest;
+pub mod object_key;
 pub mod options;
 pub mod output;
 pub mod partition;

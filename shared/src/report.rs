@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::cost::{JobCost, Prices, RequestCounts};
+use crate::object_key::ObjectKey;
 
 /// How a compaction ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,7 +62,7 @@ pub struct InputTotals {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct OutputFile {
     /// Key relative to the store root.
-    pub key: String,
+    pub key: ObjectKey,
     /// Bytes of the file.
     pub bytes: u64,
     /// Rows in it.
@@ -83,7 +84,7 @@ pub struct FanOutShape {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Quarantined {
     /// Its key relative to the store root.
-    pub file: String,
+    pub file: ObjectKey,
     /// Why it was not compacted.
     pub reason: String,
 }

@@ -9,6 +9,7 @@ use ourios_compaction::budget::Budget;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
 use ourios_compaction::manifest::{partition_files, release_quarantined};
+use ourios_compaction::object_key::ObjectKey;
 use ourios_compaction::options::{DEFAULT_GC_GRACE, Progress};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::inspect::inspect_object;
@@ -127,7 +128,7 @@ async fn generate(args: GenerateArgs) -> Result<ExitCode> {
 /// `inspect`: a file's footer.
 async fn inspect(file: &str, json: bool) -> Result<ExitCode> {
     let (store, key) = open_file(file)?;
-    let summary = inspect_object(&store, &key, &Default::default()).await?;
+    let summary = inspect_object(&store, key.location(), &Default::default()).await?;
     if json {
         println!("{}", to_json(&summary));
     } else {
@@ -263,14 +264,14 @@ fn open(store: &StoreArgs, partition: &PartitionArgs) -> Result<(Store, KeyLayou
 }
 
 /// Splits a file argument into the store holding it and its key.
-fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
+fn open_file(file: &str) -> Result<(Store, ObjectKey)> {
     if let Some(rest) = file.strip_prefix("s3://") {
         let (bucket, key) = rest.split_once('/').ok_or_else(|| Error::Config {
             message: format!("{file:?} should be s3://bucket/key.parquet"),
         })?;
         return Ok((
             Store::open(&format!("s3://{bucket}"))?,
-            ourios_compaction::store::key_path(key)?,
+            ObjectKey::parse(key)?,
         ));
     }
     let path = match file.strip_prefix("file://") {
@@ -286,10 +287,7 @@ fn open_file(file: &str) -> Result<(Store, object_store::path::Path)> {
         });
     };
     let store = Store::open(&dir.to_string_lossy())?;
-    Ok((
-        store,
-        ourios_compaction::store::key_path(&name.to_string_lossy())?,
-    ))
+    Ok((store, ObjectKey::parse(&name.to_string_lossy())?))
 }
 
 /// A progress line on stderr for the compaction of `partition`, redrawn at most twice a second.

@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit,
 };
+use crate::object_key::ObjectKey;
 use crate::report::{CompactionReport, InputTotals, Status};
-use crate::store::{Store, key_path};
+use crate::store::Store;
 
 /// Step 5: commits what was produced, and reports it.
 pub(crate) async fn commit_produced(
@@ -79,7 +80,7 @@ pub(crate) async fn commit_produced(
         .map(|r| r.key.clone())
         .collect();
     let request = CommitRequest {
-        inputs: consumed.iter().map(|c| c.key.to_string()).collect(),
+        inputs: consumed.iter().map(|c| ObjectKey::from(&c.key)).collect(),
         outputs: written
             .iter()
             .map(|w| CompactedFile {
@@ -160,11 +161,8 @@ async fn delete_outputs(store: &Store, written: &[Written], manifest: Option<&Ma
     }
 }
 
-pub(crate) async fn delete_quietly(store: &Store, key: &str) {
-    let Ok(path) = key_path(key) else {
-        return;
-    };
-    if let Err(e) = store.object_store().delete(&path).await {
-        tracing::warn!(key, error = %e, "could not delete an uncommitted output; GC will sweep it");
+pub(crate) async fn delete_quietly(store: &Store, key: &ObjectKey) {
+    if let Err(e) = store.object_store().delete(key.location()).await {
+        tracing::warn!(key = %key, error = %e, "could not delete an uncommitted output; GC will sweep it");
     }
 }

@@ -13,6 +13,7 @@ use crate::compact::job::JobContext;
 use crate::compact::state::WantedInput;
 use crate::error::{Error, Result};
 use crate::input::{CheckedInput, StagedInput};
+use crate::object_key::ObjectKey;
 use crate::options::CompactOptions;
 use crate::partition::{PartitionId, staged_input_name};
 use crate::report::Quarantined;
@@ -238,7 +239,7 @@ pub(crate) fn quarantine(staged: &StagedInput, reason: &str) -> Result<Quarantin
 fn quarantine_key(key: &Path, reason: &str) -> Quarantined {
     tracing::warn!(file = %key, reason, "quarantined bad input");
     Quarantined {
-        file: key.to_string(),
+        file: ObjectKey::from(key),
         reason: reason.to_string(),
     }
 }

@@ -6,7 +6,7 @@ use object_store::path::Path;
 use crate::error::Result;
 use crate::manifest::{Manifest, live_set, load_latest, unaddressable_inputs};
 use crate::partition::{KeyLayout, PartitionId};
-use crate::store::{Listing, Store, key_path};
+use crate::store::{Listing, Store};
 
 /// What step 1 read: the latest manifest, the listing of the ingest directory, the live
 /// inputs in ordinal order (`None` when there is nothing to merge) and the data keys the store
@@ -64,7 +64,7 @@ fn wanted_inputs(manifest: &Manifest, live: &crate::manifest::LiveSet) -> Result
             .find(|c| &c.key == key)
             .map_or(0, |c| c.bytes);
         wanted.push(WantedInput {
-            key: key_path(key)?,
+            key: key.location().clone(),
             bytes,
             is_compacted: true,
         });

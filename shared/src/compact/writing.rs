@@ -12,6 +12,7 @@ use crate::compact::job::JobContext;
 use crate::error::{Error, Result};
 use crate::input::CheckedInput;
 use crate::input::schema::UnifiedSchema;
+use crate::object_key::ObjectKey;
 use crate::options::{CompactOptions, sort_key_label};
 use crate::output::threshold::resolve_row_group_bytes;
 use crate::output::writer::{OutputWriter, partition_output_settings};
@@ -203,7 +204,7 @@ pub(crate) async fn sort_and_write(
                 .map_err(|e| Error::invariant(format!("upload task failed: {e}")))??;
             Ok(Ok(Written {
                 output: OutputFile {
-                    key: key.to_string(),
+                    key: ObjectKey::from(&key),
                     bytes,
                     rows,
                     row_groups,

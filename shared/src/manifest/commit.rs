@@ -5,6 +5,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use super::{CompactedFile, Manifest, QuarantinedFile, RetiredFile};
 use crate::clock::Expiry;
 use crate::error::{Error, Result};
+use crate::object_key::ObjectKey;
 use crate::partition::{KeyLayout, PartitionId, parse_version};
 use crate::store::Store;
 
@@ -71,7 +72,7 @@ async fn load_version(
 #[derive(Debug, Clone)]
 pub struct CommitRequest {
     /// Files the output replaces (ingest files and earlier compacted files).
-    pub inputs: Vec<String>,
+    pub inputs: Vec<ObjectKey>,
     /// The new compacted files, in key order: none when no rows were written, one, or the
     /// disjoint key ranges of a fanned-out job (all with the same `input_set`, naming the
     /// inputs).
@@ -80,9 +81,9 @@ pub struct CommitRequest {
     pub quarantined: Vec<QuarantinedFile>,
     /// Quarantined ingest files to take out of the quarantine, back into the live set (see
     /// [`release_quarantined`](super::release_quarantined)).
-    pub released: Vec<String>,
+    pub released: Vec<ObjectKey>,
     /// Retired keys known to be deleted, whose entries may be dropped.
-    pub forget: Vec<String>,
+    pub forget: Vec<ObjectKey>,
     /// Bytes of the ingest files among the inputs (write amplification).
     pub ingested_bytes: u64,
     /// This attempt's id.
@@ -147,7 +148,7 @@ fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
     next.attempt_id = request.attempt_id.clone();
     next.committed_at_ms = request.now_ms;
     let inputs: std::collections::HashSet<&str> =
-        request.inputs.iter().map(String::as_str).collect();
+        request.inputs.iter().map(|k| k.as_str()).collect();
     let bad: std::collections::HashSet<&str> =
         request.quarantined.iter().map(|q| q.key.as_str()).collect();
     // A compacted file found bad is quarantined like an ingest file: out of the live set.
@@ -160,13 +161,13 @@ fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
     next.compacted.sort_by(|a, b| a.key.cmp(&b.key));
     next.ingested_bytes = next.ingested_bytes.saturating_add(request.ingested_bytes);
     let forget: std::collections::HashSet<&str> =
-        request.forget.iter().map(String::as_str).collect();
+        request.forget.iter().map(|k| k.as_str()).collect();
     let before = next.retired.len();
     next.retired.retain(|r| !forget.contains(r.key.as_str()));
     if next.retired.len() != before {
         next.forgotten_in = next.version;
     }
-    let retired: std::collections::HashSet<String> =
+    let retired: std::collections::HashSet<ObjectKey> =
         next.retired.iter().map(|r| r.key.clone()).collect();
     for key in &request.inputs {
         if !retired.contains(key) {
@@ -179,7 +180,7 @@ fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
     }
     next.quarantined
         .retain(|q| !request.released.contains(&q.key));
-    let recorded: std::collections::HashSet<String> =
+    let recorded: std::collections::HashSet<ObjectKey> =
         next.quarantined.iter().map(|q| q.key.clone()).collect();
     for q in &request.quarantined {
         if !recorded.contains(&q.key) {
@@ -313,26 +314,27 @@ pub async fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::key;
 
     #[test]
     fn apply_retires_inputs_and_adds_output() {
         let mut base = Manifest::empty("p");
         base.compacted.push(CompactedFile {
-            key: "compacted/p/old.parquet".into(),
+            key: key("compacted/p/old.parquet"),
             rows: 1,
             bytes: 1,
             input_set: String::new(),
         });
         let request = CommitRequest {
-            inputs: vec!["compacted/p/old.parquet".into(), "data/p/a.parquet".into()],
+            inputs: vec![key("compacted/p/old.parquet"), key("data/p/a.parquet")],
             outputs: vec![CompactedFile {
-                key: "compacted/p/new.parquet".into(),
+                key: key("compacted/p/new.parquet"),
                 rows: 2,
                 bytes: 2,
                 input_set: "h".into(),
             }],
             quarantined: vec![QuarantinedFile {
-                key: "data/p/bad.parquet".into(),
+                key: key("data/p/bad.parquet"),
                 reason: "r".into(),
             }],
             released: vec![],
@@ -360,16 +362,16 @@ mod tests {
         let mut base = Manifest::empty("p");
         base.version = 4;
         base.retired.push(RetiredFile {
-            key: "data/p/gone.parquet".into(),
+            key: key("data/p/gone.parquet"),
             retired_at_ms: 0,
             retired_in: 2,
         });
         let request = CommitRequest {
-            inputs: vec!["data/p/a.parquet".into()],
+            inputs: vec![key("data/p/a.parquet")],
             outputs: vec![],
             quarantined: vec![],
             released: vec![],
-            forget: vec!["data/p/gone.parquet".into()],
+            forget: vec![key("data/p/gone.parquet")],
             ingested_bytes: 0,
             attempt_id: "j".into(),
             now_ms: 0,
@@ -390,7 +392,7 @@ mod tests {
         let mut base = Manifest::empty("p");
         for key in ["data/p/a.parquet", "data/p/b.parquet"] {
             base.quarantined.push(QuarantinedFile {
-                key: key.into(),
+                key: crate::testing::key(key),
                 reason: "refused".into(),
             });
         }
@@ -398,7 +400,7 @@ mod tests {
             inputs: vec![],
             outputs: vec![],
             quarantined: vec![],
-            released: vec!["data/p/a.parquet".into()],
+            released: vec![key("data/p/a.parquet")],
             forget: vec![],
             ingested_bytes: 0,
             attempt_id: "release".into(),
@@ -418,16 +420,16 @@ mod tests {
     fn a_quarantined_compacted_file_leaves_the_live_set() {
         let mut base = Manifest::empty("p");
         base.compacted.push(CompactedFile {
-            key: "compacted/p/bad.parquet".into(),
+            key: key("compacted/p/bad.parquet"),
             rows: 1,
             bytes: 1,
             input_set: "x".into(),
         });
         let request = CommitRequest {
-            inputs: vec!["data/p/a.parquet".into()],
+            inputs: vec![key("data/p/a.parquet")],
             outputs: vec![],
             quarantined: vec![QuarantinedFile {
-                key: "compacted/p/bad.parquet".into(),
+                key: key("compacted/p/bad.parquet"),
                 reason: "unreadable".into(),
             }],
             released: vec![],

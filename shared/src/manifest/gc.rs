@@ -38,11 +38,12 @@ use serde::Serialize;
 use crate::clock::{Clock, Expiry, SystemClock};
 use crate::error::{Error, Result};
 use crate::manifest::{Manifest, load_latest};
+use crate::object_key::ObjectKey;
 use crate::partition::{
     COMPACTED_PREFIX, KeyLayout, MANIFESTS_PREFIX, PartitionId, fan_out_job_dir, field_dir,
     field_value, parse_version, partition_dir, validate_tenant,
 };
-use crate::store::{Store, key_path};
+use crate::store::Store;
 
 /// Manifest versions kept by pruning.
 pub const KEEP_MANIFEST_VERSIONS: usize = 10;
@@ -51,11 +52,11 @@ pub const KEEP_MANIFEST_VERSIONS: usize = 10;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GcPlan {
     /// Retired files past their grace period.
-    pub retired: Vec<String>,
+    pub retired: Vec<ObjectKey>,
     /// Unreferenced compacted outputs older than the grace period.
-    pub orphans: Vec<String>,
+    pub orphans: Vec<ObjectKey>,
     /// Manifest versions older than the ones kept.
-    pub manifests: Vec<String>,
+    pub manifests: Vec<ObjectKey>,
 }
 
 impl GcPlan {
@@ -110,7 +111,7 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
         .chain(inputs.ingest_listing)
         .map(|o| o.location.as_ref())
         .collect();
-    let retired: Vec<String> = m
+    let retired: Vec<ObjectKey> = m
         .retired
         .iter()
         .filter(|r| {
@@ -142,12 +143,12 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
                 .and_then(|dir| job_activity.get(dir))
                 .is_none_or(|&newest| past_grace(newest.saturating_add(grace_ms)))
         })
-        .map(|o| o.location.to_string())
+        .map(|o| ObjectKey::from(&o.location))
         .collect();
     let prunable = versions.len().saturating_sub(KEEP_MANIFEST_VERSIONS);
     let manifests = versions[..prunable]
         .iter()
-        .map(|(_, meta)| meta.location.to_string())
+        .map(|(_, meta)| ObjectKey::from(&meta.location))
         .collect();
     GcPlan {
         retired,
@@ -231,7 +232,7 @@ pub async fn collect_garbage_with(
         for key in &plan.orphans {
             let Some(meta) = compacted_listing
                 .iter()
-                .find(|o| o.location.as_ref() == key)
+                .find(|o| &o.location == key.location())
             else {
                 continue;
             };
@@ -245,13 +246,7 @@ pub async fn collect_garbage_with(
             .retired
             .iter()
             .chain(&plan.manifests)
-            .filter_map(|k| match key_path(k) {
-                Ok(path) => Some(path),
-                Err(e) => {
-                    tracing::warn!(key = %k, error = %e, "skipping a key that cannot be addressed");
-                    None
-                }
-            })
+            .map(|k| k.location().clone())
             .collect();
         let store_ref = store.object_store();
         let mut results =
@@ -410,6 +405,7 @@ pub async fn collect_garbage_in(
 mod tests {
     use super::*;
     use crate::manifest::{CompactedFile, QuarantinedFile, RetiredFile};
+    use crate::testing::key;
     use chrono::{TimeZone, Utc};
 
     fn meta(key: &str, ms: i64) -> ObjectMeta {
@@ -426,24 +422,24 @@ mod tests {
     fn respects_grace_and_never_touches_live_or_quarantined() {
         let mut m = Manifest::empty("p");
         m.compacted.push(CompactedFile {
-            key: "compacted/p/live.parquet".into(),
+            key: key("compacted/p/live.parquet"),
             rows: 1,
             bytes: 1,
             input_set: String::new(),
         });
         // The committers' clocks say the opposite of the store's: only the store's count.
         m.retired.push(RetiredFile {
-            key: "data/p/old.parquet".into(),
+            key: key("data/p/old.parquet"),
             retired_at_ms: 990_000,
             retired_in: 1,
         });
         m.retired.push(RetiredFile {
-            key: "data/p/recent.parquet".into(),
+            key: key("data/p/recent.parquet"),
             retired_at_ms: 0,
             retired_in: 11,
         });
         m.quarantined.push(QuarantinedFile {
-            key: "data/p/bad.parquet".into(),
+            key: key("data/p/bad.parquet"),
             reason: "x".into(),
         });
         let listing = vec![

@@ -8,22 +8,23 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 
 use super::Manifest;
+use crate::object_key::ObjectKey;
 use crate::partition::{is_ingest_file_name, is_writer_side_file};
 
 /// The files a reader must read for a partition right now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveSet {
     /// Live compacted files (keys).
-    pub compacted: Vec<String>,
+    pub compacted: Vec<ObjectKey>,
     /// Live ingest files, sorted by key.
     pub ingest: Vec<ObjectMeta>,
 }
 
 impl LiveSet {
     /// Every live key: compacted files first, then ingest files by name.
-    pub fn keys(&self) -> Vec<String> {
+    pub fn keys(&self) -> Vec<ObjectKey> {
         let mut keys = self.compacted.clone();
-        keys.extend(self.ingest.iter().map(|m| m.location.to_string()));
+        keys.extend(self.ingest.iter().map(|m| ObjectKey::from(&m.location)));
         keys
     }
 
@@ -40,7 +41,7 @@ impl LiveSet {
 
 /// Applies the reader rule to a listing of the partition's ingest directory `dir`.
 pub fn live_set(dir: &Path, ingest_listing: &[ObjectMeta], manifest: &Manifest) -> LiveSet {
-    let mut compacted: Vec<String> = manifest.compacted.iter().map(|c| c.key.clone()).collect();
+    let mut compacted: Vec<ObjectKey> = manifest.compacted.iter().map(|c| c.key.clone()).collect();
     compacted.sort();
     let excluded = manifest.excluded_keys();
     let mut ingest: Vec<ObjectMeta> = ingest_listing

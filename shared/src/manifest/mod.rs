@@ -19,6 +19,7 @@ pub use release::{Released, release_quarantined};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::object_key::ObjectKey;
 
 /// Format version written into every manifest.
 pub const MANIFEST_FORMAT: u32 = 1;
@@ -61,7 +62,7 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactedFile {
     /// Object key relative to the store root.
-    pub key: String,
+    pub key: ObjectKey,
     /// Rows in the file.
     pub rows: u64,
     /// Bytes of the file.
@@ -76,7 +77,7 @@ pub struct CompactedFile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetiredFile {
     /// Object key relative to the store root.
-    pub key: String,
+    pub key: ObjectKey,
     /// When it was retired (Unix milliseconds, committer's clock; informational).
     pub retired_at_ms: i64,
     /// The version that retired it: its grace starts at that version's Last-Modified on the
@@ -89,7 +90,7 @@ pub struct RetiredFile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuarantinedFile {
     /// Object key relative to the store root.
-    pub key: String,
+    pub key: ObjectKey,
     /// Why it could not be compacted.
     pub reason: String,
 }
@@ -191,14 +192,23 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::testing::key;
 
-    /// Keys and reasons with the characters JSON escapes, and non-ASCII ones.
+    /// Reasons with the characters JSON escapes, and non-ASCII ones.
     fn text() -> impl Strategy<Value = String> {
         "[a-z0-9=/._\\-\"\\\\\n\u{e9}\u{1F600}]{0,24}"
     }
 
+    /// Keys of one to three segments with the characters JSON escapes, and non-ASCII ones (a
+    /// segment never empty, `.` or `..`, nor holding a control character: no object has one).
+    fn object_key() -> impl Strategy<Value = ObjectKey> {
+        let segment = "[a-z0-9=_\\-\"\\\\\u{e9}\u{1F600}][a-z0-9=._\\-\"\\\\\u{e9}\u{1F600}]{0,8}";
+        prop::collection::vec(segment, 1..4)
+            .prop_map(|segments| ObjectKey::parse(&segments.join("/")).expect("a valid key"))
+    }
+
     fn manifests() -> impl Strategy<Value = Manifest> {
-        let compacted = (text(), any::<u64>(), any::<u64>(), text()).prop_map(
+        let compacted = (object_key(), any::<u64>(), any::<u64>(), text()).prop_map(
             |(key, rows, bytes, input_set)| CompactedFile {
                 key,
                 rows,
@@ -206,16 +216,15 @@ mod tests {
                 input_set,
             },
         );
-        let retired =
-            (text(), any::<i64>(), any::<u64>()).prop_map(|(key, retired_at_ms, retired_in)| {
-                RetiredFile {
-                    key,
-                    retired_at_ms,
-                    retired_in,
-                }
-            });
+        let retired = (object_key(), any::<i64>(), any::<u64>()).prop_map(
+            |(key, retired_at_ms, retired_in)| RetiredFile {
+                key,
+                retired_at_ms,
+                retired_in,
+            },
+        );
         let quarantined =
-            (text(), text()).prop_map(|(key, reason)| QuarantinedFile { key, reason });
+            (object_key(), text()).prop_map(|(key, reason)| QuarantinedFile { key, reason });
         (
             (any::<u64>(), text(), text(), any::<i64>()),
             prop::collection::vec(compacted, 0..4),
@@ -263,13 +272,13 @@ mod tests {
         let mut m = Manifest::empty("tenant=a/year=2026/month=11/day=29/hour=10");
         m.version = 3;
         m.compacted.push(CompactedFile {
-            key: "compacted/x.parquet".into(),
+            key: key("compacted/x.parquet"),
             rows: 10,
             bytes: 100,
             input_set: "abc".into(),
         });
         m.retired.push(RetiredFile {
-            key: "data/y.parquet".into(),
+            key: key("data/y.parquet"),
             retired_at_ms: 5,
             retired_in: 2,
         });
@@ -277,7 +286,7 @@ mod tests {
         m.ingested_bytes = 7;
         m.written_bytes = 3;
         m.quarantined.push(QuarantinedFile {
-            key: "data/z.parquet".into(),
+            key: key("data/z.parquet"),
             reason: "bad".into(),
         });
         let decoded = Manifest::decode("k", &m.encode()).unwrap();
@@ -310,7 +319,7 @@ mod tests {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PartitionFiles {
     /// Keys a reader must read, compacted files first.
-    pub live: Vec<String>,
+    pub live: Vec<ObjectKey>,
     /// Bad inputs left in place, with their reasons.
     pub quarantined: Vec<QuarantinedFile>,
     /// `*.parquet` keys in the partition directory the store cannot address (an ASCII control

@@ -116,7 +116,7 @@ pub async fn query_window(
             stats.files += 1;
             let file = FileQuery {
                 store: &counting,
-                key: crate::store::key_path(&key)?,
+                key: key.into(),
                 keys,
                 predicate: &predicate,
                 keys_only: query.limit == 0,

@@ -42,7 +42,7 @@ pub async fn scan_columns(
     let mut stats = QueryStats::default();
     for key in partition_files(store, layout, partition).await?.live {
         stats.files += 1;
-        let key = crate::store::key_path(&key)?;
+        let key = key.into();
         stats.rows_matched += scan_file(&counting, &key, columns, &mut stats).await?;
     }
     stats.bytes_read = counters.bytes();

@@ -20,19 +20,9 @@ use tokio::io::AsyncWriteExt;
 
 use crate::cost::RequestCounts;
 use crate::error::{Error, Result};
+use crate::object_key::ObjectKey;
 use crate::store::raw_s3::{ConditionalDelete, RawS3, addressable};
 use crate::store::request_counts::{RequestCounters, RequestCountingStore};
-
-/// The path of a key the system already holds (a listed key, a manifest entry), taken as
-/// itself: parsed, never re-encoded. `Path::from` percent-encodes `~ % # [ ] { } ^ | * ? " < >`
-/// and backtick, so it would address another object (`a~b.parquet` becomes `a%7Eb.parquet`).
-pub fn key_path(key: &str) -> Result<Path> {
-    Path::parse(key).map_err(|source| Error::Store {
-        operation: "address",
-        location: format!("{key:?}"),
-        source: object_store::Error::InvalidPath { source },
-    })
-}
 
 /// A parsed store root URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -424,8 +414,8 @@ fn list_local(root: &FsPath, prefix: &Path) -> Result<Listing> {
             } else {
                 format!("{key}/{lossy}")
             };
-            let location = match Path::parse(&child) {
-                Ok(location) if name.to_str().is_some() && location.as_ref() == child => location,
+            let location = match ObjectKey::parse(&child) {
+                Ok(location) if name.to_str().is_some() => Path::from(location),
                 _ => {
                     tracing::warn!(key = ?child, file = %path.display(), "skipping a key the store cannot address");
                     listing.unaddressable.push(child);

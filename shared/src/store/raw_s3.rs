@@ -16,6 +16,7 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 
 use crate::error::{Error, Result};
+use crate::object_key::ObjectKey;
 use crate::settings::{Lookup, process_env};
 use crate::store::aws_env;
 
@@ -299,7 +300,7 @@ fn dir_prefix(prefix: &Path) -> String {
 
 /// The path of a raw key when object_store addresses exactly that key.
 pub(crate) fn addressable(key: &str) -> Option<Path> {
-    Path::parse(key).ok().filter(|p| p.as_ref() == key)
+    ObjectKey::parse(key).ok().map(Path::from)
 }
 
 /// Decodes a key S3 returned with `encoding-type=url` (`%XX` escapes, `+` for a space).

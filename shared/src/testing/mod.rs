@@ -149,12 +149,19 @@ pub fn parquet_bytes_with(batches: &[RecordBatch], props: WriterProperties) -> B
     Bytes::from(buf)
 }
 
+/// The object key of a test's literal.
+pub fn key(key: &str) -> crate::object_key::ObjectKey {
+    crate::object_key::ObjectKey::parse(key).expect("a test key parses")
+}
+
 /// Puts raw bytes at a key.
 pub async fn put_bytes(store: &Store, key: &str, bytes: Bytes) {
     store
         .object_store()
         .put(
-            &crate::store::key_path(key).expect("a test key parses"),
+            crate::object_key::ObjectKey::parse(key)
+                .expect("a test key parses")
+                .location(),
             PutPayload::from(bytes),
         )
         .await
@@ -165,7 +172,11 @@ pub async fn put_bytes(store: &Store, key: &str, bytes: Bytes) {
 pub async fn get_bytes(store: &Store, key: &str) -> Bytes {
     store
         .object_store()
-        .get(&crate::store::key_path(key).expect("a test key parses"))
+        .get(
+            crate::object_key::ObjectKey::parse(key)
+                .expect("a test key parses")
+                .location(),
+        )
         .await
         .expect("test get succeeds")
         .bytes()

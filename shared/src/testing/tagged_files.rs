@@ -12,6 +12,7 @@ use futures::TryStreamExt;
 use object_store::memory::InMemory;
 
 use crate::manifest::{CommitRequest, CompactedFile, partition_files};
+use crate::object_key::ObjectKey;
 use crate::partition::{KeyLayout, PartitionId};
 use crate::store::Store;
 use crate::testing::{parquet_bytes, put_bytes, read_parquet, rows_batch};
@@ -72,9 +73,9 @@ pub async fn land_files(
 /// A commit request retiring one input for one output (one row, one byte).
 pub fn commit_request(job: &str, input: &str, output: &str) -> CommitRequest {
     CommitRequest {
-        inputs: vec![input.to_string()],
+        inputs: vec![ObjectKey::parse(input).expect("a test key parses")],
         outputs: vec![CompactedFile {
-            key: output.to_string(),
+            key: ObjectKey::parse(output).expect("a test key parses"),
             rows: 1,
             bytes: 1,
             input_set: String::new(),

@@ -251,7 +251,11 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
         .await
         .expect("files");
     let vanished = format!("{dir}/v1-vanished.parquet");
-    assert!(files.live.contains(&vanished), "{:?}", files.live);
+    assert!(
+        files.live.iter().any(|k| *k == vanished),
+        "{:?}",
+        files.live
+    );
 
     // Every input refused: the function's access is at fault; nothing is quarantined.
     let partition = PartitionId::parse("acme", "2026-11-29T11").expect("partition");
@@ -393,7 +397,7 @@ async fn late_files_without_rows_leave_the_compacted_output_as_it_is() {
         .await
         .expect("files");
     let vanished_key = format!("{dir}/v9-vanished.parquet");
-    assert_eq!(files.live, vec![output.clone(), vanished_key]);
+    assert_eq!(files.live, vec![output.to_string(), vanished_key]);
     assert_eq!(files.quarantined.len(), 1);
     assert_eq!(get_bytes(&store, &output).await, output_bytes);
     assert_eq!(compacted_objects().await, 1, "no output was written");
@@ -466,7 +470,7 @@ async fn a_released_file_is_live_again_and_the_next_job_merges_it() {
         .await
         .expect("files");
     assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
-    assert!(files.live.contains(&kms), "{:?}", files.live);
+    assert!(files.live.iter().any(|k| *k == kms), "{:?}", files.live);
     let again = release_quarantined(&fixed, &layout, &partition, &[], 0)
         .await
         .expect("nothing to release");

@@ -19,6 +19,7 @@ use ourios_compaction::manifest::{
 };
 use ourios_compaction::serverless::dispatch::job_lifecycle::{RecordAction, run_compaction_job};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
+use ourios_compaction::testing;
 use ourios_compaction::testing::small_budget_options as options;
 use ourios_compaction::testing::test_partition as partition;
 use ourios_compaction::testing::{
@@ -135,16 +136,16 @@ async fn hole1_a_key_that_encoding_would_change_is_never_confused_with_another()
 
 fn commit_request(job: &str, inputs: &[&str], output: &str, forget: &[&str]) -> CommitRequest {
     CommitRequest {
-        inputs: inputs.iter().map(|k| k.to_string()).collect(),
+        inputs: inputs.iter().map(|k| testing::key(k)).collect(),
         outputs: vec![CompactedFile {
-            key: output.to_string(),
+            key: testing::key(output),
             rows: 1,
             bytes: 1,
             input_set: format!("set-of-{job}"),
         }],
         quarantined: Vec::new(),
         released: Vec::new(),
-        forget: forget.iter().map(|k| k.to_string()).collect(),
+        forget: forget.iter().map(|k| testing::key(k)).collect(),
         ingested_bytes: 1,
         attempt_id: job.to_string(),
         now_ms: 0,

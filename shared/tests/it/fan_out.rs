@@ -121,7 +121,7 @@ fn fanned_out_ranges_are_disjoint_sorted_and_identical_for_any_workers() {
         report.outputs
     );
     assert_eq!(report.output, None, "several outputs: no single `output`");
-    let keys: Vec<&String> = report.outputs.iter().map(|o| &o.key).collect();
+    let keys: Vec<&str> = report.outputs.iter().map(|o| o.key.as_str()).collect();
     let mut sorted_keys = keys.clone();
     sorted_keys.sort();
     assert_eq!(keys, sorted_keys, "outputs are reported in key order");
@@ -639,7 +639,7 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
             .expect("files");
         let mut live = files_now.live.clone();
         live.sort();
-        let mut kept: Vec<String> = ranges.iter().map(|(key, _)| key.clone()).collect();
+        let mut kept: Vec<String> = ranges.iter().map(|(key, _)| key.to_string()).collect();
         kept.sort();
         assert_eq!(live, kept, "the ranges stay the live set");
         for (key, bytes) in &ranges {

@@ -21,6 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "error",
             "gauge",
             "logging",
+            "object_key",
             "options",
             "partition",
             "report",

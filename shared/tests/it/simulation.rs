@@ -29,7 +29,7 @@ use ourios_compaction::manifest::{
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    Fault, FaultyStore, HostClock, StoreState, VirtualStore, random_stream,
+    Fault, FaultyStore, HostClock, StoreState, VirtualStore, key as object_key, random_stream,
 };
 
 const GRACE: Duration = Duration::from_secs(60);
@@ -177,7 +177,8 @@ impl Sim {
             .collect();
         let (bad, inputs): (Vec<String>, Vec<String>) = live
             .keys()
-            .into_iter()
+            .iter()
+            .map(ToString::to_string)
             .partition(|k| self.corrupt.contains(k));
         let mut rows = Vec::new();
         for key in inputs.iter().chain(&bad) {
@@ -200,7 +201,7 @@ impl Sim {
             fxhash(&set)
         );
         let output = (!inputs.is_empty()).then(|| CompactedFile {
-            key: key.clone(),
+            key: object_key(&key),
             rows: rows.len() as u64,
             bytes: 1,
             input_set: format!("{:016x}", fxhash(&set)),
@@ -212,15 +213,15 @@ impl Sim {
             quarantined: bad
                 .into_iter()
                 .map(|key| QuarantinedFile {
-                    key,
+                    key: object_key(&key),
                     reason: "corrupt".to_string(),
                 })
                 .collect(),
             forget: base
                 .retired
                 .iter()
-                .filter(|r| !listed.contains(&r.key))
-                .map(|r| r.key.clone())
+                .filter(|r| !listed.contains(r.key.as_str()))
+                .map(|r| r.key.to_string())
                 .collect(),
             base,
             inputs,
@@ -275,11 +276,11 @@ impl Sim {
         };
         let clock = self.clock();
         let request = CommitRequest {
-            inputs: job.inputs.clone(),
+            inputs: job.inputs.iter().map(|k| object_key(k)).collect(),
             outputs: job.output.clone().into_iter().collect(),
             quarantined: job.quarantined.clone(),
             released: Vec::new(),
-            forget: job.forget.clone(),
+            forget: job.forget.iter().map(|k| object_key(k)).collect(),
             ingested_bytes: 1,
             attempt_id: job.id.clone(),
             now_ms: clock.now_ms(),
@@ -330,9 +331,14 @@ impl Sim {
                 .expect("manifest");
             let dir = self.layout.ingest_dir(partition);
             let listing = self.store.list_sorted(&dir).await.expect("list");
-            let live = live_set(&dir, &listing, &manifest).keys();
-            let quarantined: Vec<String> =
-                manifest.quarantined.iter().map(|q| q.key.clone()).collect();
+            let live: Vec<String> = (live_set(&dir, &listing, &manifest).keys().iter())
+                .map(ToString::to_string)
+                .collect();
+            let quarantined: Vec<String> = manifest
+                .quarantined
+                .iter()
+                .map(|q| q.key.to_string())
+                .collect();
             for key in live.iter().chain(&quarantined) {
                 assert!(
                     present.contains(key),
@@ -435,9 +441,15 @@ impl Sim {
             .iter()
             .filter(|k| k.starts_with(&compacted_dir))
             .collect();
-        let ingest_left: BTreeSet<&String> =
-            keys.iter().filter(|k| k.starts_with(&ingest_dir)).collect();
-        let quarantined: BTreeSet<&String> = manifest.quarantined.iter().map(|q| &q.key).collect();
+        let ingest_left: BTreeSet<&str> = (keys.iter())
+            .filter(|k| k.starts_with(&ingest_dir))
+            .map(String::as_str)
+            .collect();
+        let quarantined: BTreeSet<&str> = manifest
+            .quarantined
+            .iter()
+            .map(|q| q.key.as_str())
+            .collect();
         let good_rows = self
             .rows
             .iter()

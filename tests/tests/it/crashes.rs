@@ -171,7 +171,7 @@ impl Scenario {
             .iter()
             .map(|v| self.layout.manifest_key(&self.partition, *v).to_string())
             .collect();
-        allowed.insert(files.live[0].clone());
+        allowed.insert(files.live[0].to_string());
         allowed.insert(self.bad_key.clone());
         let keys: BTreeSet<String> = all_keys(&self.store).await.into_iter().collect();
         assert_eq!(

@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::input::page_check::{MAX_LEAF_COLUMNS, check_schema_nesting};
 use crate::input::schema::{check_key_columns, unify_weighted};
 use crate::input::{CHECK_STACK_BYTES, catch_reader_panic};
+use crate::object_key::ObjectKey;
 use crate::options::KeyColumns;
 use crate::read::inspect::stored_footer_range;
 use crate::report::Quarantined;
@@ -125,7 +126,7 @@ pub(crate) async fn admit(
         for input in group {
             match refused.next().flatten() {
                 Some(reason) => rejected.push(Quarantined {
-                    file: input.key.to_string(),
+                    file: ObjectKey::from(&input.key),
                     reason,
                 }),
                 None => kept.push(input),

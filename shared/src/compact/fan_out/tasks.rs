@@ -29,6 +29,7 @@ use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write}
 use crate::error::{Error, Result};
 use crate::input::StagedInput;
 use crate::input::schema::unify;
+use crate::object_key::ObjectKey;
 use crate::output::threshold::resolve_row_group_bytes;
 use crate::read::planned_reader::PlannedReader;
 use crate::read::split::{row_group_spans, row_groups_in_range, split_points};
@@ -36,13 +37,12 @@ use crate::report::{FanOutShape, OutputFile, Quarantined};
 use crate::scratch::ScratchDir;
 use crate::sort::SortStats;
 use crate::sort::key::{KeyPoint, KeyRange};
-use crate::store::key_path;
 
 /// An input of the job, as its plan records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedInput {
     /// Object key.
-    pub key: String,
+    pub key: ObjectKey,
     /// Its size when listed.
     pub bytes: u64,
     /// An earlier output of the partition (a presorted run).
@@ -162,7 +162,7 @@ fn range_name(range: usize) -> String {
 impl From<&WantedInput> for PlannedInput {
     fn from(w: &WantedInput) -> Self {
         PlannedInput {
-            key: w.key.to_string(),
+            key: ObjectKey::from(&w.key),
             bytes: w.bytes,
             is_compacted: w.is_compacted,
         }
@@ -172,7 +172,7 @@ impl From<&WantedInput> for PlannedInput {
 impl PlannedInput {
     fn wanted(&self) -> Result<WantedInput> {
         Ok(WantedInput {
-            key: key_path(&self.key)?,
+            key: self.key.location().clone(),
             bytes: self.bytes,
             is_compacted: self.is_compacted,
         })
@@ -253,10 +253,12 @@ pub(crate) async fn split(job: &JobContext<'_>) -> Result<Split> {
     let mut spans = Vec::new();
     let mut leaves = std::collections::BTreeSet::new();
     for run in &runs {
-        let metadata =
-            PlannedReader::new(Arc::clone(job.store.object_store()), key_path(&run.key)?)
-                .load_metadata()
-                .await?;
+        let metadata = PlannedReader::new(
+            Arc::clone(job.store.object_store()),
+            run.key.location().clone(),
+        )
+        .load_metadata()
+        .await?;
         spans.extend(row_group_spans(&metadata, &job.options.keys));
         let schema = metadata.file_metadata().schema_descr();
         leaves.extend(schema.columns().iter().map(|c| c.path().string()));
@@ -272,11 +274,7 @@ pub(crate) async fn split(job: &JobContext<'_>) -> Result<Split> {
     }
     let input_bytes: u64 = consumed.iter().map(|c| c.bytes).sum();
     let row_group_bytes = resolve_row_group_bytes(job.options.row_group_bytes, input_bytes);
-    let keys: Vec<Path> = consumed
-        .iter()
-        .map(|c| key_path(&c.key))
-        .collect::<Result<_>>()?;
-    let inputs = keys.iter().zip(&consumed).map(|(k, c)| (k, c.bytes));
+    let inputs = consumed.iter().map(|c| (c.key.location(), c.bytes));
     let split = Split {
         points: split_points(&spans, plan.ranges),
         runs,
@@ -303,12 +301,12 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
     let mut inputs = Vec::new();
     let mut schemas = Vec::new();
     for (ordinal, run) in split.runs.iter().enumerate() {
-        let key = key_path(&run.key)?;
+        let key = run.key.location().clone();
         let metadata = PlannedReader::new(Arc::clone(job.store.object_store()), key.clone())
             .load_metadata()
             .await?;
         let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
-            .map_err(|e| Error::parquet(run.key.clone(), e))?;
+            .map_err(|e| Error::parquet(run.key.to_string(), e))?;
         schemas.push((run.key.clone(), Arc::clone(arrow.schema())));
         let row_groups = row_groups_in_range(&metadata, keys, &key_range);
         if row_groups.is_empty() {
@@ -469,7 +467,7 @@ async fn commit_deadline(
     let now = job.store.store_now(&state_key(job, "clock.json")).await?;
     let mut oldest = now;
     for (output, _) in outputs {
-        let key = key_path(&output.key)?;
+        let key = output.key.location().clone();
         let meta = job
             .store
             .object_store()
@@ -511,7 +509,7 @@ pub(crate) async fn delete_state(
         keys.push(state_key(job, &range_name(range)));
     }
     for key in keys {
-        delete_quietly(job.store, key.as_ref()).await;
+        delete_quietly(job.store, &ObjectKey::from(key)).await;
     }
 }
 

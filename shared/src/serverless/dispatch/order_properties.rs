@@ -12,6 +12,7 @@ use proptest::prelude::*;
 use super::planner::{Planner, PlannerAnswer};
 use super::tests::s3_event;
 use crate::manifest::{CompactedFile, Manifest, QuarantinedFile, RetiredFile, live_set};
+use crate::object_key::ObjectKey;
 use crate::partition::{KeyLayout, PartitionId};
 use crate::serverless::events::{KeyScope, parse_invocation};
 use crate::serverless::readiness::{JobState, PartitionFacts, ReadinessConfig, plan_partition};
@@ -54,14 +55,17 @@ fn manifest(partition: &PartitionId, listed: &[ObjectMeta], num_compacted: usize
     manifest.version = num_compacted as u64;
     for i in 0..num_compacted {
         manifest.compacted.push(CompactedFile {
-            key: format!("compacted/{}/part-{i}.parquet", partition.relative_dir()),
+            key: crate::testing::key(&format!(
+                "compacted/{}/part-{i}.parquet",
+                partition.relative_dir()
+            )),
             rows: 1,
             bytes: 1,
             input_set: String::new(),
         });
     }
     for (i, meta) in listed.iter().enumerate() {
-        let key = meta.location.to_string();
+        let key = ObjectKey::from(&meta.location);
         match i % 7 {
             1 => manifest.retired.push(RetiredFile {
                 key,

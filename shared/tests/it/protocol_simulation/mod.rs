@@ -178,7 +178,7 @@ async fn read_live(store: Store, layout: KeyLayout, partition: PartitionId) -> R
         {
             Ok(got) => got,
             Err(object_store::Error::NotFound { .. }) => {
-                view.missing = Some(key.clone());
+                view.missing = Some(key.to_string());
                 return view;
             }
             Err(_) => return view,
@@ -652,9 +652,14 @@ impl Sim {
                     .expect("the manifest reads");
                 let dir = self.layout.ingest_dir(&partition);
                 let listing = self.raw.list_sorted(&dir).await.expect("the listing reads");
-                let live = live_set(&dir, &listing, &manifest).keys();
-                let quarantined: Vec<String> =
-                    manifest.quarantined.iter().map(|q| q.key.clone()).collect();
+                let live: Vec<String> = (live_set(&dir, &listing, &manifest).keys().iter())
+                    .map(ToString::to_string)
+                    .collect();
+                let quarantined: Vec<String> = manifest
+                    .quarantined
+                    .iter()
+                    .map(|q| q.key.to_string())
+                    .collect();
                 (live, quarantined)
             });
             for key in live.iter().chain(&quarantined) {
@@ -844,9 +849,15 @@ impl Sim {
             .iter()
             .filter(|k| k.starts_with(&compacted_dir))
             .collect();
-        let ingest_left: BTreeSet<&String> =
-            keys.iter().filter(|k| k.starts_with(&ingest_dir)).collect();
-        let quarantined: BTreeSet<&String> = manifest.quarantined.iter().map(|q| &q.key).collect();
+        let ingest_left: BTreeSet<&str> = (keys.iter())
+            .filter(|k| k.starts_with(&ingest_dir))
+            .map(String::as_str)
+            .collect();
+        let quarantined: BTreeSet<&str> = manifest
+            .quarantined
+            .iter()
+            .map(|q| q.key.as_str())
+            .collect();
         let expected = usize::from(!self.ingested_good(partition).is_empty());
         let record_written = self
             .state
