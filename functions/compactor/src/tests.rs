@@ -502,7 +502,7 @@ async fn fan_out_tasks_run_through_the_handler() {
         with(serde_json::json!({"step": "commit", "job": job})),
     )
     .await;
-    assert_eq!(again["status"], "noop", "{again}");
+    assert_eq!(again["status"], "compacted", "{again}");
     let done = fan_out_task(&compactor, with(serde_json::json!({"step": "plan"}))).await;
     assert_eq!(done["job"], serde_json::Value::Null, "{done}");
 

@@ -9,7 +9,9 @@ use object_store::path::Path;
 
 use crate::clock::Expiry;
 use crate::compact::job::JobContext;
-use crate::compact::staging::{CheckedGroup, consumed_input, quarantine, stage_and_check};
+use crate::compact::staging::{
+    CheckedGroup, Refusals, consumed_input, quarantine, stage_and_check,
+};
 use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, output_key, sort_and_write};
 use crate::error::Result;
@@ -105,7 +107,7 @@ pub(crate) async fn settle_without_rows(
         }
         let (batch, tail) = rest.split_at(batch_len);
         rest = tail;
-        let group = stage_and_check(job, batch.to_vec(), &scratch, true).await?;
+        let group = stage_and_check(job, batch.to_vec(), &scratch, true, false).await?;
         if !group.checked.is_empty() {
             return Ok(None);
         }
@@ -140,6 +142,8 @@ pub(crate) struct SortedGroup {
     pub(crate) consumed: Vec<WantedInput>,
     pub(crate) rows: u64,
     pub(crate) quarantined: Vec<Quarantined>,
+    /// How the store answered the group's reads.
+    pub(crate) refusals: Refusals,
     /// `None` when no input held a row.
     pub(crate) written: Option<Written>,
 }
@@ -153,11 +157,13 @@ pub(crate) async fn sort_group(
     target: &OutputTarget,
 ) -> Result<SortedGroup> {
     let (partition, options) = (job.partition, job.options);
+    let job_decides = matches!(target, OutputTarget::Run(_));
     let CheckedGroup {
         mut checked,
         empty,
         mut quarantined,
-    } = stage_and_check(job, wanted, scratch, false).await?;
+        refusals,
+    } = stage_and_check(job, wanted, scratch, false, job_decides).await?;
 
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
@@ -231,6 +237,7 @@ pub(crate) async fn sort_group(
         consumed,
         rows: checked.iter().map(|c| c.rows).sum(),
         quarantined,
+        refusals,
         written,
     })
 }

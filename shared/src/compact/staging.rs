@@ -28,16 +28,56 @@ pub(crate) struct CheckedGroup {
     pub(crate) empty: Vec<CheckedInput>,
     /// Bad inputs.
     pub(crate) quarantined: Vec<Quarantined>,
+    /// The store's refusals: what a job whose every input was refused fails with.
+    pub(crate) refusals: Refusals,
+}
+
+/// How the store answered a group's reads: whether it let any input be read, and the first
+/// input it refused. A job none of whose inputs could be read because the store refused them
+/// fails rather than quarantine them all: the function's own access is then at fault, not the
+/// files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Refusals {
+    /// Some input was read (staged).
+    #[serde(default)]
+    pub read_any: bool,
+    /// The first input refused, with the store's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<(ObjectKey, String)>,
+}
+
+impl Refusals {
+    /// The refusals of several groups together.
+    pub(crate) fn merge(&mut self, other: &Refusals) {
+        self.read_any |= other.read_any;
+        if self.first.is_none() {
+            self.first.clone_from(&other.first);
+        }
+    }
+
+    /// `Err` when the store refused an input and let none be read.
+    pub(crate) fn check(&self, partition: &PartitionId) -> Result<()> {
+        match &self.first {
+            Some((key, reason)) if !self.read_any => Err(Error::AccessDenied {
+                partition: partition.to_string(),
+                key: key.to_string(),
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Steps 2 and 3 for a group of inputs: stage them in `scratch` and check them. Unless
-/// `others_readable` (other live inputs were read by an earlier job), every input refused by
-/// the store fails the job: the function's own access is then at fault, not the files.
+/// `others_readable` (other live inputs were read by an earlier job) or `job_decides` (a group
+/// of a fanned-out job, whose commit decides for the whole job), every input refused by the
+/// store fails the job ([`Refusals`]).
 pub(crate) async fn stage_and_check(
     job: &JobContext<'_>,
     wanted: Vec<WantedInput>,
     scratch: &ScratchDir,
     others_readable: bool,
+    job_decides: bool,
 ) -> Result<CheckedGroup> {
     let (store, partition, options) = (job.store, job.partition, job.options);
     // Step 2: stage.
@@ -54,14 +94,13 @@ pub(crate) async fn stage_and_check(
             }
         }
     }
-    if !refused.is_empty() && staged.is_empty() && !others_readable {
+    let refusals = Refusals {
+        read_any: others_readable || !staged.is_empty(),
+        first: (refused.first()).map(|(key, reason)| (ObjectKey::from(key), reason.clone())),
+    };
+    if !job_decides {
         // Fail and retry rather than quarantine a whole partition.
-        let (key, reason) = &refused[0];
-        return Err(Error::AccessDenied {
-            partition: partition.to_string(),
-            key: key.to_string(),
-            reason: reason.clone(),
-        });
+        refusals.check(partition)?;
     }
 
     // Step 3: check.
@@ -82,6 +121,7 @@ pub(crate) async fn stage_and_check(
         checked,
         empty,
         quarantined,
+        refusals,
     })
 }
 

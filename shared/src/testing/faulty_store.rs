@@ -23,6 +23,8 @@ pub enum Fault {
     /// Operation `n` takes effect but its caller sees an error (the response was lost);
     /// later operations work.
     LostResponse(u64),
+    /// Operation `n` fails without effect (a 503 the caller sees); later operations work.
+    Unavailable(u64),
     /// The first create-only write at or after operation `n` fails with `412 Precondition
     /// Failed` without writing; everything else works.
     Precondition(u64),
@@ -42,6 +44,7 @@ impl Fault {
         match self {
             Fault::Crash(n)
             | Fault::LostResponse(n)
+            | Fault::Unavailable(n)
             | Fault::Precondition(n)
             | Fault::Conflict(n)
             | Fault::PartialMultipart(n)
@@ -83,6 +86,7 @@ impl FaultState {
                 Verdict::Fail
             }
             Fault::LostResponse(at) if n == at => Verdict::DoThenFail,
+            Fault::Unavailable(at) if n == at => Verdict::Fail,
             Fault::Precondition(_) | Fault::Conflict(_)
                 if due && conditional && !self.fired.swap(true, SeqCst) =>
             {
@@ -171,7 +175,10 @@ impl FaultyStore {
         let faults = self.hooks();
         faults.state.crashed.load(SeqCst)
             || faults.state.fired.load(SeqCst)
-            || matches!(faults.fault, Some(Fault::LostResponse(n)) if self.num_ops() >= n)
+            || matches!(
+                faults.fault,
+                Some(Fault::LostResponse(n) | Fault::Unavailable(n)) if self.num_ops() >= n
+            )
     }
 }
 

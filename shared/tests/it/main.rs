@@ -9,6 +9,7 @@ mod budget_release;
 mod commit_holes;
 mod determinism;
 mod fan_out;
+mod fan_out_tasks;
 mod layers;
 mod memory_bounds;
 mod output_file;

@@ -32,12 +32,12 @@ use crate::compact::committing::commit_produced;
 use crate::compact::job::{JobContext, JobRun};
 use crate::compact::producing::{Produced, settle_without_rows};
 use crate::compact::state::{WantedInput, read_partition};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::gauge::MemoryGauge;
-use crate::manifest::{load_latest, unaddressable_inputs};
+use crate::manifest::{Manifest, load_latest, unaddressable_inputs};
 use crate::options::{CompactOptions, FanOut};
 use crate::partition::{KeyLayout, PartitionId};
-use crate::report::{CompactionReport, FanOutShape, Status};
+use crate::report::{CompactionReport, FanOutShape, OutputFile, Status};
 use crate::scratch::free_bytes;
 use crate::store::Store;
 
@@ -183,25 +183,18 @@ pub async fn commit_fanned_out(
 
 /// Step 5 of a job fanned out elsewhere: its tasks' records gathered and committed on the
 /// latest manifest, unless a version since the plan's forgot retired files (invariant 11).
+/// The records and runs stay until the outcome is definitive (committed, conflict, too late),
+/// so a commit retried after a transient error finds them; a retry that finds the job's own
+/// version (its response lost) reports it `compacted`.
 async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<()> {
-    let (store, layout, partition, attempt_id) =
-        (job.store, job.layout, job.partition, job.attempt_id);
+    let (store, layout, partition) = (job.store, job.layout, job.partition);
     let manifest = load_latest(store, layout, partition).await?;
     report.manifest_version = manifest.version;
-    let plan = match tasks::read_plan(job).await {
-        Ok(plan) => plan,
-        // A retry of a commit that landed (its records are deleted after it).
-        Err(_)
-            if manifest
-                .compacted
-                .iter()
-                .any(|c| is_range_of(&c.key, attempt_id)) =>
-        {
-            report.status = Status::Noop;
-            return Ok(());
-        }
-        Err(e) => return Err(e),
-    };
+    if let Some(outputs) = committed_ranges(&manifest, job.attempt_id) {
+        report_landed_commit(job, &manifest, outputs, report).await;
+        return Ok(());
+    }
+    let plan = tasks::read_plan(job).await?;
     if manifest.forgotten_in > plan.manifest_version {
         return Err(Error::Conflict {
             partition: partition.to_string(),
@@ -218,8 +211,65 @@ async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<(
     let listing = listing.objects;
     let split = tasks::read_split(job).await.ok();
     let committed = commit_produced(job, &manifest, &listing, produced, report).await;
-    tasks::delete_state(job, &plan, split.as_ref(), false).await;
+    let definitive = match &committed {
+        Ok(()) => true,
+        Err(e) => e.kind() != ErrorKind::Transient,
+    };
+    if definitive {
+        tasks::delete_state(job, &plan, split.as_ref()).await;
+    }
     committed
+}
+
+/// The outputs of job `job` that `manifest` holds, live or since retired (`None`: its commit
+/// has not landed).
+fn committed_ranges(manifest: &Manifest, job: &str) -> Option<Vec<OutputFile>> {
+    let live = (manifest.compacted.iter()).filter(|c| is_range_of(&c.key, job));
+    let outputs: Vec<OutputFile> = live
+        .map(|c| OutputFile {
+            key: c.key.clone(),
+            bytes: c.bytes,
+            rows: c.rows,
+            row_groups: 0,
+        })
+        .collect();
+    let retired = || (manifest.retired.iter()).any(|r| is_range_of(&r.key, job));
+    (!outputs.is_empty() || retired()).then_some(outputs)
+}
+
+/// Reports a commit of this job that landed before (a retry whose first answer was lost):
+/// `compacted`, with the outputs the manifest holds (their row groups read from the job's
+/// range records while they last), and the records and runs left behind deleted.
+async fn report_landed_commit(
+    job: &JobContext<'_>,
+    manifest: &Manifest,
+    mut outputs: Vec<OutputFile>,
+    report: &mut CompactionReport,
+) {
+    report.status = Status::Compacted;
+    report.write_amplification = manifest.write_amplification();
+    if let Ok(plan) = tasks::read_plan(job).await {
+        let split = tasks::read_split(job).await.ok();
+        if let Ok(produced) = tasks::gather(job).await {
+            let recorded: Vec<OutputFile> =
+                produced.outputs.into_iter().map(|w| w.output).collect();
+            for output in &mut outputs {
+                if let Some(r) = recorded.iter().find(|r| r.key == output.key) {
+                    output.row_groups = r.row_groups;
+                }
+            }
+            report.inputs.rows = produced.rows;
+            report.inputs.files = produced.consumed.len() as u64;
+            report.inputs.bytes = produced.consumed.iter().map(|c| c.bytes).sum();
+            report.fan_out = produced.fan_out;
+        }
+        tasks::delete_state(job, &plan, split.as_ref()).await;
+    }
+    report.output = match outputs.as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    };
+    report.outputs = outputs;
 }
 
 /// What a task answers.
@@ -433,7 +483,7 @@ impl OwnedJob {
 
 /// Steps 2 to 4 fanned out, here: the plan, the runs, the split and the merges, each task on a
 /// thread of its own, at most [`CompactOptions::workers`] at once; the job's records are
-/// deleted afterwards, its runs too when a step failed.
+/// deleted afterwards with its runs (the outputs hold every row; a retry is a new job).
 pub(crate) async fn produce(
     job: &JobContext<'_>,
     manifest_version: u64,
@@ -445,7 +495,7 @@ pub(crate) async fn produce(
     let plan = tasks::plan(job, manifest_version, groups, shape.ranges).await?;
     let mut split = None;
     let produced = run_steps(job, &owned, plan.groups.len(), &mut split).await;
-    tasks::delete_state(job, &plan, split.as_ref(), produced.is_err()).await;
+    tasks::delete_state(job, &plan, split.as_ref()).await;
     produced
 }
 

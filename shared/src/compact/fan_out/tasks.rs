@@ -24,6 +24,7 @@ use crate::clock::Expiry;
 use crate::compact::committing::delete_quietly;
 use crate::compact::job::JobContext;
 use crate::compact::producing::{OutputTarget, Produced, sort_group};
+pub use crate::compact::staging::Refusals;
 use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
 use crate::error::{Error, Result};
@@ -75,6 +76,10 @@ pub struct GroupRun {
     pub rows: u64,
     /// Bad inputs.
     pub quarantined: Vec<Quarantined>,
+    /// How the store answered the group's reads (the commit fails a job whose every input the
+    /// store refused).
+    #[serde(default)]
+    pub refusals: Refusals,
     /// The sort's work.
     pub stats: SortStats,
 }
@@ -229,6 +234,7 @@ pub(crate) async fn run_group(job: &JobContext<'_>, group: usize) -> Result<Grou
         consumed: (sorted.consumed.iter()).map(PlannedInput::from).collect(),
         rows: sorted.rows,
         quarantined: sorted.quarantined,
+        refusals: sorted.refusals,
     };
     write_state(job, &run_name(group), &run).await?;
     Ok(run)
@@ -390,7 +396,8 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
 }
 
 /// Everything the job's tasks wrote, ready to commit: checked (every row of the inputs in
-/// exactly one output), its commit deadline taken on the store's clock, and the runs deleted.
+/// exactly one output), its commit deadline taken on the store's clock. The runs stay until
+/// the commit's outcome is definitive ([`delete_state`]).
 pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
     let plan = read_plan(job).await?;
     let split = read_split(job).await?;
@@ -398,13 +405,21 @@ pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
     let mut quarantined: Vec<Quarantined> = Vec::new();
     let mut stats = SortStats::default();
     let mut rows = 0;
+    let mut refusals = Refusals {
+        read_any: !plan.rejected.is_empty(),
+        first: None,
+    };
     for group in 0..plan.groups.len() {
         let run: GroupRun = read_state(job, &run_name(group)).await?;
         consumed.extend(run.consumed.iter().map(PlannedInput::wanted));
         quarantined.extend(run.quarantined);
+        refusals.merge(&run.refusals);
         rows += run.rows;
         add_stats(&mut stats, &run.stats);
     }
+    // Decided for the job, as one task decides: a group of one refused file is quarantined
+    // when other groups were read.
+    refusals.check(job.partition)?;
     let consumed: Vec<WantedInput> = consumed.into_iter().collect::<Result<_>>()?;
     quarantined.extend(plan.rejected.iter().cloned());
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
@@ -423,9 +438,6 @@ pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
         )));
     }
     let commit_by = commit_deadline(job, &outputs).await?;
-    for run in &split.runs {
-        delete_quietly(job.store, &run.key).await;
-    }
     let written = outputs
         .into_iter()
         .map(|(output, row_group_bytes)| Written {
@@ -490,20 +502,13 @@ async fn commit_deadline(
     )))
 }
 
-/// Deletes the job's records, and its runs when `runs` (a failed job; [`gather`] deletes them
-/// otherwise). Best effort: GC sweeps what is left.
-pub(crate) async fn delete_state(
-    job: &JobContext<'_>,
-    plan: &FanOutPlan,
-    split: Option<&Split>,
-    runs: bool,
-) {
+/// Deletes the job's records and its runs, once the job is over (committed, or failed for
+/// good). Best effort: GC sweeps what is left.
+pub(crate) async fn delete_state(job: &JobContext<'_>, plan: &FanOutPlan, split: Option<&Split>) {
     let mut keys = vec![state_key(job, "plan.json"), state_key(job, "split.json")];
     for group in 0..plan.groups.len() {
         keys.push(state_key(job, &run_name(group)));
-        if runs {
-            keys.push(job.layout.run_key(job.partition, job.attempt_id, group));
-        }
+        keys.push(job.layout.run_key(job.partition, job.attempt_id, group));
     }
     for range in 0..split.map_or(0, Split::ranges) {
         keys.push(state_key(job, &range_name(range)));
