@@ -334,6 +334,20 @@ class TemplateTest(unittest.TestCase):
             self.assertEqual(env["OURIOS_STORE"], store)
             self.assertEqual(env["OURIOS_JOB_LEASE"], "3600s")
 
+    def test_the_grace_outlasts_the_longest_compactor_timeout(self):
+        # GC's idle rule for fan-out directories and the commit deadlines assume no compactor
+        # invocation outlives the grace.
+        params = self.template["Parameters"]
+        longest_s = params["CompactorTimeout"]["MaxValue"]
+        pattern = params["GcGrace"]["AllowedPattern"]
+        seconds = {"s": 1, "m": 60, "h": 3600}
+        for value in ["15m", "900s", "901s", "1000s", "16m", "20m", "99m", "100m", "1h", "24h", "168h"]:
+            self.assertRegex(value, pattern)
+            self.assertGreaterEqual(int(value[:-1]) * seconds[value[-1]], longest_s, value)
+        for value in ["0s", "60s", "899s", "1m", "14m", "0h", "10", "15", "15 m", "1.5h", "015m", "-15m"]:
+            self.assertIsNone(re.fullmatch(pattern, value), f"GcGrace accepts {value!r}")
+        self.assertRegex(params["GcGrace"]["Default"], pattern)
+
     def test_prefixes_cannot_widen_the_policies(self):
         # Both prefixes are spelled into IAM ARNs and event filters.
         params = self.template["Parameters"]
