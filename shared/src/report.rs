@@ -201,4 +201,75 @@ impl CompactionReport {
             self.inputs.bytes,
         );
     }
+
+    /// The report as JSON with each of its lists (`outputs`, `quarantined`, `unaddressable`)
+    /// cut to its first `max_listed` entries, for answers whose size is capped (a Step
+    /// Functions task result over 256 KiB fails with `States.DataLimitExceeded`). A cut list's
+    /// full length is in `listed_in_full`; the totals (`inputs`, `fan_out`) stay whole.
+    pub fn bounded_json(&self, max_listed: usize) -> serde_json::Value {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        let mut in_full = serde_json::Map::new();
+        for list in ["outputs", "quarantined", "unaddressable"] {
+            if let Some(entries) = value.get_mut(list).and_then(|v| v.as_array_mut())
+                && entries.len() > max_listed
+            {
+                in_full.insert(list.to_string(), entries.len().into());
+                entries.truncate(max_listed);
+            }
+        }
+        if !in_full.is_empty() {
+            value["listed_in_full"] = in_full.into();
+        }
+        value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_report_lists_at_most_its_limit_and_says_how_many_there_were() {
+        let mut report = CompactionReport::new("tenant=a/year=2026/month=11/day=29/hour=10", "j");
+        let long_reason = "x".repeat(400);
+        for i in 0..20_000 {
+            report.quarantined.push(Quarantined {
+                file: ObjectKey::parse(&format!("data/tenant=a/q-{i:05}.parquet")).unwrap(),
+                reason: long_reason.clone(),
+            });
+        }
+        for i in 0..3 {
+            report.outputs.push(OutputFile {
+                key: ObjectKey::parse(&format!("compacted/o-{i}.parquet")).unwrap(),
+                bytes: 1,
+                rows: 1,
+                row_groups: 1,
+            });
+        }
+        report.inputs.files = 20_003;
+        let bounded = report.bounded_json(100);
+        let size = serde_json::to_vec(&bounded).unwrap().len();
+        assert!(size < 64 << 10, "{size} bytes");
+        assert_eq!(bounded["quarantined"].as_array().unwrap().len(), 100);
+        assert_eq!(
+            bounded["quarantined"][0]["file"],
+            "data/tenant=a/q-00000.parquet"
+        );
+        assert_eq!(
+            bounded["listed_in_full"],
+            serde_json::json!({"quarantined": 20_000})
+        );
+        assert_eq!(
+            bounded["outputs"].as_array().unwrap().len(),
+            3,
+            "short lists stay whole"
+        );
+        assert_eq!(bounded["inputs"]["files"], 20_003);
+        // Nothing cut: the report's own JSON.
+        report.quarantined.truncate(5);
+        assert_eq!(
+            report.bounded_json(100),
+            serde_json::to_value(&report).unwrap()
+        );
+    }
 }

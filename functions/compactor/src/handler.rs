@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use ourios_compaction::error::InvocationError;
-use ourios_compaction::serverless::dispatch::compactor::CompactorAnswer;
+use ourios_compaction::serverless::dispatch::compactor::{CompactorAnswer, FAN_OUT_ANSWER_LISTED};
 use ourios_compaction::serverless::events::{Invocation, parse_invocation};
 use ourios_compaction::serverless::function_url::answer_request;
 use ourios_compaction::serverless::metrics::compaction_metrics;
@@ -54,7 +54,9 @@ async fn run(
                 "{}",
                 compaction_metrics(&report, &report.attempt_id, now_ms)
             );
-            let mut answer = serde_json::to_value(&report)?;
+            let full = serde_json::to_string(&report).unwrap_or_default();
+            tracing::info!(report = %full, record = ?record, "fan-out commit report");
+            let mut answer = report.bounded_json(FAN_OUT_ANSWER_LISTED);
             answer["record"] = serde_json::to_value(record)?;
             return Ok(answer);
         }

@@ -66,6 +66,11 @@ pub enum CompactorAnswer {
     },
 }
 
+/// Entries of each list of a report a fan-out commit answers with (the rest are counted): Step
+/// Functions fails a task whose result passes 256 KiB (`States.DataLimitExceeded`), after the
+/// commit landed. The whole report is in the function's log.
+pub const FAN_OUT_ANSWER_LISTED: usize = 100;
+
 impl CompactorAnswer {
     /// The kind the invocation fails with when a job did not complete (failed or timed out),
     /// so that Lambda retries it; `None` when every job finished.
@@ -175,7 +180,7 @@ impl Compactor {
     ) -> Result<CompactorAnswer, InvocationError> {
         if matches!(report.status, Status::Failed | Status::Timeout) {
             let kind = report.error_kind.unwrap_or(ErrorKind::Bug);
-            let body = serde_json::to_string(&report)?;
+            let body = report.bounded_json(FAN_OUT_ANSWER_LISTED);
             let status = report.status.as_str();
             return Err(InvocationError::new(
                 kind,
