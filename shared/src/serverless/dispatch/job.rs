@@ -176,6 +176,35 @@ async fn put_job(
     (key, put)
 }
 
+/// Deletes the job record if it is still the version read, so a record that replaced it
+/// (another job's, written once ours went stale) stays for that job to end: `Lost` then.
+/// The store's conditional delete decides where it has one (S3); elsewhere (a local
+/// directory, memory) the record is read again just before the delete.
+pub async fn delete_job_if(
+    store: &Store,
+    partition: &PartitionId,
+    expected: &UpdateVersion,
+) -> Result<WriteOutcome> {
+    let Some(current) = read_job(store, partition).await? else {
+        return Ok(WriteOutcome::Lost);
+    };
+    if current.version != *expected {
+        return Ok(WriteOutcome::Lost);
+    }
+    let listed = object_store::ObjectMeta {
+        location: Path::from(job_key(partition)),
+        last_modified: current.written_at,
+        size: 0,
+        e_tag: expected.e_tag.clone(),
+        version: expected.version.clone(),
+    };
+    Ok(if store.delete_listed(&listed).await? {
+        WriteOutcome::Written
+    } else {
+        WriteOutcome::Lost
+    })
+}
+
 /// Deletes the job record (absent is fine).
 pub async fn delete_job(store: &Store, partition: &PartitionId) -> Result<()> {
     let key = Path::from(job_key(partition));

@@ -126,8 +126,19 @@ async fn end_job_record(
         .single()
         .unwrap_or_else(Utc::now);
     let Ok(ready) = readiness(&facts, now, readiness_config) else {
-        job::delete_job(store, partition).await?;
-        return Ok(RecordAction::Deleted);
+        // Only our own record: one that replaced it is another job's to end.
+        let Some(ours) = stored else {
+            return Ok(match job::read_job(store, partition).await? {
+                None => RecordAction::Deleted,
+                Some(_) => RecordAction::Superseded,
+            });
+        };
+        return Ok(
+            match job::delete_job_if(store, partition, &ours.version).await? {
+                WriteOutcome::Written => RecordAction::Deleted,
+                WriteOutcome::Lost => RecordAction::Superseded,
+            },
+        );
     };
     let next = JobRecord::new(partition, &format!("after the previous job: {ready}"), now);
     let written = match stored {
@@ -272,5 +283,58 @@ async fn abort_earlier_attempts(
             tracing::warn!(partition = %partition, error = %e, "could not abort the uploads of earlier attempts");
             0
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::testing::test_partition;
+
+    /// A job ending on a partition that is not ready deletes its own record only: a record
+    /// that replaced it meanwhile (another job's, written once ours went stale) stays.
+    #[tokio::test]
+    async fn a_job_ends_its_own_record_never_the_one_that_replaced_it() {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        let options = CompactOptions::new(std::env::temp_dir());
+        let config = ReadinessConfig::default();
+        let ours = JobRecord::new(&partition, "ours", Utc::now());
+        job::create_job(&store, &ours, &partition).await.unwrap();
+        let read = job::read_job(&store, &partition).await.unwrap();
+
+        let theirs = JobRecord::new(&partition, "theirs", Utc::now());
+        let version = &read.as_ref().unwrap().version;
+        let replaced = job::replace_job(&store, &theirs, &partition, version).await;
+        assert_eq!(replaced.unwrap(), WriteOutcome::Written);
+        let action = end_job_record(
+            &store,
+            &layout,
+            &partition,
+            read.as_ref(),
+            &options,
+            &config,
+        );
+        assert_eq!(action.await.unwrap(), RecordAction::Superseded);
+        let left = job::read_job(&store, &partition).await.unwrap();
+        let left = left.and_then(|s| s.record).map(|r| r.job_id);
+        assert_eq!(left, Some(theirs.job_id.clone()), "their record stays");
+
+        // Its own record, unchanged, it deletes.
+        let read = job::read_job(&store, &partition).await.unwrap();
+        let action = end_job_record(
+            &store,
+            &layout,
+            &partition,
+            read.as_ref(),
+            &options,
+            &config,
+        );
+        assert_eq!(action.await.unwrap(), RecordAction::Deleted);
+        assert!(job::read_job(&store, &partition).await.unwrap().is_none());
     }
 }
