@@ -4,8 +4,9 @@
 
 use ourios_compaction::store::Store;
 pub use ourios_compaction::testing::{
-    all_keys, assert_exactly_once, commit_request, file_tags, land_file, land_files, live_tags,
-    open_memory, test_partition,
+    all_keys, assert_conflict, assert_exactly_once, assert_live_exactly_once, commit_request,
+    compact_expecting, dispatch_at, dispatched, file_tags, land_file, land_files, live_set,
+    live_tags, open_memory, run_job, test_hour_closed, test_partition, test_partition_on,
 };
 
 pub mod emulator;
@@ -86,6 +87,14 @@ pub fn cli_bin() -> std::path::PathBuf {
         path.display()
     );
     path
+}
+
+/// The CLI's `query` arguments over the whole of hour 10 (the test hour) of `tenant` on `url`.
+pub fn query_hour_args<'a>(url: &'a str, tenant: &'a str) -> Vec<&'a str> {
+    let (from, to) = ("2026-11-29T10:00:00Z", "2026-11-29T11:00:00Z");
+    vec![
+        "query", "--store", url, "--tenant", tenant, "--from", from, "--to", to,
+    ]
 }
 
 /// Runs the CLI, expects success, and parses its JSON output.

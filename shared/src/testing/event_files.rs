@@ -30,3 +30,12 @@ pub fn load_event(name: &str) -> Value {
     let text = std::fs::read_to_string(events_dir().join(name)).expect("event file reads");
     serde_json::from_str(&text).expect("event file is JSON")
 }
+
+/// Asserts that a function URL answer has HTTP status `status` and a body containing `part`.
+pub fn assert_http_answer(response: &Value, status: u16, part: &str) {
+    assert_eq!(response["statusCode"], status, "{response}");
+    assert!(
+        response["body"].as_str().is_some_and(|b| b.contains(part)),
+        "{response}"
+    );
+}

@@ -1,6 +1,8 @@
 //! Test support (feature `testing`), the one home of the fixtures every test crate of the
 //! workspace uses: small log batches, Parquet fixtures, tagged ingest files, the store hooks
-//! (faults, recording, quirks), the simulations' virtual store and the event payloads.
+//! (faults, recording, quirks), the simulations' virtual store, the event payloads, and the
+//! steps many tests share (a dispatch, a job run, a compaction that must end in a given
+//! status, the live-set checks).
 
 use std::sync::Arc;
 
@@ -20,19 +22,21 @@ mod recording_store;
 mod store_quirks;
 mod tagged_files;
 mod virtual_store;
-pub use event_files::{event_file_names, events_dir, load_event};
+pub use event_files::{assert_http_answer, event_file_names, events_dir, load_event};
 pub use faulty_store::{Fault, Faults, FaultyStore};
 pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};
 pub use recording_store::{
-    Operation, OperationLog, RecordingStore, assert_role_permits, assert_role_refuses,
+    Operation, OperationLog, RecordingStore, assert_role_covers, assert_role_permits,
+    assert_role_refuses,
 };
 pub use store_quirks::{
     DenyMissing, DenyMissingStore, MultipartDating, MultipartDatingStore, Refusal, Refusals,
     RefusingStore, ReversedListing, ReversedListingStore,
 };
 pub use tagged_files::{
-    all_keys, assert_exactly_once, commit_request, file_tags, land_file, land_files, live_tags,
-    open_memory, test_partition,
+    all_keys, assert_conflict, assert_exactly_once, assert_live_exactly_once, commit_request,
+    file_tags, land_file, land_files, live_set, live_tags, memory_test_partition, open_memory,
+    test_partition, test_partition_on,
 };
 pub use virtual_store::{Entry, HostClock, StoreState, VirtualStore};
 
@@ -41,6 +45,27 @@ pub use virtual_store::{Entry, HostClock, StoreState, VirtualStore};
 pub fn random_stream(seed: u64) -> impl FnMut() -> u64 {
     let mut rng = crate::rng::SplitMix64::new(seed);
     move || rng.next_u64()
+}
+
+/// Eight files of 3,000 rows in `partition`'s hour, drawn from `seed`: six services and null
+/// ones, times on 200 distinct seconds (many equal keys, so the tie-break decides the order of
+/// most rows), and each row tagged `file * 10_000 + row`.
+pub fn tied_key_files(partition: &crate::partition::PartitionId, seed: u64) -> Vec<Vec<TestRow>> {
+    let (start, _) = partition.time_range_nanos();
+    let mut next = random_stream(seed);
+    let services = ["checkout", "auth", "search", "ads", "cart", "email"];
+    (0..8)
+        .map(|f| {
+            (0..3000)
+                .map(|r| {
+                    let s = next() as usize % (services.len() + 1);
+                    let service = services.get(s).map(|s| s.to_string());
+                    let t = start + (next() % 200) as i64 * 1_000_000_000;
+                    (service, t, f * 10_000 + r)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// A multi-threaded Tokio runtime with `threads` workers (the sort needs `block_in_place`).
@@ -60,6 +85,61 @@ pub fn small_budget_options(scratch: &std::path::Path) -> crate::options::Compac
     options
 }
 
+/// 2026-11-29T12:00:00Z: the test partition's hour (10:00) has closed and its grace passed.
+pub fn test_hour_closed() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339("2026-11-29T12:00:00Z")
+        .expect("a valid instant")
+        .with_timezone(&chrono::Utc)
+}
+
+/// Dispatches `partition` at `now` as the planner does (default layout, readiness settings
+/// and mode).
+pub async fn dispatch_at(
+    store: &Store,
+    partition: &crate::partition::PartitionId,
+    now: chrono::DateTime<chrono::Utc>,
+) -> crate::serverless::dispatch::PartitionOutcome {
+    crate::serverless::dispatch::dispatch_partition(
+        store,
+        &crate::partition::KeyLayout::default(),
+        partition,
+        now,
+        &crate::serverless::readiness::ReadinessConfig::default(),
+        crate::serverless::dispatch::DispatchMode::default(),
+    )
+    .await
+    .expect("the planner dispatches")
+}
+
+/// Runs the compaction job of `partition` as the compactor does (default layout and
+/// readiness settings) with `options`.
+pub async fn run_job(
+    store: &Store,
+    partition: &crate::partition::PartitionId,
+    options: &crate::options::CompactOptions,
+) -> crate::serverless::dispatch::job_lifecycle::JobOutcome {
+    crate::serverless::dispatch::job_lifecycle::run_compaction_job(
+        store,
+        &crate::partition::KeyLayout::default(),
+        partition,
+        options,
+        &crate::serverless::readiness::ReadinessConfig::default(),
+    )
+    .await
+    .expect("the job runs")
+}
+
+/// The `(tenant, hour)` of each outcome that dispatched a job, in the outcomes' order.
+pub fn dispatched(
+    outcomes: &[crate::serverless::dispatch::PartitionOutcome],
+) -> Vec<(String, String)> {
+    outcomes
+        .iter()
+        .filter(|o| o.decision == "dispatched")
+        .map(|o| (o.tenant.clone(), o.hour.clone()))
+        .collect()
+}
+
 /// Every file (not directory) under `dir`.
 pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
@@ -74,6 +154,16 @@ pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     files
 }
 
+/// Asserts that `report` quarantined `key` for a reason that mentions `why`.
+pub fn assert_quarantined_for(report: &crate::report::CompactionReport, key: &str, why: &str) {
+    let entry = report
+        .quarantined
+        .iter()
+        .find(|q| q.file == key)
+        .unwrap_or_else(|| panic!("{key} is quarantined: {:?}", report.quarantined));
+    assert!(entry.reason.contains(why), "{key}: {}", entry.reason);
+}
+
 /// Compacts `partition`, requires status `compacted`, and returns the report and the
 /// output file's bytes.
 pub async fn compact_to_bytes(
@@ -82,18 +172,27 @@ pub async fn compact_to_bytes(
     partition: &crate::partition::PartitionId,
     options: &crate::options::CompactOptions,
 ) -> (crate::report::CompactionReport, Vec<u8>) {
-    let report = crate::compact::compact_partition(store, layout, partition, options)
-        .await
-        .expect("the compaction runs");
-    assert_eq!(
-        report.status,
-        crate::report::Status::Compacted,
-        "{:?}",
-        report.error
-    );
+    let compacted = crate::report::Status::Compacted;
+    let report = compact_expecting(store, layout, partition, options, compacted).await;
     let key = report.output.as_ref().expect("an output").key.clone();
     let bytes = get_bytes(store, &key).await.to_vec();
     (report, bytes)
+}
+
+/// Compacts `partition` with `options`, requires the report's `status` (the report in the
+/// message otherwise), and returns the report.
+pub async fn compact_expecting(
+    store: &Store,
+    layout: &crate::partition::KeyLayout,
+    partition: &crate::partition::PartitionId,
+    options: &crate::options::CompactOptions,
+    status: crate::report::Status,
+) -> crate::report::CompactionReport {
+    let report = crate::compact::compact_partition(store, layout, partition, options)
+        .await
+        .expect("the compaction runs");
+    assert_eq!(report.status, status, "{report:?}");
+    report
 }
 
 /// One test row: service (nullable), time, and a tag that identifies the row.

@@ -100,6 +100,26 @@ impl RecordingStore {
     }
 }
 
+/// Checks the operations a function made against its role: each of `kinds` (`get`, `put`,
+/// `list`, ...) was made at least once, [`assert_role_permits`] passes, and `role` is refused
+/// the operation `refused` names on its key (so the check is not vacuous).
+pub fn assert_role_covers(
+    role: &str,
+    operations: &BTreeSet<Operation>,
+    kinds: &[&str],
+    refused: (&'static str, &str),
+) {
+    let names: BTreeSet<&str> = operations.iter().map(|o| o.operation).collect();
+    for expected in kinds {
+        assert!(
+            names.contains(expected),
+            "no {expected} recorded: {operations:?}"
+        );
+    }
+    assert_role_permits(role, operations);
+    assert_role_refuses(role, refused.0, refused.1);
+}
+
 /// Panics unless `role` is refused `operation` on `key`: shows that a check of
 /// [`assert_role_permits`] is not vacuous.
 pub fn assert_role_refuses(role: &str, operation: &'static str, key: &str) {

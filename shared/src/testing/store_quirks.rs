@@ -257,6 +257,11 @@ mod tests {
         meta.last_modified.timestamp_millis()
     }
 
+    /// The Unix-ms Last-Modified of the object at `path`, by a HEAD.
+    async fn head_ms(store: &impl ObjectStore, path: &Path) -> i64 {
+        last_modified_ms(&store.head(path).await.expect("head"))
+    }
+
     #[tokio::test]
     async fn a_multipart_object_is_dated_at_the_upload_start() {
         let clock = ManualClock::at(1_000_000);
@@ -274,10 +279,7 @@ mod tests {
             .put(&small, PutPayload::from_static(b"x"))
             .await
             .expect("put");
-        assert_eq!(
-            last_modified_ms(&store.head(&big).await.expect("head")),
-            1_000_000
-        );
+        assert_eq!(head_ms(&store, &big).await, 1_000_000);
         let listed: Vec<ObjectMeta> = store
             .list(Some(&Path::from("p")))
             .try_collect()
@@ -295,9 +297,6 @@ mod tests {
             .put(&big, PutPayload::from_static(b"rewritten"))
             .await
             .expect("put");
-        assert_ne!(
-            last_modified_ms(&store.head(&big).await.expect("head")),
-            1_000_000
-        );
+        assert_ne!(head_ms(&store, &big).await, 1_000_000);
     }
 }

@@ -11,7 +11,9 @@ use arrow::datatypes::DataType;
 use futures::TryStreamExt;
 use object_store::memory::InMemory;
 
-use crate::manifest::{CommitRequest, CompactedFile, partition_files};
+use crate::manifest::{
+    CommitOutcome, CommitRequest, CompactedFile, PartitionFiles, partition_files,
+};
 use crate::object_key::ObjectKey;
 use crate::partition::{KeyLayout, PartitionId};
 use crate::store::Store;
@@ -20,6 +22,21 @@ use crate::testing::{parquet_bytes, put_bytes, read_parquet, rows_batch};
 /// A fresh in-memory store.
 pub fn open_memory() -> Store {
     Store::from_object_store(Arc::new(InMemory::new()), "memory://")
+}
+
+/// `store`, the default layout, the test partition and its ingest directory.
+pub fn test_partition_on(
+    store: Store,
+) -> (Store, KeyLayout, PartitionId, object_store::path::Path) {
+    let layout = KeyLayout::default();
+    let partition = test_partition();
+    let dir = layout.ingest_dir(&partition);
+    (store, layout, partition, dir)
+}
+
+/// [`test_partition_on`] a fresh in-memory store.
+pub fn memory_test_partition() -> (Store, KeyLayout, PartitionId, object_store::path::Path) {
+    test_partition_on(open_memory())
 }
 
 /// The partition most tests use.
@@ -90,6 +107,14 @@ pub fn commit_request(job: &str, input: &str, output: &str) -> CommitRequest {
     }
 }
 
+/// Asserts that a commit met a conflict (`context` and the outcome in the message otherwise).
+pub fn assert_conflict(outcome: &CommitOutcome, context: &str) {
+    assert!(
+        matches!(outcome, CommitOutcome::Conflict { .. }),
+        "{context}: {outcome:?}"
+    );
+}
+
 /// The `tag` of every row of one Parquet object.
 pub async fn file_tags(store: &Store, key: &str) -> Vec<i64> {
     let mut tags = Vec::new();
@@ -110,14 +135,40 @@ pub async fn file_tags(store: &Store, key: &str) -> Vec<i64> {
 
 /// The tags of every row of every live file of the partition, as the reader rule sees it.
 pub async fn live_tags(store: &Store, layout: &KeyLayout, partition: &PartitionId) -> Vec<i64> {
-    let files = partition_files(store, layout, partition)
-        .await
-        .expect("the live set reads");
+    let files = live_set(store, layout, partition).await;
     let mut tags = Vec::new();
     for key in &files.live {
         tags.extend(file_tags(store, key).await);
     }
     tags
+}
+
+/// The partition's files as readers see them ([`partition_files`]).
+pub async fn live_set(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+) -> PartitionFiles {
+    partition_files(store, layout, partition)
+        .await
+        .expect("the live set reads")
+}
+
+/// Asserts that `partition` has `num_live` live files and that they hold every tag of
+/// `expected` exactly once (`context` names the moment); returns the live set.
+pub async fn assert_live_exactly_once(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    num_live: usize,
+    expected: &BTreeSet<i64>,
+    context: &str,
+) -> PartitionFiles {
+    let files = live_set(store, layout, partition).await;
+    assert_eq!(files.live.len(), num_live, "{context}: {files:?}");
+    let tags = live_tags(store, layout, partition).await;
+    assert_exactly_once(&tags, expected, context);
+    files
 }
 
 /// Asserts that `tags` holds every tag of `expected` exactly once and nothing else.
@@ -126,24 +177,10 @@ pub fn assert_exactly_once(tags: &[i64], expected: &BTreeSet<i64>, context: &str
     for &t in tags {
         *counts.entry(t).or_default() += 1;
     }
-    let twice: Vec<i64> = counts
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(t, _)| *t)
-        .take(10)
-        .collect();
-    let missing: Vec<i64> = expected
-        .iter()
-        .filter(|t| !counts.contains_key(t))
-        .copied()
-        .take(10)
-        .collect();
-    let unexpected: Vec<i64> = counts
-        .keys()
-        .filter(|t| !expected.contains(t))
-        .copied()
-        .take(10)
-        .collect();
+    let first_ten = |tags: &mut dyn Iterator<Item = i64>| tags.take(10).collect::<Vec<_>>();
+    let twice = first_ten(&mut counts.iter().filter(|(_, n)| **n > 1).map(|(t, _)| *t));
+    let missing = first_ten(&mut expected.iter().copied().filter(|t| !counts.contains_key(t)));
+    let unexpected = first_ten(&mut counts.keys().copied().filter(|t| !expected.contains(t)));
     assert!(
         twice.is_empty() && missing.is_empty() && unexpected.is_empty(),
         "{context}: rows not live exactly once: duplicated {twice:?}, missing {missing:?}, \

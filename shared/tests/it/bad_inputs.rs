@@ -11,14 +11,15 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use ourios_compaction::ErrorKind;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::manifest::{partition_files, release_quarantined};
+use ourios_compaction::manifest::release_quarantined;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    Refusal, RefusingStore, get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet,
-    rows_batch,
+    Refusal, RefusingStore, assert_quarantined_for, compact_expecting, get_bytes, live_set,
+    memory_test_partition, named_batch, parquet_bytes, put_bytes, read_parquet, rows_batch,
+    test_partition,
 };
 use parquet::file::metadata::{ParquetMetaDataReader, ParquetMetaDataWriter};
 
@@ -32,7 +33,7 @@ fn refusing_partition(
     let refusing = RefusingStore::new(memory, refusals);
     let store = Store::from_object_store(Arc::new(refusing), "memory://");
     let layout = KeyLayout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
+    let partition = test_partition();
     let dir = layout.ingest_dir(&partition);
     let (start, _) = partition.time_range_nanos();
     (store, layout, partition, dir, start)
@@ -40,10 +41,7 @@ fn refusing_partition(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_kind_is_quarantined_untouched() {
-    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = KeyLayout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let dir = layout.ingest_dir(&partition);
+    let (store, layout, partition, dir) = memory_test_partition();
     let (start, end) = partition.time_range_nanos();
 
     let good_rows = vec![
@@ -115,10 +113,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
 
     let scratch = tempfile::tempdir().expect("scratch");
     let options = CompactOptions::new(scratch.path());
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Partial, "{report:?}");
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Partial).await;
     assert_eq!(
         report.inputs.files, 2,
         "the good file and the one without rows"
@@ -132,12 +127,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
     );
     for (name, bytes, why) in &bad {
         let key = format!("{dir}/{name}");
-        let q = report
-            .quarantined
-            .iter()
-            .find(|q| q.file == key)
-            .unwrap_or_else(|| panic!("{name} is quarantined"));
-        assert!(q.reason.contains(why), "{name}: {}", q.reason);
+        assert_quarantined_for(&report, &key, why);
         assert_eq!(
             &get_bytes(&store, &key).await,
             bytes,
@@ -152,9 +142,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
         .sum();
     assert_eq!(rows, 2);
 
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     assert_eq!(files.live, vec![out.key.clone()]);
     assert_eq!(files.quarantined.len(), bad.len());
     assert!(
@@ -165,10 +153,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
     // A rerun changes nothing, and quarantined files survive it and garbage collection.
     let mut options = CompactOptions::new(scratch.path());
     options.gc_grace = std::time::Duration::ZERO;
-    let again = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("rerun");
-    assert_eq!(again.status, Status::Noop);
+    compact_expecting(&store, &layout, &partition, &options, Status::Noop).await;
     for (name, bytes, _) in &bad {
         assert_eq!(&get_bytes(&store, &format!("{dir}/{name}")).await, bytes);
     }
@@ -176,10 +161,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_little_scratch_fails_early_with_nothing_committed() {
-    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = KeyLayout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let dir = layout.ingest_dir(&partition);
+    let (store, layout, partition, dir) = memory_test_partition();
     let (start, _) = partition.time_range_nanos();
     for f in 0..4 {
         let rows: Vec<_> = (0..20_000)
@@ -196,18 +178,13 @@ async fn too_little_scratch_fails_early_with_nothing_committed() {
     let mut options = CompactOptions::new(scratch.path());
     options.budget_bytes = 64 << 10;
     options.scratch_limit_bytes = Some(4 << 10);
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Failed);
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Failed).await;
     let error = report.error.expect("an error");
     assert!(
         error.contains("scratch space") && error.contains("needs about"),
         "{error}"
     );
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     assert_eq!(files.live.len(), 4, "nothing was committed");
     assert_eq!(files.manifest_version, 0);
 }
@@ -232,10 +209,7 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
     }
     let scratch = tempfile::tempdir().expect("scratch");
     let options = CompactOptions::new(scratch.path());
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Partial, "{report:?}");
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Partial).await;
     assert_eq!(report.inputs.files, 1);
     assert_eq!(report.quarantined.len(), 1, "{:#?}", report.quarantined);
     let q = &report.quarantined[0];
@@ -247,9 +221,7 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
     );
     // The vanished object is neither quarantined nor retired: were it listed again, it
     // would be compacted then.
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     let vanished = format!("{dir}/v1-vanished.parquet");
     assert!(
         files.live.iter().any(|k| *k == vanished),
@@ -261,10 +233,7 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
     let partition = PartitionId::parse("acme", "2026-11-29T11").expect("partition");
     let dir = layout.ingest_dir(&partition);
     put_bytes(&store, &format!("{dir}/k1-kms.parquet"), file(1)).await;
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Failed, "{report:?}");
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Failed).await;
     assert!(report.quarantined.is_empty());
     // The function's access is at fault, not the request: a retry may succeed once it is granted.
     assert_eq!(report.error_kind, Some(ErrorKind::Transient), "{report:?}");
@@ -276,10 +245,7 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
 /// again: its rows are live only through it. Here it is wider than a smaller budget allows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays_live() {
-    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = KeyLayout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let dir = layout.ingest_dir(&partition);
+    let (store, layout, partition, dir) = memory_test_partition();
     let (start, _) = partition.time_range_nanos();
     let mut columns: Vec<(String, arrow::array::ArrayRef)> = vec![(
         "time_unix_nano".into(),
@@ -301,10 +267,7 @@ async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays
     let scratch = tempfile::tempdir().expect("scratch");
     let mut large = CompactOptions::new(scratch.path());
     large.budget_bytes = 64 << 20;
-    let first = compact_partition(&store, &layout, &partition, &large)
-        .await
-        .expect("runs");
-    assert_eq!(first.status, Status::Compacted, "{:?}", first.error);
+    let first = compact_expecting(&store, &layout, &partition, &large, Status::Compacted).await;
 
     let late = vec![(Some("a".to_string()), start + 7, 1)];
     put_bytes(
@@ -316,28 +279,20 @@ async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays
     // At 8 MiB the union may hold 256 leaves; the compacted output has 301.
     let mut small = CompactOptions::new(scratch.path());
     small.budget_bytes = 8 << 20;
-    let second = compact_partition(&store, &layout, &partition, &small)
-        .await
-        .expect("runs");
-    assert_eq!(second.status, Status::Failed);
+    let second = compact_expecting(&store, &layout, &partition, &small, Status::Failed).await;
     assert!(second.quarantined.is_empty(), "{:?}", second.quarantined);
     let error = second.error.expect("an error");
     assert!(
         error.contains("cannot be compacted again") && error.contains("301 leaves"),
         "{error}"
     );
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
     assert_eq!(files.live.len(), 2, "{:?}", files.live);
     assert_eq!(files.manifest_version, first.manifest_version);
 
     // With the budget that wrote it, the partition compacts again, every row kept.
-    let third = compact_partition(&store, &layout, &partition, &large)
-        .await
-        .expect("runs");
-    assert_eq!(third.status, Status::Compacted, "{:?}", third.error);
+    let third = compact_expecting(&store, &layout, &partition, &large, Status::Compacted).await;
     assert_eq!(third.inputs.rows, 21);
 }
 
@@ -393,9 +348,7 @@ async fn late_files_without_rows_leave_the_compacted_output_as_it_is() {
     assert_eq!(late.quarantined.len(), 1, "{:?}", late.quarantined);
     assert_eq!(late.quarantined[0].file, garbage);
     assert_eq!(late.manifest_version, 2);
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     let vanished_key = format!("{dir}/v9-vanished.parquet");
     assert_eq!(files.live, vec![output.to_string(), vanished_key]);
     assert_eq!(files.quarantined.len(), 1);
@@ -439,10 +392,7 @@ async fn a_released_file_is_live_again_and_the_next_job_merges_it() {
     put_bytes(&refused, &kms, file(2)).await;
     let scratch = tempfile::tempdir().expect("scratch");
     let options = CompactOptions::new(scratch.path());
-    let first = compact_partition(&refused, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(first.status, Status::Partial, "{first:?}");
+    let first = compact_expecting(&refused, &layout, &partition, &options, Status::Partial).await;
     assert_eq!(first.quarantined[0].file, kms);
 
     // The function may now use the key: the same objects, read without refusal.
@@ -466,9 +416,7 @@ async fn a_released_file_is_live_again_and_the_next_job_merges_it() {
     assert_eq!(released.released.len(), 1);
     assert!(released.released[0].reason.contains("refused"));
     assert_eq!(released.manifest_version, 2);
-    let files = partition_files(&fixed, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&fixed, &layout, &partition).await;
     assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
     assert!(files.live.iter().any(|k| *k == kms), "{:?}", files.live);
     let again = release_quarantined(&fixed, &layout, &partition, &[], 0)
@@ -477,10 +425,7 @@ async fn a_released_file_is_live_again_and_the_next_job_merges_it() {
     assert!(again.released.is_empty());
     assert_eq!(again.manifest_version, 2, "no version written");
 
-    let merged = compact_partition(&fixed, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(merged.status, Status::Compacted, "{merged:?}");
+    let merged = compact_expecting(&fixed, &layout, &partition, &options, Status::Compacted).await;
     let output = merged.output.expect("an output").key;
     let rows: usize = read_parquet(&fixed, &output)
         .await
@@ -488,9 +433,7 @@ async fn a_released_file_is_live_again_and_the_next_job_merges_it() {
         .map(|b| b.num_rows())
         .sum();
     assert_eq!(rows, 2, "the released file's row is merged");
-    let files = partition_files(&fixed, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&fixed, &layout, &partition).await;
     assert_eq!(files.live, vec![output]);
 }
 
@@ -587,18 +530,13 @@ async fn a_footer_counting_no_row_over_full_pages_is_quarantined_not_consumed() 
         .collect();
     tags.sort_unstable();
     assert_eq!(tags, (0..1_000).collect::<Vec<_>>(), "every good row once");
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     assert_eq!(files.live, vec![out]);
     let quarantined: Vec<&str> = files.quarantined.iter().map(|q| q.key.as_str()).collect();
     assert_eq!(quarantined, vec![lying.as_str()]);
 
     // A rerun and its garbage collection leave the file where it is.
-    let again = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("rerun");
-    assert_eq!(again.status, Status::Noop, "{again:?}");
+    compact_expecting(&store, &layout, &partition, &options, Status::Noop).await;
     assert_eq!(get_bytes(&store, &lying).await, lying_bytes);
 }
 
@@ -631,9 +569,7 @@ async fn a_footer_under_counting_its_pages_is_quarantined() {
     let quarantined = (lying.as_str(), &lying_bytes, "counts 500 rows");
     assert_quarantined_alone(&store, &report, quarantined).await;
     assert_eq!((report.inputs.files, report.inputs.rows), (1, 500));
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     assert_eq!(files.live, vec![report.output.expect("an output").key]);
     assert_eq!(files.quarantined.len(), 1);
 }

@@ -6,12 +6,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use object_store::memory::InMemory;
-use ourios_compaction::compact::compact_partition;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{TestRow, parquet_bytes, put_bytes, rows_batch};
+use ourios_compaction::testing::{
+    TestRow, compact_expecting, parquet_bytes, put_bytes, rows_batch,
+};
 
 /// Files under `dir`, recursively.
 fn count_files(dir: &Path) -> usize {
@@ -54,10 +55,7 @@ async fn compact(
     let mut options = CompactOptions::new(scratch.path());
     options.budget_bytes = budget_bytes;
     options.merge_fan_in = fan_in;
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("compaction");
-    assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
     assert_eq!(
         report.output.as_ref().map(|o| o.rows),
         Some(num_files as u64 * rows as u64)

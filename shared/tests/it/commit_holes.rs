@@ -8,7 +8,6 @@ use std::time::Duration;
 use arrow::array::{Array, Int64Array};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::collect_garbage;
-use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
@@ -17,13 +16,13 @@ use std::sync::Arc;
 use ourios_compaction::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, commit, load_latest,
 };
-use ourios_compaction::serverless::dispatch::job_lifecycle::{RecordAction, run_compaction_job};
-use ourios_compaction::serverless::readiness::ReadinessConfig;
+use ourios_compaction::serverless::dispatch::job_lifecycle::RecordAction;
 use ourios_compaction::testing;
 use ourios_compaction::testing::small_budget_options as options;
 use ourios_compaction::testing::test_partition as partition;
 use ourios_compaction::testing::{
-    Fault, FaultyStore, ManualClock, parquet_bytes, put_bytes, read_parquet, rows_batch,
+    Fault, FaultyStore, ManualClock, assert_conflict, compact_expecting, live_set, parquet_bytes,
+    put_bytes, read_parquet, rows_batch, run_job,
 };
 
 /// Parquet bytes of `num_rows` rows tagged `first_tag..`, inside the test partition's hour.
@@ -38,6 +37,14 @@ fn ingest_bytes(first_tag: i64, num_rows: i64) -> bytes::Bytes {
     parquet_bytes(&[rows_batch(&rows)], 64)
 }
 
+/// A local store rooted in a fresh temporary directory (kept alive by the returned guard), and
+/// the default layout.
+fn local_store() -> (tempfile::TempDir, Store, KeyLayout) {
+    let root = tempfile::tempdir().expect("store root");
+    let store = Store::open(&root.path().to_string_lossy()).expect("local store");
+    (root, store, KeyLayout::default())
+}
+
 /// Writes an ingest file straight onto the local store's disk, named exactly `name`.
 fn land_on_disk(root: &FsPath, layout: &KeyLayout, name: &str, first_tag: i64, num_rows: i64) {
     let dir = root.join(layout.ingest_dir(&partition()).as_ref());
@@ -47,9 +54,7 @@ fn land_on_disk(root: &FsPath, layout: &KeyLayout, name: &str, first_tag: i64, n
 
 /// How many times each tag is live.
 async fn live_tag_counts(store: &Store, layout: &KeyLayout) -> BTreeMap<i64, usize> {
-    let files = partition_files(store, layout, &partition())
-        .await
-        .expect("the live set reads");
+    let files = live_set(store, layout, &partition()).await;
     let mut counts = BTreeMap::new();
     for key in &files.live {
         for batch in read_parquet(store, key).await {
@@ -86,16 +91,12 @@ fn assert_each_once(counts: &BTreeMap<i64, usize>, expected: std::ops::Range<i64
 /// no grace must delete the retired `a~b.parquet`, never the live `a%7Eb.parquet`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole1_a_key_that_encoding_would_change_is_never_confused_with_another() {
-    let root = tempfile::tempdir().expect("store root");
+    let (root, store, layout) = local_store();
     let scratch = tempfile::tempdir().expect("scratch");
-    let store = Store::open(&root.path().to_string_lossy()).expect("local store");
-    let layout = KeyLayout::default();
     land_on_disk(root.path(), &layout, "a~b.parquet", 0, 1000);
 
-    let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
-        .await
-        .expect("compaction runs");
-    assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+    let opts = options(scratch.path());
+    compact_expecting(&store, &layout, &partition(), &opts, Status::Compacted).await;
 
     land_on_disk(root.path(), &layout, "a%7Eb.parquet", 1000, 1000);
     assert_each_once(
@@ -119,10 +120,8 @@ async fn hole1_a_key_that_encoding_would_change_is_never_confused_with_another()
     assert_each_once(&live_tag_counts(&store, &layout).await, 0..2000, "after gc");
 
     // The next compaction reads the late file as itself, and GC then removes it.
-    let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
-        .await
-        .expect("second compaction runs");
-    assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+    let opts = options(scratch.path());
+    compact_expecting(&store, &layout, &partition(), &opts, Status::Compacted).await;
     collect_garbage(&store, &layout, &partition(), Duration::ZERO, false)
         .await
         .expect("gc runs");
@@ -186,10 +185,7 @@ async fn hole2_a_commit_based_before_a_forgetting_conflicts() {
     let outcome = commit(&store, &layout, &p, &base, &slow)
         .await
         .expect("slow");
-    assert!(
-        matches!(outcome, CommitOutcome::Conflict { .. }),
-        "a commit based before the forgetting conflicts: {outcome:?}"
-    );
+    assert_conflict(&outcome, "a commit based before the forgetting conflicts");
     assert_eq!(
         load_latest(&store, &layout, &p)
             .await
@@ -206,6 +202,14 @@ async fn land_two_files(store: &Store, layout: &KeyLayout) {
     }
 }
 
+/// A fresh memory store with two ingest files of 300 rows in the partition, and the layout.
+async fn memory_with_two_files() -> (Store, KeyLayout) {
+    let store = Store::open("memory://").expect("memory store");
+    let layout = KeyLayout::default();
+    land_two_files(&store, &layout).await;
+    (store, layout)
+}
+
 /// Two attempts at the same input set write different keys (an upload can never land on
 /// an object a GC listed earlier as an orphan) and record the same input-set hash, which is
 /// what makes a rerun of a committed input set a `noop`.
@@ -217,10 +221,9 @@ async fn hole3_each_attempt_writes_its_own_output_key() {
     for _ in 0..2 {
         let store = Store::open("memory://").expect("memory store");
         land_two_files(&store, &layout).await;
-        let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
-            .await
-            .expect("compaction runs");
-        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        let opts = options(scratch.path());
+        let report =
+            compact_expecting(&store, &layout, &partition(), &opts, Status::Compacted).await;
         let latest = load_latest(&store, &layout, &partition())
             .await
             .expect("latest");
@@ -238,16 +241,11 @@ async fn hole3_each_attempt_writes_its_own_output_key() {
 /// clock, so GC with a 15-minute grace deletes no input that was just retired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole3_the_grace_is_measured_on_the_store_clock() {
-    let store = Store::open("memory://").expect("memory store");
-    let layout = KeyLayout::default();
+    let (store, layout) = memory_with_two_files().await;
     let scratch = tempfile::tempdir().expect("scratch");
-    land_two_files(&store, &layout).await;
     let mut o = options(scratch.path());
     o.clock = ManualClock::at(0);
-    let report = compact_partition(&store, &layout, &partition(), &o)
-        .await
-        .expect("compaction runs");
-    assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+    compact_expecting(&store, &layout, &partition(), &o, Status::Compacted).await;
     let gc = collect_garbage(
         &store,
         &layout,
@@ -269,10 +267,8 @@ async fn hole3_the_grace_is_measured_on_the_store_clock() {
 /// the job committed, and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole6_a_lost_commit_response_then_412_reports_compacted() {
-    let store = Store::open("memory://").expect("memory store");
-    let layout = KeyLayout::default();
+    let (store, layout) = memory_with_two_files().await;
     let scratch = tempfile::tempdir().expect("scratch");
-    land_two_files(&store, &layout).await;
     let faulty = Arc::new(FaultyStore::new(
         Arc::clone(store.object_store()),
         Some(Fault::RetriedIntoPrecondition(1)),
@@ -312,15 +308,7 @@ async fn hole5_an_open_hour_is_re_armed_only_by_readiness() {
     // Half past the hour: open, and one late file is far below the pressure thresholds.
     let half_past = partition().hour_start().timestamp_millis() + 30 * 60 * 1000;
     o.clock = ManualClock::at(half_past);
-    let outcome = run_compaction_job(
-        &store,
-        &layout,
-        &partition(),
-        &o,
-        &ReadinessConfig::default(),
-    )
-    .await
-    .expect("job runs");
+    let outcome = run_job(&store, &partition(), &o).await;
     assert_eq!(outcome.report.status, Status::Compacted);
     assert_eq!(
         outcome.record,
@@ -344,20 +332,14 @@ async fn hole5_an_open_hour_is_re_armed_only_by_readiness() {
 /// compact and read as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hole4_a_foreign_key_is_skipped_not_fatal() {
-    let root = tempfile::tempdir().expect("store root");
+    let (root, store, layout) = local_store();
     let scratch = tempfile::tempdir().expect("scratch");
-    let store = Store::open(&root.path().to_string_lossy()).expect("local store");
-    let layout = KeyLayout::default();
     land_on_disk(root.path(), &layout, "good.parquet", 0, 100);
     land_on_disk(root.path(), &layout, "bad\u{1}name.parquet", 1000, 100);
-    let files = partition_files(&store, &layout, &partition())
-        .await
-        .expect("the listing skips the foreign key");
+    let files = live_set(&store, &layout, &partition()).await;
     assert_eq!(files.live.len(), 1, "{files:?}");
-    let report = compact_partition(&store, &layout, &partition(), &options(scratch.path()))
-        .await
-        .expect("compaction runs");
-    assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+    let opts = options(scratch.path());
+    compact_expecting(&store, &layout, &partition(), &opts, Status::Compacted).await;
     collect_garbage(&store, &layout, &partition(), Duration::ZERO, false)
         .await
         .expect("gc runs");

@@ -11,26 +11,12 @@ use ourios_compaction::report::CompactionReport;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
     ReversedListingStore, TestRow, compact_to_bytes, multi_thread_runtime, parquet_bytes,
-    put_bytes, random_stream, rows_batch,
+    put_bytes, rows_batch, tied_key_files,
 };
 
+/// The eight tie-heavy input files of this test.
 fn inputs(partition: &PartitionId) -> Vec<Vec<TestRow>> {
-    let (start, _) = partition.time_range_nanos();
-    let mut next = random_stream(0x9e37_79b9_7f4a_7c15);
-    let services = ["checkout", "auth", "search", "ads", "cart", "email"];
-    (0..8)
-        .map(|f| {
-            (0..3000)
-                .map(|r| {
-                    let s = next() as usize % (services.len() + 1);
-                    let service = services.get(s).map(|s| s.to_string());
-                    // Many equal keys, so the tie-break decides the order of most rows.
-                    let t = start + (next() % 200) as i64 * 1_000_000_000;
-                    (service, t, f * 10_000 + r)
-                })
-                .collect()
-        })
-        .collect()
+    tied_key_files(partition, 0x9e37_79b9_7f4a_7c15)
 }
 
 fn compact(

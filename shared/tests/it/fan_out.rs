@@ -20,29 +20,22 @@ use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::report::{CompactionReport, FanOutShape, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    Fault, FaultyStore, TestRow, get_bytes, multi_thread_runtime, parquet_bytes, put_bytes,
-    random_stream, read_parquet, rows_batch, test_partition,
+    Fault, FaultyStore, TestRow, compact_expecting, get_bytes, live_set, multi_thread_runtime,
+    parquet_bytes, put_bytes, read_parquet, rows_batch, test_partition, tied_key_files,
 };
 
-const SERVICES: [&str; 6] = ["checkout", "auth", "search", "ads", "cart", "email"];
+/// The keys left in the test partition's directory of sorted runs.
+async fn runs_left(store: &Store) -> Vec<object_store::ObjectMeta> {
+    let runs = format!("compacted/{}/runs", test_partition().relative_dir());
+    store
+        .list_sorted(&runs.as_str().into())
+        .await
+        .expect("listing")
+}
 
-/// Eight files of 3,000 rows: six services and null ones, many equal keys (so ties decide
-/// the order of most rows), each row tagged.
+/// The eight tie-heavy input files of these tests.
 fn inputs(partition: &PartitionId) -> Vec<Vec<TestRow>> {
-    let (start, _) = partition.time_range_nanos();
-    let mut next = random_stream(0x5eed_fa11_u64);
-    (0..8)
-        .map(|f| {
-            (0..3000)
-                .map(|r| {
-                    let s = next() as usize % (SERVICES.len() + 1);
-                    let service = SERVICES.get(s).map(|s| s.to_string());
-                    let t = start + (next() % 200) as i64 * 1_000_000_000;
-                    (service, t, f * 10_000 + r)
-                })
-                .collect()
-        })
-        .collect()
+    tied_key_files(partition, 0x5eed_fa11_u64)
 }
 
 async fn ingest(store: &Store, layout: &KeyLayout, files: &[Vec<TestRow>], first: usize) {
@@ -84,6 +77,22 @@ fn key_of(row: &TestRow) -> (Option<&[u8]>, i64) {
     (row.0.as_deref().map(str::as_bytes), row.1)
 }
 
+/// Compacts the test partition (default layout) and requires `status`.
+async fn compact_test_partition(
+    store: &Store,
+    options: &CompactOptions,
+    status: Status,
+) -> CompactionReport {
+    compact_expecting(
+        store,
+        &KeyLayout::default(),
+        &test_partition(),
+        options,
+        status,
+    )
+    .await
+}
+
 /// Compacts the eight files in a fresh in-memory store; returns the report, each output's
 /// bytes and the store.
 fn compact_fresh(fan_out: FanOut, workers: usize) -> (CompactionReport, Vec<Vec<u8>>, Store) {
@@ -93,10 +102,7 @@ fn compact_fresh(fan_out: FanOut, workers: usize) -> (CompactionReport, Vec<Vec<
         ingest(&store, &layout, &inputs(&test_partition()), 0).await;
         let scratch = tempfile::tempdir().expect("scratch");
         let options = options(scratch.path(), fan_out, workers);
-        let report = compact_partition(&store, &layout, &test_partition(), &options)
-            .await
-            .expect("the compaction runs");
-        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        let report = compact_test_partition(&store, &options, Status::Compacted).await;
         let mut bytes = Vec::new();
         for output in &report.outputs {
             bytes.push(get_bytes(&store, &output.key).await.to_vec());
@@ -178,11 +184,7 @@ fn fanned_out_ranges_are_disjoint_sorted_and_identical_for_any_workers() {
         assert_eq!(tags, expected, "every row exactly once");
 
         // The runs are gone once merged, and the live set is the outputs.
-        let runs_dir = format!("compacted/{}/runs", test_partition().relative_dir());
-        let left = store
-            .list_sorted(&runs_dir.as_str().into())
-            .await
-            .expect("listing");
+        let left = runs_left(&store).await;
         assert!(left.is_empty(), "runs deleted after the merge: {left:?}");
         let files = partition_files(&store, &KeyLayout::default(), &test_partition())
             .await
@@ -249,34 +251,22 @@ fn fanned_out_outputs_are_final_and_later_files_merge_with_them() {
         ingest(&store, &layout, &files[..6], 0).await;
         let scratch = tempfile::tempdir().expect("scratch");
         let fanned = options(scratch.path(), FanOut::Ranges(3), 2);
-        let first = compact_partition(&store, &layout, &test_partition(), &fanned)
-            .await
-            .expect("runs");
-        assert_eq!(first.status, Status::Compacted, "{:?}", first.error);
+        let first = compact_test_partition(&store, &fanned, Status::Compacted).await;
         assert!(first.outputs.len() > 1, "{:?}", first.outputs);
 
         // The ranges of one job are final: a rerun changes nothing.
         let mut rerun_options = fanned.clone();
         rerun_options.attempt_id = Some("rerun".into());
-        let rerun = compact_partition(&store, &layout, &test_partition(), &rerun_options)
-            .await
-            .expect("runs");
-        assert_eq!(rerun.status, Status::Noop, "{:?}", rerun.error);
+        compact_test_partition(&store, &rerun_options, Status::Noop).await;
 
         // Later files merge with the ranges (read as presorted runs) into one output.
         ingest(&store, &layout, &files[6..], 6).await;
         let mut plain = options(scratch.path(), FanOut::Off, 1);
         plain.attempt_id = Some("later".into());
-        let second = compact_partition(&store, &layout, &test_partition(), &plain)
-            .await
-            .expect("runs");
-        assert_eq!(second.status, Status::Compacted, "{:?}", second.error);
+        let second = compact_test_partition(&store, &plain, Status::Compacted).await;
         assert_eq!(second.outputs.len(), 1);
         assert_eq!(second.inputs.files, first.outputs.len() as u64 + 2);
-        let live = partition_files(&store, &layout, &test_partition())
-            .await
-            .expect("files")
-            .live;
+        let live = live_set(&store, &layout, &test_partition()).await.live;
         assert_eq!(live, [second.outputs[0].key.clone()]);
         let rows: Vec<TestRow> = read_parquet(&store, &live[0])
             .await
@@ -320,10 +310,7 @@ fn auto_fans_out_a_job_larger_than_the_scratch_limit() {
 
         // Three times the inputs' bytes do not fit a limit of their size: three ranges, read
         // in place from the local store.
-        let report = compact_partition(&store, &layout, &test_partition(), &tight)
-            .await
-            .expect("runs");
-        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        let report = compact_test_partition(&store, &tight, Status::Compacted).await;
         assert_eq!(
             report.fan_out,
             Some(FanOutShape {
@@ -370,22 +357,14 @@ fn a_crash_in_any_task_converges_on_rerun() {
                 "{fault:?}: {report:?}"
             );
             let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
-            for key in partition_files(&clean, &layout, &test_partition())
-                .await
-                .expect("files")
-                .live
-            {
+            for key in live_set(&clean, &layout, &test_partition()).await.live {
                 for batch in read_parquet(&clean, &key).await {
                     for row in rows_of(&batch) {
                         *seen.entry(row.2).or_default() += 1;
                     }
                 }
             }
-            let runs = format!("compacted/{}/runs", test_partition().relative_dir());
-            let left = clean
-                .list_sorted(&runs.as_str().into())
-                .await
-                .expect("listing");
+            let left = runs_left(&clean).await;
             assert!(left.is_empty(), "{fault:?}: runs left behind: {left:?}");
             (ops, seen)
         })
@@ -533,9 +512,7 @@ fn a_file_that_widens_the_union_past_the_leaf_limit_is_quarantined_by_the_plan()
         );
         let written: u64 = report.outputs.iter().map(|o| o.rows).sum();
         assert_eq!(written, 50);
-        let files = partition_files(&store, &layout, &test_partition())
-            .await
-            .expect("files");
+        let files = live_set(&store, &layout, &test_partition()).await;
         assert_eq!(files.quarantined.len(), 1, "{:?}", files.quarantined);
         assert!(
             files.live.iter().all(|k| !k.contains("wide-")),
@@ -634,9 +611,7 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
         assert_eq!((late.inputs.files, late.inputs.rows), (1, 0));
         assert_eq!(late.quarantined.len(), 1, "{:?}", late.quarantined);
         assert_eq!(late.quarantined[0].file, garbage);
-        let files_now = partition_files(&store, &layout, &test_partition())
-            .await
-            .expect("files");
+        let files_now = live_set(&store, &layout, &test_partition()).await;
         let mut live = files_now.live.clone();
         live.sort();
         let mut kept: Vec<String> = ranges.iter().map(|(key, _)| key.to_string()).collect();

@@ -10,13 +10,12 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use object_store::memory::InMemory;
-use ourios_compaction::compact::compact_partition;
 use ourios_compaction::gauge::batch_memory_bytes;
 use ourios_compaction::options::{CompactOptions, DEFAULT_MERGE_FAN_IN};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{parquet_bytes, put_bytes};
+use ourios_compaction::testing::{compact_expecting, parquet_bytes, put_bytes, test_partition};
 
 const MIB: u64 = 1 << 20;
 
@@ -92,19 +91,28 @@ async fn run(
     options.budget_bytes = budget;
     options.merge_fan_in = fan_in;
     options.row_groups_per_block = blocks;
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("compaction");
-    assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
     (report, encoded)
+}
+
+/// `count` batches of [`batch`], seeded `0..count`.
+fn batches(
+    partition: &PartitionId,
+    count: u64,
+    rows: usize,
+    attributes: usize,
+    width: usize,
+    distinct: bool,
+) -> Vec<RecordBatch> {
+    (0..count)
+        .map(|seed| batch(partition, rows, attributes, width, seed, distinct))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let files: Vec<RecordBatch> = (0..600)
-        .map(|i| batch(&partition, 200, 4, 250, i, false))
-        .collect();
+    let files = batches(&partition, 600, 200, 4, 250, false);
     let decoded: u64 = files.iter().map(batch_memory_bytes).sum();
     // Encoded total is small: set B to twice it, as a skip-spill gate on encoded size would.
     let encoded: u64 = files
@@ -129,10 +137,7 @@ async fn many_small_inputs_within_the_encoded_budget_do_not_decode_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wide_rows_merge_within_the_byte_budget() {
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let files: Vec<RecordBatch> = (0..12)
-        .map(|i| batch(&partition, 1500, 40, 250, i, true))
-        .collect();
+    let files = batches(&test_partition(), 12, 1500, 40, 250, true);
     let budget = 8 * MIB;
     for blocks in BLOCKS {
         let (report, _) = run(files.clone(), 500, budget, 4, blocks).await;

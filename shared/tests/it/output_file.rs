@@ -12,13 +12,12 @@ use arrow::datatypes::{DataType, Field, Int32Type, Int64Type};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::manifest::partition_files;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    get_bytes, named_batch, parquet_bytes, put_bytes, read_parquet, rows_batch,
+    get_bytes, live_set, named_batch, parquet_bytes, put_bytes, read_parquet, rows_batch,
 };
 use parquet::file::reader::{FileReader, SerializedFileReader};
 
@@ -414,9 +413,7 @@ async fn late_files_merge(blocks: usize) {
         .collect();
     f.put("late.parquet", parquet_bytes(&[rows_batch(&late)], 1000))
         .await;
-    let files = partition_files(&f.store, &f.layout, &f.partition)
-        .await
-        .expect("files");
+    let files = live_set(&f.store, &f.layout, &f.partition).await;
     assert_eq!(
         files.live.len(),
         2,
@@ -429,9 +426,7 @@ async fn late_files_merge(blocks: usize) {
     assert_eq!(two.inputs.rows, 800);
     let second_out = two.output.expect("output").key;
     assert_ne!(first_out, second_out);
-    let files = partition_files(&f.store, &f.layout, &f.partition)
-        .await
-        .expect("files");
+    let files = live_set(&f.store, &f.layout, &f.partition).await;
     assert_eq!(files.live, vec![second_out.clone()]);
 
     let batches = read_parquet(&f.store, &second_out).await;

@@ -13,14 +13,13 @@ use object_store::path::Path;
 use ourios_compaction::bench::baseline::rewrite_plain;
 use ourios_compaction::bench::generate::{GenerateSpec, generate_partition, service_names};
 use ourios_compaction::compact::compact_partition;
-use ourios_compaction::manifest::partition_files;
 use ourios_compaction::options::{CompactOptions, KeyColumns};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::prune::{WindowPredicate, count_row_groups};
 use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::read::scan::scan_columns;
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::{get_bytes, read_parquet};
+use ourios_compaction::testing::{get_bytes, live_set, read_parquet};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 
 const MINUTE: i64 = 60_000_000_000;
@@ -101,11 +100,7 @@ async fn brute_force(
     q: &WindowQuery,
 ) -> Vec<(Option<String>, i64, String)> {
     let mut all = Vec::new();
-    for key in partition_files(store, layout, partition)
-        .await
-        .expect("files")
-        .live
-    {
+    for key in live_set(store, layout, partition).await.live {
         all.extend(read_parquet(store, &key).await);
     }
     identities(&all)

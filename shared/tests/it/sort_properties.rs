@@ -8,13 +8,13 @@ use std::sync::Arc;
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use object_store::memory::InMemory;
-use ourios_compaction::compact::compact_partition;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    TestRow, get_bytes, multi_thread_runtime, parquet_bytes, put_bytes, read_parquet, rows_batch,
+    TestRow, compact_expecting, get_bytes, multi_thread_runtime, parquet_bytes, put_bytes,
+    read_parquet, rows_batch,
 };
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use proptest::prelude::*;
@@ -97,10 +97,8 @@ fn run_case(
         options.merge_fan_in = fan_in;
         options.row_groups_per_block = output.blocks;
         options.max_rows_per_row_group = output.max_rows;
-        let report = compact_partition(&store, &layout, &partition, &options)
-            .await
-            .expect("compaction runs");
-        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        let report =
+            compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
         let out = report.output.expect("an output");
         let batches = read_parquet(&store, &out.key).await;
         assert_eq!(tags(&batches), expected_order(&files), "{output:?}");

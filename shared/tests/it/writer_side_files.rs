@@ -3,29 +3,23 @@
 //! retired, deleted or read, and never make a job `partial`, through compaction, the live
 //! set, queries and garbage collection, run twice.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
-use object_store::memory::InMemory;
-use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{GcScope, collect_garbage_in};
-use ourios_compaction::manifest::partition_files;
 use ourios_compaction::options::{CompactOptions, KeyColumns};
-use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::report::Status;
-use ourios_compaction::store::Store;
-use ourios_compaction::testing::{get_bytes, parquet_bytes, put_bytes, rows_batch};
+use ourios_compaction::testing::{
+    compact_expecting, get_bytes, live_set, memory_test_partition, parquet_bytes, put_bytes,
+    rows_batch,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spark_partition_compacts_and_its_side_files_stay_untouched() {
-    let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-    let layout = KeyLayout::default();
-    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
-    let dir = layout.ingest_dir(&partition);
+    let (store, layout, partition, dir) = memory_test_partition();
     let (start, _) = partition.time_range_nanos();
     let rows = |first: i64| -> Vec<_> {
         (first..first + 50)
@@ -72,16 +66,11 @@ async fn a_spark_partition_compacts_and_its_side_files_stay_untouched() {
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
     options.gc_grace = Duration::ZERO;
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("compacts");
-    assert_eq!(report.status, Status::Compacted, "{report:?}");
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
     assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
     assert_eq!((report.inputs.files, report.inputs.rows), (2, 100));
 
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("live set");
+    let files = live_set(&store, &layout, &partition).await;
     assert_eq!(files.live.len(), 1, "{:?}", files.live);
     assert!(files.live[0].starts_with("compacted/"), "{:?}", files.live);
     assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
@@ -113,10 +102,7 @@ async fn a_spark_partition_compacts_and_its_side_files_stay_untouched() {
         )
         .await
         .expect("gc");
-        let again = compact_partition(&store, &layout, &partition, &options)
-            .await
-            .expect("compacts");
-        assert_eq!(again.status, Status::Noop, "{again:?}");
+        compact_expecting(&store, &layout, &partition, &options, Status::Noop).await;
     }
     for (key, bytes) in &side {
         assert_eq!(

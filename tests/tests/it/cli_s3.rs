@@ -8,12 +8,12 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
-use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::put_bytes;
 use ourios_integration_tests::{
-    all_keys, assert_exactly_once, cli_json, cli_json_with_env, land_files, live_tags, s3_url,
+    all_keys, assert_exactly_once, assert_live_exactly_once, cli_json, cli_json_with_env,
+    land_files, live_set, live_tags, query_hour_args, s3_url,
 };
 
 fn partition_args<'a>(url: &'a str, tenant: &'a str, hour: &'a str) -> Vec<&'a str> {
@@ -22,20 +22,9 @@ fn partition_args<'a>(url: &'a str, tenant: &'a str, hour: &'a str) -> Vec<&'a s
 
 /// `query --json` over the whole of hour 10 of `tenant`, with at most `limit` rows.
 fn query_hour(url: &str, tenant: &str, limit: &str) -> serde_json::Value {
-    cli_json(&[
-        "query",
-        "--store",
-        url,
-        "--tenant",
-        tenant,
-        "--from",
-        "2026-11-29T10:00:00Z",
-        "--to",
-        "2026-11-29T11:00:00Z",
-        "--limit",
-        limit,
-        "--json",
-    ])
+    let mut args = query_hour_args(url, tenant);
+    args.extend(["--limit", limit, "--json"]);
+    cli_json(&args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,9 +90,7 @@ async fn every_subcommand_works_on_s3() {
     args.extend(["--grace", "0s", "--json"]);
     assert_eq!(cli_json(&args)["deleted"], 3);
     let partition = PartitionId::parse(tenant, hour).expect("partition");
-    let live = partition_files(&store, &KeyLayout::default(), &partition)
-        .await
-        .expect("files");
+    let live = live_set(&store, &KeyLayout::default(), &partition).await;
     assert_eq!(live.live, [output_key]);
 }
 
@@ -144,9 +131,7 @@ async fn fan_out_on_s3_commits_key_ranges() {
 
     let partition = PartitionId::parse(tenant, hour).expect("partition");
     let layout = KeyLayout::default();
-    let live = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let live = live_set(&store, &layout, &partition).await;
     assert_eq!(live.live, keys);
     let runs = Path::from(format!("{}/runs", layout.compacted_dir(&partition)));
     let left = store.list_sorted(&runs).await.expect("listing");
@@ -247,15 +232,8 @@ async fn gc_without_tenant_or_hour_covers_every_compacted_partition() {
 
     for ((tenant, hour), tags) in compacted_hours.iter().zip(&expected) {
         let partition = PartitionId::parse(tenant, hour).expect("partition");
-        let files = partition_files(&store, &layout, &partition)
-            .await
-            .expect("files");
-        assert_eq!(files.live.len(), 1, "{files:?}");
-        assert_exactly_once(
-            &live_tags(&store, &layout, &partition).await,
-            tags,
-            &partition.to_string(),
-        );
+        let name = partition.to_string();
+        assert_live_exactly_once(&store, &layout, &partition, 1, tags, &name).await;
         let ingest_left = store
             .list_sorted(&layout.ingest_dir(&partition))
             .await

@@ -9,17 +9,16 @@ use std::time::Duration;
 
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
-use ourios_compaction::manifest::{
-    CommitOutcome, Manifest, commit, list_versions, load_latest, partition_files,
-};
+use ourios_compaction::manifest::{CommitOutcome, Manifest, commit, list_versions, load_latest};
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::FaultyStore;
 use ourios_compaction::testing::small_budget_options as options;
 use ourios_integration_tests::{
-    Backend, all_keys, assert_exactly_once, commit_request as request, land_file, land_files,
-    live_tags, test_partition,
+    Backend, all_keys, assert_conflict, assert_exactly_once, assert_live_exactly_once,
+    commit_request as request, compact_expecting, land_file, land_files, live_set, live_tags,
+    test_partition,
 };
 use rstest::rstest;
 
@@ -33,15 +32,11 @@ async fn retried_job_is_noop(#[case] backend: Backend) {
     let partition = test_partition();
     let scratch = tempfile::tempdir().expect("scratch");
     let expected = land_files(&store, &layout, &partition, 3, 200).await;
-    let first = compact_partition(&store, &layout, &partition, &options(scratch.path()))
-        .await
-        .expect("first run");
-    assert_eq!(first.status, Status::Compacted, "{first:?}");
+    let opts = options(scratch.path());
+    let first = compact_expecting(&store, &layout, &partition, &opts, Status::Compacted).await;
     let keys = all_keys(&store).await;
-    let second = compact_partition(&store, &layout, &partition, &options(scratch.path()))
-        .await
-        .expect("second run");
-    assert_eq!(second.status, Status::Noop, "{second:?}");
+    let opts = options(scratch.path());
+    let second = compact_expecting(&store, &layout, &partition, &opts, Status::Noop).await;
     assert_eq!(second.manifest_version, first.manifest_version);
     assert_eq!(all_keys(&store).await, keys, "a noop writes nothing");
     assert_exactly_once(
@@ -143,41 +138,23 @@ async fn late_file_stays_live_and_is_compacted_next_time(#[case] backend: Backen
     let hooked = FaultyStore::new(Arc::clone(store.object_store()), None)
         .with_hook_before_upload(lands_midway);
     let job_store = Store::from_object_store(Arc::new(hooked), "hooked");
-    let first = compact_partition(&job_store, &layout, &partition, &options(scratch.path()))
-        .await
-        .expect("first job");
-    assert_eq!(first.status, Status::Compacted, "{first:?}");
+    let opts = options(scratch.path());
+    let first = compact_expecting(&job_store, &layout, &partition, &opts, Status::Compacted).await;
     assert_eq!(first.inputs.files, 3);
     expected.extend(9000..9050);
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let during = "after a file landed during the job";
+    let files = assert_live_exactly_once(&store, &layout, &partition, 2, &expected, during).await;
     let late_key = format!("{}/late.parquet", layout.ingest_dir(&partition));
-    assert_eq!(files.live.len(), 2, "{files:?}");
     assert!(files.live.iter().any(|k| *k == late_key), "{files:?}");
-    assert_exactly_once(
-        &live_tags(&store, &layout, &partition).await,
-        &expected,
-        "after a file landed during the job",
-    );
 
-    let second = compact_partition(&store, &layout, &partition, &options(scratch.path()))
-        .await
-        .expect("second job");
-    assert_eq!(second.status, Status::Compacted, "{second:?}");
+    let opts = options(scratch.path());
+    let second = compact_expecting(&store, &layout, &partition, &opts, Status::Compacted).await;
     assert_eq!(
         second.inputs.files, 2,
         "the compacted file and the late file"
     );
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
-    assert_eq!(files.live.len(), 1, "{files:?}");
-    assert_exactly_once(
-        &live_tags(&store, &layout, &partition).await,
-        &expected,
-        "after the next job",
-    );
+    let after = "after the next job";
+    assert_live_exactly_once(&store, &layout, &partition, 1, &expected, after).await;
 }
 
 /// Job B stops late (past its deadline) after an identical job A committed the same input
@@ -238,9 +215,7 @@ async fn late_job_keeps_an_identical_committed_output(
         &expected,
         "after a late identical job",
     );
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     let compacted: Vec<String> = all_keys(&store)
         .await
         .into_iter()
@@ -329,10 +304,7 @@ async fn stale_committer_after_pruning(#[case] backend: Backend) {
     let outcome = commit(&store, &layout, &partition, &stale_base, &retired)
         .await
         .expect("stale commit");
-    assert!(
-        matches!(outcome, CommitOutcome::Conflict { .. }),
-        "{outcome:?}"
-    );
+    assert_conflict(&outcome, "a commit on a stale base");
     let versions = list_versions(&store, &layout, &partition)
         .await
         .expect("versions");

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ourios_compaction::manifest::{list_versions, load_latest, partition_files};
+use ourios_compaction::manifest::{list_versions, load_latest};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_integration_tests::{
-    assert_exactly_once, cli_bin, file_tags, land_file, live_tags, s3_url, test_partition,
+    assert_live_exactly_once, cli_bin, file_tags, land_file, live_set, s3_url, test_partition,
 };
 
 const NUM_COMPACTORS: usize = 4;
@@ -58,9 +58,7 @@ impl Partition {
     /// Reads every live file now: no row twice, every row landed before the read is there.
     async fn sample(&self, context: &str) {
         let before = self.landed();
-        let files = partition_files(&self.store, &self.layout, &self.id)
-            .await
-            .expect("the live set reads");
+        let files = live_set(&self.store, &self.layout, &self.id).await;
         let mut tags = Vec::new();
         for key in &files.live {
             tags.extend(file_tags(&self.store, key).await);
@@ -248,17 +246,7 @@ async fn concurrent_compactors_keep_every_row_exactly_once() {
     let num_winners = outcomes.iter().filter(|o| o.status == "compacted").count();
     assert_eq!(num_winners, 1, "exactly one commit wins: {outcomes:?}");
 
-    let files = partition_files(&partition.store, &partition.layout, &partition.id)
-        .await
-        .expect("files");
-    assert_eq!(
-        files.live.len(),
-        1,
-        "one compacted file at the end: {files:?}"
-    );
-    assert_exactly_once(
-        &live_tags(&partition.store, &partition.layout, &partition.id).await,
-        &partition.landed(),
-        "after all rounds",
-    );
+    let (store, layout) = (&partition.store, &partition.layout);
+    let landed = partition.landed();
+    assert_live_exactly_once(store, layout, &partition.id, 1, &landed, "after all rounds").await;
 }

@@ -17,14 +17,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{KEEP_MANIFEST_VERSIONS, collect_garbage};
-use ourios_compaction::manifest::{list_versions, partition_files};
+use ourios_compaction::manifest::list_versions;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{Fault, FaultyStore, get_bytes, put_bytes, small_budget_options};
 use ourios_integration_tests::{
-    all_keys, assert_exactly_once, file_tags, land_file, open_memory, open_s3, test_partition,
+    all_keys, assert_exactly_once, compact_expecting, file_tags, land_file, live_set, open_memory,
+    open_s3, test_partition,
 };
 
 const BAD_BYTES: &[u8] = b"PAR1 this is not a parquet file PAR1";
@@ -66,23 +67,13 @@ async fn prepare(store: Store, round: Round) -> Scenario {
     let bad_key = format!("{}/bad.parquet", layout.ingest_dir(&partition));
     put_bytes(&store, &bad_key, Bytes::from_static(BAD_BYTES)).await;
     let scratch = tempfile::tempdir().expect("scratch");
-    if round == Round::First {
-        return Scenario {
-            store,
-            layout,
-            partition,
-            expected,
-            bad_key,
-            scratch,
-        };
-    }
-    let report = compact_partition(&store, &layout, &partition, &options(scratch.path()))
-        .await
-        .expect("the first compaction runs");
-    assert_eq!(report.status, Status::Partial, "{report:?}");
-    for (i, name) in ["d.parquet", "e.parquet", "f.parquet"].iter().enumerate() {
-        let first = (i as i64 + 3) * 1000;
-        expected.extend(land_file(&store, &layout, &partition, name, first, 250).await);
+    if round != Round::First {
+        let opts = options(scratch.path());
+        compact_expecting(&store, &layout, &partition, &opts, Status::Partial).await;
+        for (i, name) in ["d.parquet", "e.parquet", "f.parquet"].iter().enumerate() {
+            let first = (i as i64 + 3) * 1000;
+            expected.extend(land_file(&store, &layout, &partition, name, first, 250).await);
+        }
     }
     Scenario {
         store,
@@ -109,9 +100,7 @@ impl Scenario {
 
     async fn assert_consistent(&self, context: &str) {
         // Until a commit quarantines it, the bad file is live too (it holds no readable rows).
-        let files = partition_files(&self.store, &self.layout, &self.partition)
-            .await
-            .expect("files");
+        let files = live_set(&self.store, &self.layout, &self.partition).await;
         let mut tags = Vec::new();
         for key in files.live.iter().filter(|k| **k != self.bad_key) {
             tags.extend(file_tags(&self.store, key).await);
@@ -141,9 +130,7 @@ impl Scenario {
         );
         self.assert_consistent(&format!("{context}, after the rerun"))
             .await;
-        let files = partition_files(&self.store, &self.layout, &self.partition)
-            .await
-            .expect("files");
+        let files = live_set(&self.store, &self.layout, &self.partition).await;
         assert_eq!(files.live.len(), 1, "{context}: one live file: {files:?}");
         let compacted_dir = format!("{}/", self.layout.compacted_dir(&self.partition));
         assert!(files.live[0].starts_with(&compacted_dir), "{files:?}");

@@ -13,13 +13,12 @@ use std::time::Duration;
 
 use aws_sdk_sfn::Client;
 use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
-use chrono::TimeZone;
+use aws_sdk_sfn::types::ExecutionListItem;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{FanOutShape, Status};
 use ourios_compaction::serverless::dispatch::compactor::{Compactor, CompactorAnswer};
 use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::serverless::dispatch::job_lifecycle::{JobOutcome, RecordAction};
-use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
 use ourios_compaction::serverless::events::{Invocation, KeyScope, parse_invocation};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::serverless::state_machine::{
@@ -28,7 +27,9 @@ use ourios_compaction::serverless::state_machine::{
 use ourios_compaction::settings::CompactSettings;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_integration_tests::emulator::workspace_root;
-use ourios_integration_tests::{assert_exactly_once, land_files, live_tags, s3_url};
+use ourios_integration_tests::{
+    assert_exactly_once, dispatch_at, land_files, live_tags, s3_url, test_hour_closed,
+};
 use serde_json::{Value, json};
 
 /// A Step Functions test server (moto) on a free loopback port, stopped when dropped.
@@ -167,20 +168,7 @@ fn compactor(url: &str, scratch: &std::path::Path, vars: &[(&str, &str)]) -> Com
 async fn dispatched(store: &Store, partition: &PartitionId, files: i64) -> (String, Vec<i64>) {
     let layout = KeyLayout::default();
     let tags = land_files(store, &layout, partition, files, 300).await;
-    let closed = chrono::Utc
-        .with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
-        .single()
-        .expect("a valid instant");
-    let outcome = dispatch_partition(
-        store,
-        &layout,
-        partition,
-        closed,
-        &ReadinessConfig::default(),
-        DispatchMode::default(),
-    )
-    .await
-    .expect("the planner dispatches");
+    let outcome = dispatch_at(store, partition, test_hour_closed()).await;
     let job = outcome.job_id.expect("a job record was written");
     (job, tags.into_iter().collect())
 }
@@ -220,20 +208,21 @@ impl Fixture {
         }
     }
 
-    /// The names of the state machine's executions.
-    async fn execution_names(&self) -> Vec<String> {
-        let executions = self
-            .client
+    /// The state machine's executions.
+    async fn executions(&self) -> Vec<ExecutionListItem> {
+        self.client
             .list_executions()
             .state_machine_arn(&self.arn)
             .send()
             .await
-            .expect("lists executions");
-        executions
-            .executions()
-            .iter()
-            .map(|e| e.name().to_string())
-            .collect()
+            .expect("lists executions")
+            .executions
+    }
+
+    /// The names of the state machine's executions.
+    async fn execution_names(&self) -> Vec<String> {
+        let executions = self.executions().await;
+        executions.iter().map(|e| e.name().to_string()).collect()
     }
 }
 
@@ -306,17 +295,11 @@ async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job
         [name.as_str()],
         "one execution however often handed off"
     );
-    let executions = fixture
-        .client
-        .list_executions()
-        .state_machine_arn(&fixture.arn)
-        .send()
-        .await
-        .expect("lists executions");
+    let executions = fixture.executions().await;
     let described = fixture
         .client
         .describe_execution()
-        .execution_arn(executions.executions()[0].execution_arn())
+        .execution_arn(executions[0].execution_arn())
         .send()
         .await
         .expect("describes the execution");
@@ -443,16 +426,7 @@ async fn a_job_record_replaced_while_an_execution_runs_starts_no_second_executio
 
     // Meanwhile the job record goes stale and the planner replaces it with a new job.
     let later = chrono::Utc::now() + chrono::Duration::hours(2);
-    let replaced = dispatch_partition(
-        &compactor.store,
-        &KeyLayout::default(),
-        &partition,
-        later,
-        &ReadinessConfig::default(),
-        DispatchMode::default(),
-    )
-    .await
-    .expect("the planner replaces the stale record");
+    let replaced = dispatch_at(&compactor.store, &partition, later).await;
     let second = replaced.job_id.expect("a new job record");
     assert_ne!(second, first);
     let again = compact_directly(compactor).await;

@@ -8,14 +8,13 @@
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use chrono::TimeZone;
-use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::sweep;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
 use ourios_integration_tests::{
-    assert_exactly_once, cli_json, land_file, land_files, live_tags, s3_url,
+    assert_exactly_once, cli_json, dispatched, land_file, land_files, live_set, live_tags,
+    query_hour_args, s3_url, test_hour_closed,
 };
 
 const HOUR: &str = "2026-11-29T10";
@@ -68,32 +67,27 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
     }
 
     // The live set: the real files, the foreign ones skipped and named.
-    let files = partition_files(&store, &layout, &acme)
-        .await
-        .expect("a partition with foreign keys lists");
+    let files = live_set(&store, &layout, &acme).await;
     assert_eq!(files.live.len(), 4, "{:?}", files.live);
     assert_eq!(files.unaddressable, foreign_in_partition(&layout, &acme));
 
     // The planner's sweep plans both tenants.
-    let now = chrono::Utc
-        .with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
-        .single()
-        .expect("a valid instant");
-    let outcomes = sweep(&store, &layout, now, &ReadinessConfig::default())
-        .await
-        .expect("the sweep lists tenants past a foreign key");
-    let dispatched: BTreeSet<(String, String)> = outcomes
-        .iter()
-        .filter(|o| o.decision == "dispatched")
-        .map(|o| (o.tenant.clone(), o.hour.clone()))
-        .collect();
+    let outcomes = sweep(
+        &store,
+        &layout,
+        test_hour_closed(),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .expect("the sweep lists tenants past a foreign key");
+    let scheduled: BTreeSet<(String, String)> = dispatched(&outcomes).into_iter().collect();
     assert!(
         outcomes.iter().all(|o| o.decision != "failed"),
         "{outcomes:?}"
     );
     for tenant in ["acme", "beta"] {
         assert!(
-            dispatched.contains(&(tenant.to_string(), HOUR.to_string())),
+            scheduled.contains(&(tenant.to_string(), HOUR.to_string())),
             "{tenant} not dispatched: {outcomes:?}"
         );
     }
@@ -116,18 +110,7 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
         assert_eq!(report["status"], "compacted", "{report}");
         assert_eq!(report["inputs"]["rows"], tags.len() as u64, "{report}");
         assert_eq!(report["unaddressable"], serde_json::json!(unaddressable));
-        let queried = cli_json(&[
-            "query",
-            "--store",
-            &url,
-            "--tenant",
-            tenant,
-            "--from",
-            "2026-11-29T10:00:00Z",
-            "--to",
-            "2026-11-29T11:00:00Z",
-            "--json",
-        ]);
+        let queried = cli_json(&[&query_hour_args(&url, tenant)[..], &["--json"]].concat());
         assert_eq!(
             queried["stats"]["rows_matched"],
             tags.len() as u64,

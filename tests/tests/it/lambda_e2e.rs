@@ -7,14 +7,13 @@
 //! of `cargo lambda watch --only-lambda-apis`, then sends payloads with
 //! `cargo lambda invoke --data-file`.
 
-use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_integration_tests::emulator::{
     Emulator, FUNCTIONS, event_for_store, land_announced_files, workspace_root,
 };
-use ourios_integration_tests::{assert_exactly_once, live_tags, s3_url, test_partition};
+use ourios_integration_tests::{assert_exactly_once, live_set, live_tags, s3_url, test_partition};
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,9 +70,12 @@ async fn planner_and_compactor_under_cargo_lambda() {
     );
 
     // The same burst again changes nothing.
-    let replay = emulator
-        .invoke("ourios-planner", &seal)
-        .expect("planner replays");
+    let replay_seal = || {
+        emulator
+            .invoke("ourios-planner", &seal)
+            .expect("planner replays")
+    };
+    let replay = replay_seal();
     assert_eq!(
         replay["partitions"][0]["decision"], "job_active",
         "{replay}"
@@ -95,9 +97,7 @@ async fn planner_and_compactor_under_cargo_lambda() {
     assert_eq!(report["output"]["rows"], 1200);
 
     // 3. Row by row: every landed row is live exactly once, in the one compacted file.
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("live set");
+    let files = live_set(&store, &layout, &partition).await;
     assert_eq!(files.live.len(), 1, "one compacted file: {:?}", files.live);
     assert!(files.live[0].starts_with("compacted/"), "{:?}", files.live);
     let live = live_tags(&store, &layout, &partition).await;
@@ -120,9 +120,7 @@ async fn planner_and_compactor_under_cargo_lambda() {
         "{ignored}"
     );
     // A late replay of the seal events finds nothing left to compact.
-    let late = emulator
-        .invoke("ourios-planner", &seal)
-        .expect("planner answers");
+    let late = replay_seal();
     assert_eq!(
         late["partitions"][0]["decision"], "nothing_to_compact",
         "{late}"

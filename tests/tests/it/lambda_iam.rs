@@ -20,16 +20,16 @@ use std::sync::Arc;
 use object_store::aws::AmazonS3Builder;
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStoreExt, PutPayload};
-use ourios_compaction::manifest::partition_files;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::serverless::dispatch::job::read_job;
 use ourios_compaction::store::Store;
+use ourios_compaction::testing::get_bytes;
 use ourios_integration_tests::emulator::{
     Emulator, event_for_store, land_announced_files, load, move_event, workspace_root,
 };
 use ourios_integration_tests::{
-    all_keys, assert_exactly_once, land_file, live_tags, test_partition,
+    all_keys, assert_exactly_once, land_file, live_set, live_tags, test_partition,
 };
 use serde_json::{Value, json};
 
@@ -202,6 +202,22 @@ fn minio_webhook_body(name: &str) -> String {
     move_event(load(name), BUCKET, ROOT).to_string()
 }
 
+/// Asserts that an object store call failed as not found (404).
+fn assert_not_found<T: std::fmt::Debug>(got: &object_store::Result<T>) {
+    assert!(
+        matches!(got, Err(object_store::Error::NotFound { .. })),
+        "{got:?}"
+    );
+}
+
+/// Asserts that an object store call was denied (403).
+fn assert_denied<T: std::fmt::Debug>(got: &object_store::Result<T>) {
+    assert!(
+        matches!(got, Err(object_store::Error::PermissionDenied { .. })),
+        "{got:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
     let server = IamServer::start(&[]);
@@ -298,9 +314,7 @@ async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
     assert_eq!(report["status"], "compacted", "{report}");
 
     // 4. Every row live exactly once, in one compacted file; no job record left.
-    let files = partition_files(&admin, &layout, &partition)
-        .await
-        .expect("live set");
+    let files = live_set(&admin, &layout, &partition).await;
     assert_eq!(files.live.len(), 1, "one compacted file: {:?}", files.live);
     let live = live_tags(&admin, &layout, &partition).await;
     assert_exactly_once(&live, &tags, "after three compactions under IAM");
@@ -354,31 +368,15 @@ async fn a_missing_key_is_404_only_to_a_caller_that_may_list_it() {
 
     // ListBucket limited by s3:prefix: 404 under the prefix, 403 outside it.
     let store = server.store("lists_jobs");
-    let got = store.object_store().get(&job).await;
-    assert!(
-        matches!(got, Err(object_store::Error::NotFound { .. })),
-        "{got:?}"
-    );
-    let got = store.object_store().head(&job).await;
-    assert!(
-        matches!(got, Err(object_store::Error::NotFound { .. })),
-        "{got:?}"
-    );
-    let got = store.object_store().get(&manifest).await;
-    assert!(
-        matches!(got, Err(object_store::Error::PermissionDenied { .. })),
-        "{got:?}"
-    );
+    assert_not_found(&store.object_store().get(&job).await);
+    assert_not_found(&store.object_store().head(&job).await);
+    assert_denied(&store.object_store().get(&manifest).await);
     assert!(read_job(&store, &partition).await.expect("read").is_none());
 
     // No ListBucket: 403 for the missing job record, which read_job takes as absent; an
     // existing object still reads.
     let store = server.store("lists_nothing");
-    let got = store.object_store().get(&job).await;
-    assert!(
-        matches!(got, Err(object_store::Error::PermissionDenied { .. })),
-        "{got:?}"
-    );
+    assert_denied(&store.object_store().get(&job).await);
     assert!(read_job(&store, &partition).await.expect("read").is_none());
     server
         .store("admin")
@@ -386,23 +384,11 @@ async fn a_missing_key_is_404_only_to_a_caller_that_may_list_it() {
         .put(&manifest, PutPayload::from_static(b"{}"))
         .await
         .expect("admin writes");
-    let bytes = store
-        .object_store()
-        .get(&manifest)
-        .await
-        .expect("an existing key reads")
-        .bytes()
-        .await
-        .expect("its body");
-    assert_eq!(&bytes[..], b"{}");
+    assert_eq!(&get_bytes(&store, manifest.as_ref()).await[..], b"{}");
 
     // The planner's role: job records are listable (404), and it deletes nothing.
     let planner = server.store("planner");
-    let got = planner.object_store().head(&job).await;
-    assert!(
-        matches!(got, Err(object_store::Error::NotFound { .. })),
-        "{got:?}"
-    );
+    assert_not_found(&planner.object_store().head(&job).await);
     // (object_store deletes with DeleteObjects, which refuses each key inside a 200.)
     let deleted = planner.object_store().delete(&manifest).await;
     assert!(

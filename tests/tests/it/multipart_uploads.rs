@@ -2,15 +2,12 @@
 //! job left behind, and never another job's (which may be live), on the S3 test server.
 //! invariant 4.
 
-use chrono::TimeZone;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
-use ourios_compaction::serverless::dispatch::job_lifecycle::run_compaction_job;
-use ourios_compaction::serverless::dispatch::{DispatchMode, dispatch_partition};
-use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_integration_tests::{
-    assert_exactly_once, land_files, live_tags, open_s3, test_partition,
+    assert_exactly_once, dispatch_at, land_files, live_tags, open_s3, run_job, test_hour_closed,
+    test_partition,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,20 +16,7 @@ async fn a_job_aborts_its_earlier_attempts_uploads_and_no_other_jobs() {
     let layout = KeyLayout::default();
     let partition = test_partition();
     let tags = land_files(&store, &layout, &partition, 2, 300).await;
-    let now = chrono::Utc
-        .with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
-        .single()
-        .expect("a valid instant");
-    let dispatched = dispatch_partition(
-        &store,
-        &layout,
-        &partition,
-        now,
-        &ReadinessConfig::default(),
-        DispatchMode::default(),
-    )
-    .await
-    .expect("the planner dispatches");
+    let dispatched = dispatch_at(&store, &partition, test_hour_closed()).await;
     let job = dispatched.job_id.expect("a job record was written");
 
     // A killed attempt of this job, and a live upload of another job.
@@ -54,15 +38,7 @@ async fn a_job_aborts_its_earlier_attempts_uploads_and_no_other_jobs() {
     assert_eq!(listed.len(), 2, "{listed:?}");
 
     let scratch = tempfile::tempdir().expect("scratch");
-    let outcome = run_compaction_job(
-        &store,
-        &layout,
-        &partition,
-        &CompactOptions::new(scratch.path()),
-        &ReadinessConfig::default(),
-    )
-    .await
-    .expect("the job runs");
+    let outcome = run_job(&store, &partition, &CompactOptions::new(scratch.path())).await;
     assert_eq!(
         outcome.report.status,
         Status::Compacted,

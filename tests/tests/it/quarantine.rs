@@ -8,15 +8,16 @@ use std::time::Duration;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use bytes::Bytes;
-use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::collect_garbage;
-use ourios_compaction::manifest::{partition_files, release_quarantined};
+use ourios_compaction::manifest::release_quarantined;
 use ourios_compaction::options::CompactOptions;
-use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::Status;
-use ourios_compaction::testing::{get_bytes, parquet_bytes, put_bytes, rows_batch};
+use ourios_compaction::testing::{
+    assert_quarantined_for, get_bytes, parquet_bytes, put_bytes, rows_batch,
+};
 use ourios_integration_tests::{
-    assert_exactly_once, land_file, land_files, live_tags, open_s3, test_partition,
+    assert_exactly_once, assert_live_exactly_once, compact_expecting, land_file, land_files,
+    live_set, live_tags, open_s3, test_partition_on,
 };
 
 /// A one-row file with the test columns plus `extra` (name, type, value as a string).
@@ -37,10 +38,7 @@ fn with_extra_column(time: i64, extra: (&str, &str)) -> Bytes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantined_files_survive_compaction_and_gc_on_s3() {
-    let store = open_s3("quarantine");
-    let layout = KeyLayout::default();
-    let partition = test_partition();
-    let dir = layout.ingest_dir(&partition);
+    let (store, layout, partition, dir) = test_partition_on(open_s3("quarantine"));
     let (start, end) = partition.time_range_nanos();
     let mut expected = land_files(&store, &layout, &partition, 2, 300).await;
 
@@ -91,29 +89,18 @@ async fn quarantined_files_survive_compaction_and_gc_on_s3() {
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
     options.gc_grace = Duration::ZERO;
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Partial, "{report:?}");
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Partial).await;
     assert_eq!(report.inputs.files, 2);
     for (name, _, why) in &bad {
         let key = format!("{dir}/{name}");
-        let q = report
-            .quarantined
-            .iter()
-            .find(|q| q.file == key)
-            .unwrap_or_else(|| panic!("{name} is quarantined: {:?}", report.quarantined));
-        assert!(q.reason.contains(why), "{name}: {}", q.reason);
+        assert_quarantined_for(&report, &key, why);
     }
     assert_untouched("after the first compaction").await;
 
     // A late good file: the next compaction merges it with the compacted file and leaves
     // the quarantined files where they are.
     expected.extend(land_file(&store, &layout, &partition, "late.parquet", 90_000, 40).await);
-    let report = compact_partition(&store, &layout, &partition, &options)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Compacted, "{report:?}");
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
     assert_eq!(
         report.inputs.files, 2,
         "the compacted file and the late file"
@@ -125,16 +112,9 @@ async fn quarantined_files_survive_compaction_and_gc_on_s3() {
         .expect("gc");
     assert_untouched("after GC").await;
 
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
-    assert_eq!(files.live.len(), 1, "{files:?}");
+    let good = "the good rows";
+    let files = assert_live_exactly_once(&store, &layout, &partition, 1, &expected, good).await;
     assert_eq!(files.quarantined.len(), bad.len());
-    assert_exactly_once(
-        &live_tags(&store, &layout, &partition).await,
-        &expected,
-        "the good rows",
-    );
 }
 
 /// A file quarantined for more columns than a small budget allows is merged once released to a
@@ -142,10 +122,7 @@ async fn quarantined_files_survive_compaction_and_gc_on_s3() {
 /// commit, the file is live from that version on, and every row is live exactly once after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_file_is_merged_by_a_larger_compactor_on_s3() {
-    let store = open_s3("quarantine-release");
-    let layout = KeyLayout::default();
-    let partition = test_partition();
-    let dir = layout.ingest_dir(&partition);
+    let (store, layout, partition, dir) = test_partition_on(open_s3("quarantine-release"));
     let (start, _) = partition.time_range_nanos();
     let mut expected = land_files(&store, &layout, &partition, 2, 200).await;
 
@@ -177,10 +154,7 @@ async fn a_released_file_is_merged_by_a_larger_compactor_on_s3() {
     let scratch = tempfile::tempdir().expect("scratch");
     let mut small = CompactOptions::new(scratch.path());
     small.budget_bytes = 16 << 20;
-    let report = compact_partition(&store, &layout, &partition, &small)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Partial, "{report:?}");
+    let report = compact_expecting(&store, &layout, &partition, &small, Status::Partial).await;
     assert_eq!(report.quarantined[0].file, wide);
     assert!(
         report.quarantined[0]
@@ -196,19 +170,14 @@ async fn a_released_file_is_merged_by_a_larger_compactor_on_s3() {
     assert_eq!(released.released.len(), 1);
     assert_eq!(released.released[0].key, wide);
     assert_eq!(released.manifest_version, report.manifest_version + 1);
-    let files = partition_files(&store, &layout, &partition)
-        .await
-        .expect("files");
+    let files = live_set(&store, &layout, &partition).await;
     assert!(
         files.live.iter().any(|k| *k == wide) && files.quarantined.is_empty(),
         "{files:?}"
     );
 
     let larger = CompactOptions::new(scratch.path());
-    let report = compact_partition(&store, &layout, &partition, &larger)
-        .await
-        .expect("runs");
-    assert_eq!(report.status, Status::Compacted, "{report:?}");
+    compact_expecting(&store, &layout, &partition, &larger, Status::Compacted).await;
     expected.insert(wide_tag);
     assert_exactly_once(
         &live_tags(&store, &layout, &partition).await,

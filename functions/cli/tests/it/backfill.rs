@@ -56,6 +56,17 @@ fn backfill(store: &Path, extra: &[&str]) -> Value {
     json(&run(&args))
 }
 
+/// Generates `files` files of `rows` rows in a fresh store and backfills it with
+/// `--run-local`, a fresh scratch directory and `extra`.
+fn backfill_run_local(files: &str, rows: &str, extra: &[&str]) -> Value {
+    let dir = tempfile::tempdir().expect("dir");
+    let scratch = tempfile::tempdir().expect("scratch");
+    generate(&dir.path().to_string_lossy(), files, rows);
+    let scratch_arg = scratch.path().to_string_lossy();
+    let args = [&["--run-local", "--scratch", &scratch_arg][..], extra].concat();
+    backfill(dir.path(), &args)
+}
+
 #[test]
 fn backfill_dry_run_schedule_and_run_local() {
     let dir = tempfile::tempdir().expect("dir");
@@ -123,25 +134,8 @@ fn backfill_dry_run_schedule_and_run_local() {
 
 #[test]
 fn backfill_run_local_fans_out_like_compact() {
-    let dir = tempfile::tempdir().expect("dir");
-    let scratch = tempfile::tempdir().expect("scratch");
-    let s = dir.path().to_string_lossy();
-    generate(&s, "4", "1500");
-    let scratch_arg = scratch.path().to_string_lossy();
-    let local = backfill(
-        dir.path(),
-        &[
-            "--run-local",
-            "--scratch",
-            &scratch_arg,
-            "--fan-out",
-            "2",
-            "--workers",
-            "2",
-            "--rg-bytes",
-            "32KiB",
-        ],
-    );
+    let extra = ["--fan-out", "2", "--workers", "2", "--rg-bytes", "32KiB"];
+    let local = backfill_run_local("4", "1500", &extra);
     let report = &local["compactions"][0];
     assert_eq!(report["status"], "compacted", "{local}");
     assert_eq!(report["fan_out"]["ranges"], 2, "{local}");
@@ -158,21 +152,7 @@ fn backfill_run_local_fans_out_like_compact() {
 
 #[test]
 fn backfill_run_local_prices_each_compaction_for_the_function_memory() {
-    let dir = tempfile::tempdir().expect("dir");
-    let scratch = tempfile::tempdir().expect("scratch");
-    let s = dir.path().to_string_lossy();
-    generate(&s, "3", "200");
-    let scratch_arg = scratch.path().to_string_lossy();
-    let local = backfill(
-        dir.path(),
-        &[
-            "--run-local",
-            "--scratch",
-            &scratch_arg,
-            "--function-memory",
-            "512",
-        ],
-    );
+    let local = backfill_run_local("3", "200", &["--function-memory", "512"]);
     let report = &local["compactions"][0];
     assert_eq!(report["status"], "compacted", "{local}");
     let duration_s = report["duration_ms"].as_f64().expect("duration") / 1000.0;

@@ -9,7 +9,7 @@ use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use serde_json::json;
 
-use super::job_lifecycle::{RecordAction, run_compaction_job};
+use super::job_lifecycle::RecordAction;
 use super::planner::{Planner, PlannerAnswer};
 use super::*;
 use crate::manifest::{list_versions, partition_files};
@@ -19,7 +19,8 @@ use crate::report::Status;
 use crate::serverless::events::{KeyScope, parse_invocation};
 use crate::store::StoreUrl;
 use crate::testing::{
-    FaultyStore, files_under, parquet_bytes, put_bytes, rows_batch, test_partition,
+    FaultyStore, dispatched, files_under, parquet_bytes, put_bytes, rows_batch, run_job,
+    test_partition,
 };
 
 fn at(s: &str) -> DateTime<Utc> {
@@ -61,19 +62,76 @@ async fn land(store: &Store, partition: &PartitionId, name: &str, first_tag: i64
     put_bytes(store, &key, parquet_bytes(&[rows_batch(&batch)], 64)).await;
 }
 
-/// Dispatches `p` with the default settings after its hour closed.
-async fn dispatch_closed(store: &Store, p: &PartitionId) -> PartitionOutcome {
-    let config = ReadinessConfig::default();
+/// Dispatches `p` at `now` with `config`, as the planner does (the default mode).
+async fn dispatch_with(
+    store: &Store,
+    p: &PartitionId,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+) -> PartitionOutcome {
     dispatch_partition(
         store,
         &KeyLayout::default(),
         p,
-        closed(),
-        &config,
+        now,
+        config,
         DispatchMode::default(),
     )
     .await
     .unwrap()
+}
+
+/// Dispatches `p` with the default settings after its hour closed.
+async fn dispatch_closed(store: &Store, p: &PartitionId) -> PartitionOutcome {
+    dispatch_with(store, p, closed(), &ReadinessConfig::default()).await
+}
+
+/// The job id of the record `p` holds (panics when there is none).
+async fn record_job_id(store: &Store, p: &PartitionId) -> String {
+    job::read_job(store, p)
+        .await
+        .unwrap()
+        .unwrap()
+        .record
+        .unwrap()
+        .job_id
+}
+
+/// Backfills `request` at `now` with the default settings, no rate limit and no progress.
+async fn backfill_now(
+    store: &Store,
+    request: &BackfillRequest,
+    now: DateTime<Utc>,
+) -> crate::Result<BackfillReport> {
+    backfill(
+        store,
+        &KeyLayout::default(),
+        request,
+        now,
+        &ReadinessConfig::default(),
+        Duration::ZERO,
+        &|_, _| {},
+    )
+    .await
+}
+
+/// Lands a 10-row file in each of the space-separated `tenant/hour` partitions and returns
+/// the partitions.
+async fn land_in<const N: usize>(store: &Store, partitions: &str) -> [PartitionId; N] {
+    let mut parsed = Vec::new();
+    for name in partitions.split(' ') {
+        let (tenant, hour) = name.split_once('/').unwrap();
+        let p = PartitionId::parse(tenant, hour).unwrap();
+        land(store, &p, "f.parquet", 0, 10).await;
+        parsed.push(p);
+    }
+    parsed.try_into().unwrap()
+}
+
+/// Overwrites the first manifest of `p` with `bytes` that are no manifest.
+async fn break_manifest(store: &Store, p: &PartitionId, bytes: &'static [u8]) {
+    let key = KeyLayout::default().manifest_key(p, 1);
+    put_bytes(store, key.as_ref(), bytes::Bytes::from_static(bytes)).await;
 }
 
 async fn job_exists(store: &Store, partition: &PartitionId) -> bool {
@@ -145,22 +203,11 @@ async fn concurrent_planners_create_one_job_record() {
     let store = memory();
     let p = test_partition();
     land(&store, &p, "f.parquet", 0, 10).await;
-    let config = ReadinessConfig::default();
-    let layout = KeyLayout::default();
-    let attempts = (0..16).map(|_| {
-        dispatch_partition(
-            &store,
-            &layout,
-            &p,
-            closed(),
-            &config,
-            DispatchMode::default(),
-        )
-    });
+    let attempts = (0..16).map(|_| dispatch_closed(&store, &p));
     let outcomes = futures::future::join_all(attempts).await;
     let dispatched = outcomes
         .iter()
-        .filter(|o| o.as_ref().unwrap().decision == "dispatched")
+        .filter(|o| o.decision == "dispatched")
         .count();
     assert_eq!(dispatched, 1);
 }
@@ -171,22 +218,15 @@ async fn a_stale_job_record_is_replaced_and_a_fresh_one_is_not() {
     let p = test_partition();
     land(&store, &p, "f.parquet", 0, 10).await;
     let config = ReadinessConfig::default();
-    let layout = KeyLayout::default();
     let now = Utc::now();
-    let first = dispatch_partition(&store, &layout, &p, now, &config, DispatchMode::default())
-        .await
-        .unwrap();
+    let first = dispatch_with(&store, &p, now, &config).await;
     assert_eq!(first.decision, "dispatched");
-    let again = dispatch_partition(&store, &layout, &p, now, &config, DispatchMode::default())
-        .await
-        .unwrap();
+    let again = dispatch_with(&store, &p, now, &config).await;
     assert_eq!(again.decision, "job_active");
     // Past the lease (by the store's clock), the record is stale.
     let later =
         now + chrono::Duration::from_std(config.job_lease).unwrap() + chrono::Duration::seconds(5);
-    let replaced = dispatch_partition(&store, &layout, &p, later, &config, DispatchMode::default())
-        .await
-        .unwrap();
+    let replaced = dispatch_with(&store, &p, later, &config).await;
     assert_eq!(replaced.decision, "dispatched", "{}", replaced.reason);
     assert!(replaced.reason.contains("stale"));
     assert_ne!(replaced.job_id, first.job_id);
@@ -198,30 +238,11 @@ async fn a_stale_job_record_is_replaced_and_a_fresh_one_is_not() {
 async fn not_ready_and_empty_partitions_get_no_job() {
     let store = memory();
     let p = test_partition();
-    let layout = KeyLayout::default();
     let config = ReadinessConfig::default();
-    let empty = dispatch_partition(
-        &store,
-        &layout,
-        &p,
-        closed(),
-        &config,
-        DispatchMode::default(),
-    )
-    .await
-    .unwrap();
+    let empty = dispatch_closed(&store, &p).await;
     assert_eq!(empty.decision, "nothing_to_compact");
     land(&store, &p, "f.parquet", 0, 10).await;
-    let open = dispatch_partition(
-        &store,
-        &layout,
-        &p,
-        at("2026-11-29T10:30:00Z"),
-        &config,
-        DispatchMode::default(),
-    )
-    .await
-    .unwrap();
+    let open = dispatch_with(&store, &p, at("2026-11-29T10:30:00Z"), &config).await;
     assert_eq!(open.decision, "not_ready");
     assert!(!job_exists(&store, &p).await);
     // Small-file pressure makes an open hour ready.
@@ -229,16 +250,7 @@ async fn not_ready_and_empty_partitions_get_no_job() {
         pressure_files: 1,
         ..config
     };
-    let busy = dispatch_partition(
-        &store,
-        &layout,
-        &p,
-        at("2026-11-29T10:30:00Z"),
-        &pressure,
-        DispatchMode::default(),
-    )
-    .await
-    .unwrap();
+    let busy = dispatch_with(&store, &p, at("2026-11-29T10:30:00Z"), &pressure).await;
     assert_eq!(busy.decision, "dispatched", "{}", busy.reason);
 }
 
@@ -286,12 +298,8 @@ async fn the_compactors_own_writes_start_no_new_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_covers_only_its_window() {
     let store = memory();
-    let recent = PartitionId::parse("acme", "2026-11-29T10").unwrap();
-    let old = PartitionId::parse("acme", "2026-11-20T10").unwrap();
-    let other = PartitionId::parse("globex", "2026-11-29T11").unwrap();
-    for p in [&recent, &old, &other] {
-        land(&store, p, "f.parquet", 0, 10).await;
-    }
+    let partitions = "acme/2026-11-29T10 acme/2026-11-20T10 globex/2026-11-29T11";
+    let [_, old, _] = land_in(&store, partitions).await;
     let outcomes = sweep(
         &store,
         &KeyLayout::default(),
@@ -300,13 +308,8 @@ async fn the_sweep_covers_only_its_window() {
     )
     .await
     .unwrap();
-    let dispatched: Vec<(String, String)> = outcomes
-        .iter()
-        .filter(|o| o.decision == "dispatched")
-        .map(|o| (o.tenant.clone(), o.hour.clone()))
-        .collect();
     assert_eq!(
-        dispatched,
+        dispatched(&outcomes),
         [
             ("acme".to_string(), "2026-11-29T10".to_string()),
             ("globex".to_string(), "2026-11-29T11".to_string())
@@ -320,30 +323,24 @@ async fn the_sweep_covers_only_its_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backfill_schedules_partitions_with_files_and_dry_run_writes_nothing() {
     let store = memory();
-    let a = PartitionId::parse("acme", "2026-11-29T08").unwrap();
-    let b = PartitionId::parse("acme", "2026-11-29T10").unwrap();
-    let outside = PartitionId::parse("acme", "2026-11-29T12").unwrap();
-    for p in [&a, &b, &outside] {
-        land(&store, p, "f.parquet", 0, 10).await;
-    }
+    let partitions = "acme/2026-11-29T08 acme/2026-11-29T10 acme/2026-11-29T12";
+    let [a, b, outside] = land_in(&store, partitions).await;
     let request = |dry_run| BackfillRequest {
         tenants: None,
         from: "2026-11-29T07".into(),
         to: "2026-11-29T11".into(),
         dry_run,
     };
-    let layout = KeyLayout::default();
-    let config = ReadinessConfig::default();
     let seen = std::sync::Mutex::new(Vec::new());
     let progress = |done, total| seen.lock().unwrap().push((done, total));
     // Readiness is not checked: the backfill runs "now", while the hours are open.
     let now = at("2026-11-29T08:30:00Z");
     let dry = backfill(
         &store,
-        &layout,
+        &KeyLayout::default(),
         &request(true),
         now,
-        &config,
+        &ReadinessConfig::default(),
         Duration::ZERO,
         &progress,
     )
@@ -358,34 +355,14 @@ async fn backfill_schedules_partitions_with_files_and_dry_run_writes_nothing() {
     assert!(!job_exists(&store, &a).await && !job_exists(&store, &b).await);
     assert_eq!(seen.lock().unwrap().last(), Some(&(5, 5)));
 
-    let real = backfill(
-        &store,
-        &layout,
-        &request(false),
-        now,
-        &config,
-        Duration::ZERO,
-        &|_, _| {},
-    )
-    .await
-    .unwrap();
+    let real = backfill_now(&store, &request(false), now).await.unwrap();
     assert_eq!(real.scheduled, 2);
     let hours: Vec<&str> = real.partitions.iter().map(|o| o.hour.as_str()).collect();
     assert_eq!(hours, ["2026-11-29T08", "2026-11-29T10"]);
     assert!(job_exists(&store, &a).await && job_exists(&store, &b).await);
     assert!(!job_exists(&store, &outside).await);
     // Running it again schedules nothing new: the jobs are active.
-    let again = backfill(
-        &store,
-        &layout,
-        &request(false),
-        now,
-        &config,
-        Duration::ZERO,
-        &|_, _| {},
-    )
-    .await
-    .unwrap();
+    let again = backfill_now(&store, &request(false), now).await.unwrap();
     assert_eq!(again.scheduled, 0);
 
     let backwards = BackfillRequest {
@@ -393,19 +370,7 @@ async fn backfill_schedules_partitions_with_files_and_dry_run_writes_nothing() {
         to: "2026-11-29T07".into(),
         ..request(true)
     };
-    assert!(
-        backfill(
-            &store,
-            &layout,
-            &backwards,
-            now,
-            &config,
-            Duration::ZERO,
-            &|_, _| {}
-        )
-        .await
-        .is_err()
-    );
+    assert!(backfill_now(&store, &backwards, now).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,18 +378,9 @@ async fn a_finished_job_deletes_its_record() {
     let store = memory();
     let p = test_partition();
     land(&store, &p, "f.parquet", 0, 20).await;
-    let layout = KeyLayout::default();
     dispatch_closed(&store, &p).await;
     let scratch = tempfile::tempdir().unwrap();
-    let outcome = run_compaction_job(
-        &store,
-        &layout,
-        &p,
-        &CompactOptions::new(scratch.path()),
-        &ReadinessConfig::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = run_job(&store, &p, &CompactOptions::new(scratch.path())).await;
     assert_eq!(outcome.report.status, Status::Compacted);
     assert_eq!(outcome.record, RecordAction::Deleted);
     assert!(outcome.dispatch_job_id.is_some());
@@ -439,13 +395,7 @@ async fn files_arriving_during_a_job_re_arm_its_record() {
     land(&plain, &p, "f1.parquet", 0, 20).await;
     let layout = KeyLayout::default();
     dispatch_closed(&plain, &p).await;
-    let first_id = job::read_job(&plain, &p)
-        .await
-        .unwrap()
-        .unwrap()
-        .record
-        .unwrap()
-        .job_id;
+    let first_id = record_job_id(&plain, &p).await;
     // A file lands after the compaction listed the partition, before it commits.
     let late_store = plain.clone();
     let late_partition = p.clone();
@@ -453,40 +403,20 @@ async fn files_arriving_during_a_job_re_arm_its_record() {
     let faulty = Arc::new(FaultyStore::new(Arc::clone(&inner), None).with_hook_before_upload(hook));
     let store = Store::from_object_store(faulty, "memory://");
     let scratch = tempfile::tempdir().unwrap();
-    let outcome = run_compaction_job(
-        &store,
-        &layout,
-        &p,
-        &CompactOptions::new(scratch.path()),
-        &ReadinessConfig::default(),
-    )
-    .await
-    .unwrap();
+    let options = CompactOptions::new(scratch.path());
+    let outcome = run_job(&store, &p, &options).await;
     assert_eq!(outcome.report.status, Status::Compacted);
     assert_eq!(outcome.record, RecordAction::ReArmed);
-    let rearmed = job::read_job(&plain, &p)
-        .await
-        .unwrap()
-        .unwrap()
-        .record
-        .unwrap();
     assert_ne!(
-        rearmed.job_id, first_id,
+        record_job_id(&plain, &p).await,
+        first_id,
         "a new record dispatches the next job"
     );
     let live = partition_files(&plain, &layout, &p).await.unwrap();
     assert!(live.live.iter().any(|k| k.ends_with("late.parquet")));
 
     // The next job compacts the late file and ends the record.
-    let next = run_compaction_job(
-        &plain,
-        &layout,
-        &p,
-        &CompactOptions::new(scratch.path()),
-        &ReadinessConfig::default(),
-    )
-    .await
-    .unwrap();
+    let next = run_job(&plain, &p, &options).await;
     assert_eq!(next.report.status, Status::Compacted);
     assert_eq!(next.record, RecordAction::Deleted);
     assert_eq!(next.report.inputs.rows, 25);
@@ -496,17 +426,15 @@ async fn files_arriving_during_a_job_re_arm_its_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_job_commits_nothing_and_leaves_its_record() {
     let store = memory();
+    let layout = KeyLayout::default();
     let p = test_partition();
     land(&store, &p, "f1.parquet", 0, 200).await;
     land(&store, &p, "f2.parquet", 1000, 200).await;
-    let layout = KeyLayout::default();
     dispatch_closed(&store, &p).await;
     let scratch = tempfile::tempdir().unwrap();
     let mut options = CompactOptions::new(scratch.path());
     options.deadline = Some(std::time::Instant::now());
-    let outcome = run_compaction_job(&store, &layout, &p, &options, &ReadinessConfig::default())
-        .await
-        .unwrap();
+    let outcome = run_job(&store, &p, &options).await;
     assert_eq!(outcome.report.status, Status::Timeout);
     assert_eq!(outcome.record, RecordAction::Left);
     assert!(
@@ -571,28 +499,9 @@ async fn a_denied_read_of_a_missing_job_record_is_no_record() {
     let p = test_partition();
     land(&store, &p, "f1.parquet", 0, 10).await;
     assert!(job::read_job(&store, &p).await.unwrap().is_none());
-    let config = ReadinessConfig::default();
-    let first = dispatch_partition(
-        &store,
-        &KeyLayout::default(),
-        &p,
-        closed(),
-        &config,
-        DispatchMode::default(),
-    )
-    .await
-    .unwrap();
+    let first = dispatch_closed(&store, &p).await;
     assert_eq!(first.decision, "dispatched", "{first:?}");
-    let second = dispatch_partition(
-        &store,
-        &KeyLayout::default(),
-        &p,
-        closed(),
-        &config,
-        DispatchMode::default(),
-    )
-    .await
-    .unwrap();
+    let second = dispatch_closed(&store, &p).await;
     assert_eq!(second.decision, "job_active", "{second:?}");
 }
 
@@ -606,20 +515,9 @@ async fn the_sweep_goes_past_a_failing_partition_and_resumes_after_its_deadline(
     };
     let now = at("2026-11-29T13:00:00Z");
     // Tenant "bad" has an unreadable manifest; "acme" and "zeta" are fine.
-    let bad = PartitionId::parse("bad", "2026-11-29T11").unwrap();
-    for p in [
-        &PartitionId::parse("acme", "2026-11-29T11").unwrap(),
-        &bad,
-        &PartitionId::parse("zeta", "2026-11-29T11").unwrap(),
-    ] {
-        land(&store, p, "f.parquet", 0, 10).await;
-    }
-    put_bytes(
-        &store,
-        layout.manifest_key(&bad, 1).as_ref(),
-        bytes::Bytes::from_static(b"not a manifest"),
-    )
-    .await;
+    let partitions = "acme/2026-11-29T11 bad/2026-11-29T11 zeta/2026-11-29T11";
+    let [_, bad, _] = land_in(&store, partitions).await;
+    break_manifest(&store, &bad, b"not a manifest").await;
     let report = sweep_until(&store, &layout, now, &config, None)
         .await
         .unwrap();
@@ -674,38 +572,16 @@ async fn the_sweep_goes_past_a_failing_partition_and_resumes_after_its_deadline(
 async fn a_backfill_goes_past_a_failing_partition_and_stops_before_its_deadline() {
     let store = memory();
     let layout = KeyLayout::default();
-    let bad = PartitionId::parse("acme", "2026-11-29T09").unwrap();
-    for p in [
-        &PartitionId::parse("acme", "2026-11-29T08").unwrap(),
-        &bad,
-        &test_partition(),
-    ] {
-        land(&store, p, "f.parquet", 0, 10).await;
-    }
-    put_bytes(
-        &store,
-        layout.manifest_key(&bad, 1).as_ref(),
-        bytes::Bytes::from_static(b"{"),
-    )
-    .await;
+    let partitions = "acme/2026-11-29T08 acme/2026-11-29T09 acme/2026-11-29T10";
+    let [_, bad, _] = land_in(&store, partitions).await;
+    break_manifest(&store, &bad, b"{").await;
     let request = BackfillRequest {
         tenants: None,
         from: "2026-11-29T08".into(),
         to: "2026-11-29T10".into(),
         dry_run: false,
     };
-    let config = ReadinessConfig::default();
-    let report = backfill(
-        &store,
-        &layout,
-        &request,
-        closed(),
-        &config,
-        Duration::ZERO,
-        &|_, _| {},
-    )
-    .await
-    .unwrap();
+    let report = backfill_now(&store, &request, closed()).await.unwrap();
     assert!(report.complete);
     assert_eq!((report.scheduled, report.failed), (2, 1));
     let pacing = Pacing {
@@ -717,7 +593,7 @@ async fn a_backfill_goes_past_a_failing_partition_and_stops_before_its_deadline(
         &layout,
         &request,
         closed(),
-        &config,
+        &ReadinessConfig::default(),
         pacing,
         &|_, _| {},
     )
@@ -754,21 +630,12 @@ fn attempt_outputs_belong_to_their_job_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatched_job_names_its_attempt_after_the_job() {
     let store = memory();
-    let layout = KeyLayout::default();
     let p = test_partition();
     land(&store, &p, "a.parquet", 0, 10).await;
     let outcome = dispatch_closed(&store, &p).await;
     let job = outcome.job_id.unwrap();
     let scratch = tempfile::tempdir().unwrap();
-    let done = run_compaction_job(
-        &store,
-        &layout,
-        &p,
-        &CompactOptions::new(scratch.path()),
-        &ReadinessConfig::default(),
-    )
-    .await
-    .unwrap();
+    let done = run_job(&store, &p, &CompactOptions::new(scratch.path())).await;
     assert_eq!(done.report.status, Status::Compacted);
     assert_eq!(
         done.aborted_uploads, 0,

@@ -31,6 +31,23 @@ fn classify_s3(key: &str, scope: &KeyScope) -> Classified {
     classify(&records[0], scope, &layout(), Watch::Ingest)
 }
 
+/// An object record of `event_name` on `bucket`'s `key`.
+fn object_record(event_name: &str, bucket: &str, key: String) -> Record {
+    Record::Object {
+        event_name: event_name.into(),
+        bucket: bucket.into(),
+        key,
+    }
+}
+
+/// Why `record` is ignored when watching `watch` (panics when it is not ignored).
+fn ignore_reason(record: &Record, watch: Watch) -> IgnoreReason {
+    match classify(record, &any_bucket(), &layout(), watch) {
+        Classified::Ignored { reason, .. } => reason,
+        other => panic!("not ignored: {other:?}"),
+    }
+}
+
 #[test]
 fn decodes_keys_exactly_once() {
     for (raw, want) in [
@@ -104,31 +121,21 @@ fn ignores_outside_the_ingest_prefix_and_what_creates_nothing() {
             "{key}"
         );
     }
-    let removed = Record::Object {
-        event_name: "ObjectRemoved:Delete".into(),
-        bucket: "b".into(),
-        key: format!("data/{P}/f.parquet"),
-    };
-    assert!(matches!(
-        classify(&removed, &any_bucket(), &layout(), Watch::Ingest),
-        Classified::Ignored {
-            reason: IgnoreReason::CreatesNothing,
-            ..
-        }
-    ));
+    let removed = object_record("ObjectRemoved:Delete", "b", format!("data/{P}/f.parquet"));
+    assert_eq!(
+        ignore_reason(&removed, Watch::Ingest),
+        IgnoreReason::CreatesNothing
+    );
     let test =
         parse_invocation(&json!({"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": "b"}))
             .unwrap();
     let Invocation::Notifications { records, .. } = test else {
         panic!()
     };
-    assert!(matches!(
-        classify(&records[0], &any_bucket(), &layout(), Watch::Ingest),
-        Classified::Ignored {
-            reason: IgnoreReason::TestEvent,
-            ..
-        }
-    ));
+    assert_eq!(
+        ignore_reason(&records[0], Watch::Ingest),
+        IgnoreReason::TestEvent
+    );
 }
 
 #[test]
@@ -145,11 +152,11 @@ fn store_scope_strips_the_root_and_checks_the_bucket() {
         classify_s3(&other, &scope),
         Classified::Ignored { .. }
     ));
-    let wrong_bucket = Record::Object {
-        event_name: "ObjectCreated:Put".into(),
-        bucket: "someone-else".into(),
-        key: format!("root/dir/data/{P}/f.parquet"),
-    };
+    let wrong_bucket = object_record(
+        "ObjectCreated:Put",
+        "someone-else",
+        format!("root/dir/data/{P}/f.parquet"),
+    );
     assert!(matches!(
         classify(&wrong_bucket, &scope, &layout(), Watch::Ingest),
         Classified::Rejected { .. }
@@ -227,11 +234,7 @@ fn minio_notifications_are_accepted() {
     assert_eq!(source, Source::Minio);
     assert_eq!(
         records[0],
-        Record::Object {
-            event_name: "ObjectCreated:Put".into(),
-            bucket: "logs-bucket".into(),
-            key: object.clone(),
-        }
+        object_record("ObjectCreated:Put", "logs-bucket", object.clone())
     );
     match classify(&records[0], &any_bucket(), &layout(), Watch::Ingest) {
         Classified::Accepted { key, partition } => {
@@ -245,13 +248,10 @@ fn minio_notifications_are_accepted() {
     else {
         panic!("a MinIO notification parses")
     };
-    assert!(matches!(
-        classify(&records[0], &any_bucket(), &layout(), Watch::Ingest),
-        Classified::Ignored {
-            reason: IgnoreReason::CreatesNothing,
-            ..
-        }
-    ));
+    assert_eq!(
+        ignore_reason(&records[0], Watch::Ingest),
+        IgnoreReason::CreatesNothing
+    );
     // A MinIO key failing the grammar after its one decoding is rejected, naming it.
     let Ok(Invocation::Notifications { records, .. }) = parse_invocation(&minio_body(
         "s3:ObjectCreated:Put",
@@ -466,16 +466,9 @@ fn job_keys_round_trip_strictly() {
         assert!(parse_job_key(bad, &layout()).is_err(), "{bad}");
     }
     // The compactor watches job records only; ingest keys are not its business.
-    let ingest = Record::Object {
-        event_name: "ObjectCreated:Put".into(),
-        bucket: "b".into(),
-        key: format!("data/{P}/f.parquet"),
-    };
-    assert!(matches!(
-        classify(&ingest, &any_bucket(), &layout(), Watch::Jobs),
-        Classified::Ignored {
-            reason: IgnoreReason::OutsidePrefix,
-            ..
-        }
-    ));
+    let ingest = object_record("ObjectCreated:Put", "b", format!("data/{P}/f.parquet"));
+    assert_eq!(
+        ignore_reason(&ingest, Watch::Jobs),
+        IgnoreReason::OutsidePrefix
+    );
 }
