@@ -121,8 +121,8 @@ async fn write_compacted(
         .await;
     }
     let mut options = CompactOptions::new(root.path().join("scratch"));
-    options.row_groups_per_block = blocks;
-    options.max_rows_per_row_group = Some(MAX_ROWS);
+    options.settings.row_groups_per_block = blocks;
+    options.settings.max_rows_per_row_group = Some(MAX_ROWS);
     let report = compact_partition(&store, &layout, partition, &options).await?;
     let output = match (report.status, report.output) {
         (Status::Compacted, Some(output)) => output,

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::budget::Budget;
-use crate::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use crate::error::{Error, Result};
+use crate::settings::CompactSettings;
 
 /// The default and the smallest budget are the budget's own (re-exported for the settings).
 pub use crate::budget::{DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES};
@@ -122,35 +122,21 @@ impl std::str::FromStr for FanOut {
     }
 }
 
-/// Everything one compaction needs besides the store and the partition.
+/// Everything one compaction needs besides the store and the partition: what an operator
+/// sets ([`CompactSettings`], nested whole) and what each job decides for itself.
 #[derive(Debug, Clone)]
 pub struct CompactOptions {
+    /// What an operator sets: budget, scratch, output layout, grace, fan-out, cost.
+    pub settings: CompactSettings,
     /// Column names of the keys.
     pub keys: KeyColumns,
-    /// Decoded-row budget B in bytes.
-    pub budget_bytes: u64,
-    /// Scratch directory for downloaded inputs and spilled runs.
-    pub scratch_dir: PathBuf,
-    /// Row-group threshold: the encoded bytes at which the writer closes a row group (default:
-    /// adaptive, [`crate::output::threshold`]).
-    pub row_group_bytes: Option<u64>,
     /// Most runs merged at once (a pass opens fewer when their batches do not fit the
     /// budget; see [`DEFAULT_MERGE_FAN_IN`]).
     pub merge_fan_in: usize,
     /// Stop before this instant with nothing committed.
     pub deadline: Option<Instant>,
-    /// Retired inputs and orphaned outputs older than this are garbage-collected after a commit.
-    pub gc_grace: Duration,
     /// Told how far the sort has read (`None`: nobody asks).
     pub progress: Option<Progress>,
-    /// Most bytes this job may write to scratch (default: whatever the file system has free).
-    pub scratch_limit_bytes: Option<u64>,
-    /// Output row groups per block: within a block each column's chunks are contiguous, so a
-    /// remote reader fetches a column of the whole block with one range request (1: plain).
-    pub row_groups_per_block: usize,
-    /// Most rows per output row group; a row group closes at this or at the byte threshold,
-    /// whichever comes first (default: no row cap).
-    pub max_rows_per_row_group: Option<u64>,
     /// Carry repetitive string columns as codes while sorting (see
     /// [`StringCoder`](crate::sort::runs::StringCoder)). The output is byte-identical either way;
     /// off only to measure or to compare.
@@ -160,63 +146,44 @@ pub struct CompactOptions {
     /// Names this attempt (logs, manifest, the output's unique suffix); random when `None`.
     /// An attempt of a dispatched job is named `<job id>-<random suffix>`.
     pub attempt_id: Option<String>,
-    /// Memory of the function the job runs in (MB), which its cost is billed for.
-    pub function_memory_mb: u64,
-    /// Prices the job's cost is reckoned at.
-    pub prices: Prices,
     /// Inputs downloaded at once from a remote store (at least 1). One makes a job's store
     /// operations a single sequence, which the protocol simulation replays by seed.
     pub parallel_downloads: usize,
-    /// Whether the job fans out into several outputs.
-    pub fan_out: FanOut,
-    /// Tasks of a fanned-out job run at once here (each holds up to the budget B).
-    pub workers: usize,
-    /// The merge gives the allocator's free memory back only while the resident set is at
-    /// least this (`None`: every half budget of merged rows, whatever it is). Set to half the
-    /// memory of the function the job runs in, where that is known: freed pages below it stay
-    /// for reuse instead of being faulted in again.
-    pub release_memory_above_bytes: Option<u64>,
 }
 
 impl CompactOptions {
     /// Options with defaults and the given scratch directory.
     pub fn new(scratch_dir: impl Into<PathBuf>) -> Self {
+        Self::with_settings(CompactSettings::new(scratch_dir))
+    }
+
+    /// Options of a job under `settings`, each job-level choice at its default.
+    pub fn with_settings(settings: CompactSettings) -> Self {
         Self {
+            settings,
             keys: KeyColumns::default(),
-            budget_bytes: DEFAULT_BUDGET_BYTES,
-            scratch_dir: scratch_dir.into(),
-            row_group_bytes: None,
             merge_fan_in: DEFAULT_MERGE_FAN_IN,
             deadline: None,
-            gc_grace: DEFAULT_GC_GRACE,
             progress: None,
-            scratch_limit_bytes: None,
-            row_groups_per_block: DEFAULT_ROW_GROUPS_PER_BLOCK,
-            max_rows_per_row_group: None,
             code_strings: true,
             clock: crate::clock::SystemClock::shared(),
             attempt_id: None,
-            function_memory_mb: ONE_VCPU_FUNCTION_MB,
-            prices: Prices::default(),
             parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
-            fan_out: FanOut::Off,
-            workers: 1,
-            release_memory_above_bytes: None,
         }
     }
 
     /// The decoded-row budget B, whose plan says what each step may spend.
     pub fn budget(&self) -> Budget {
-        Budget::new(self.budget_bytes)
+        Budget::new(self.settings.budget_bytes)
     }
 
     /// Checks the settings are usable.
     pub fn validate(&self) -> Result<()> {
-        if self.budget_bytes < MIN_BUDGET_BYTES {
+        if self.settings.budget_bytes < MIN_BUDGET_BYTES {
             return Err(Error::Config {
                 message: format!(
                     "memory budget {} bytes is below the minimum of {MIN_BUDGET_BYTES} (16 KiB)",
-                    self.budget_bytes
+                    self.settings.budget_bytes
                 ),
             });
         }
@@ -225,27 +192,27 @@ impl CompactOptions {
                 message: "merge fan-in must be at least 2".into(),
             });
         }
-        if matches!(self.row_group_bytes, Some(0)) {
+        if matches!(self.settings.row_group_bytes, Some(0)) {
             return Err(Error::Config {
                 message: "row-group threshold must be positive".into(),
             });
         }
-        if self.row_groups_per_block == 0 {
+        if self.settings.row_groups_per_block == 0 {
             return Err(Error::Config {
                 message: "row groups per block must be at least 1 (1 is the plain layout)".into(),
             });
         }
-        if matches!(self.max_rows_per_row_group, Some(0)) {
+        if matches!(self.settings.max_rows_per_row_group, Some(0)) {
             return Err(Error::Config {
                 message: "max rows per row group must be positive".into(),
             });
         }
-        if self.workers == 0 {
+        if self.settings.workers == 0 {
             return Err(Error::Config {
                 message: "workers must be at least 1".into(),
             });
         }
-        if self.function_memory_mb == 0 {
+        if self.settings.function_memory_mb == 0 {
             return Err(Error::Config {
                 message: "function memory must be at least 1 MB".into(),
             });
@@ -261,14 +228,17 @@ mod tests {
     #[test]
     fn layout_settings_are_validated() {
         let mut options = CompactOptions::new("/tmp");
-        assert_eq!(options.row_groups_per_block, DEFAULT_ROW_GROUPS_PER_BLOCK);
+        assert_eq!(
+            options.settings.row_groups_per_block,
+            DEFAULT_ROW_GROUPS_PER_BLOCK
+        );
         assert!(options.validate().is_ok());
-        options.row_groups_per_block = 0;
+        options.settings.row_groups_per_block = 0;
         assert!(options.validate().is_err());
-        options.row_groups_per_block = 8;
-        options.max_rows_per_row_group = Some(0);
+        options.settings.row_groups_per_block = 8;
+        options.settings.max_rows_per_row_group = Some(0);
         assert!(options.validate().is_err());
-        options.max_rows_per_row_group = Some(65_536);
+        options.settings.max_rows_per_row_group = Some(65_536);
         assert!(options.validate().is_ok());
     }
 

@@ -135,13 +135,34 @@ pub struct CompactSettings {
     pub fan_out: FanOut,
     /// Tasks of a fanned-out job run at once (`OURIOS_WORKERS`, else 1).
     pub workers: usize,
-    /// Half the function's memory when `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` is set: the merge
-    /// gives free memory back only while the resident set is above it (see
-    /// [`CompactOptions::release_memory_above_bytes`]); else `None`, at every interval.
+    /// The merge gives the allocator's free memory back only while the resident set is at
+    /// least this: half the function's memory when `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` is set
+    /// (freed pages below it stay for reuse instead of being faulted in again); else `None`,
+    /// every half budget of merged rows.
     pub release_memory_above_bytes: Option<u64>,
 }
 
 impl CompactSettings {
+    /// The defaults, spilling into `scratch_dir`: what [`CompactSettings::from_lookup`] reads
+    /// from an empty environment.
+    pub fn new(scratch_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            budget_bytes: DEFAULT_BUDGET_BYTES,
+            scratch_dir: scratch_dir.into(),
+            scratch_limit_bytes: None,
+            row_group_bytes: None,
+            row_groups_per_block: DEFAULT_ROW_GROUPS_PER_BLOCK,
+            max_rows_per_row_group: None,
+            gc_grace: DEFAULT_GC_GRACE,
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            function_memory_mb: ONE_VCPU_FUNCTION_MB,
+            prices: Prices::default(),
+            fan_out: FanOut::Off,
+            workers: 1,
+            release_memory_above_bytes: None,
+        }
+    }
+
     /// Reads the settings through `lookup`.
     pub fn from_lookup(lookup: Lookup<'_>) -> Result<Self> {
         let function_memory_mb = get_or(lookup, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", None, |s| {
@@ -193,18 +214,7 @@ impl CompactSettings {
     /// The options of a job under these settings that must stop by `deadline` (less the
     /// margin); `None` for no deadline.
     pub fn options(&self, deadline: Option<Instant>) -> CompactOptions {
-        let mut options = CompactOptions::new(&self.scratch_dir);
-        options.budget_bytes = self.budget_bytes;
-        options.scratch_limit_bytes = self.scratch_limit_bytes;
-        options.row_group_bytes = self.row_group_bytes;
-        options.row_groups_per_block = self.row_groups_per_block;
-        options.max_rows_per_row_group = self.max_rows_per_row_group;
-        options.gc_grace = self.gc_grace;
-        options.function_memory_mb = self.function_memory_mb;
-        options.prices = self.prices;
-        options.fan_out = self.fan_out;
-        options.workers = self.workers;
-        options.release_memory_above_bytes = self.release_memory_above_bytes;
+        let mut options = CompactOptions::with_settings(self.clone());
         options.deadline = deadline.map(|d| {
             d.checked_sub(self.deadline_margin)
                 .unwrap_or_else(Instant::now)
@@ -257,7 +267,10 @@ mod tests {
         assert_eq!(s.budget_bytes, 32 << 20);
         // Free memory goes back only above half the function's memory, whatever B is.
         assert_eq!(s.release_memory_above_bytes, Some(512 << 20));
-        assert_eq!(s.options(None).release_memory_above_bytes, Some(512 << 20));
+        assert_eq!(
+            s.options(None).settings.release_memory_above_bytes,
+            Some(512 << 20)
+        );
         let unset = CompactSettings::from_lookup(&lookup(&[])).unwrap();
         assert_eq!(unset.release_memory_above_bytes, None);
         assert_eq!(s.scratch_dir, std::path::PathBuf::from("/tmp"));

@@ -264,11 +264,11 @@ pub async fn run_bench(args: &BenchArgs, options: &CompactOptions) -> Result<Exi
         (sorted_med, sorted_cpu_med, report.cost.requests),
     ];
     let [plain_cost, sorted_cost] = sides.map(|(wall_ms, cpu_ms, requests)| {
-        let duration_ms = lambda_duration_ms(wall_ms, cpu_ms, options.function_memory_mb);
+        let duration_ms = lambda_duration_ms(wall_ms, cpu_ms, options.settings.function_memory_mb);
         let cost = JobCost::new(
-            &options.prices,
+            &options.settings.prices,
             duration_ms,
-            options.function_memory_mb,
+            options.settings.function_memory_mb,
             requests,
             input_bytes,
         );
@@ -282,7 +282,7 @@ pub async fn run_bench(args: &BenchArgs, options: &CompactOptions) -> Result<Exi
         "input_files": files,
         "input_rows": generated.rows,
         "input_bytes": generated.bytes,
-        "budget_bytes": options.budget_bytes,
+        "budget_bytes": options.settings.budget_bytes,
         "plain_rewrite_ms": plain_med,
         "sorted_compaction_ms": sorted_med,
         "ratio": (ratio * 100.0).round() / 100.0,
@@ -298,7 +298,7 @@ pub async fn run_bench(args: &BenchArgs, options: &CompactOptions) -> Result<Exi
         "peak_decoded_bytes": report.peak_decoded_bytes,
         "rows_per_second": generated.rows as f64 * 1000.0 / sorted_med.max(1) as f64,
         "cost": {
-            "function_memory_mb": options.function_memory_mb,
+            "function_memory_mb": options.settings.function_memory_mb,
             "plain_rewrite": side_cost(plain_cost),
             "sorted_compaction": side_cost(sorted_cost),
             "s3_tables_sort_usd_per_gb": s3_tables_sort,
@@ -315,7 +315,7 @@ pub async fn run_bench(args: &BenchArgs, options: &CompactOptions) -> Result<Exi
     eprintln!(
         "$ per GB of input at {} MB: sorted compaction {:.6}, plain rewrite {:.6}; \
          S3 Tables sort {:.6}, binpack {:.6}",
-        options.function_memory_mb,
+        options.settings.function_memory_mb,
         sorted_cost.1.usd_per_gb,
         plain_cost.1.usd_per_gb,
         s3_tables_sort,

@@ -123,10 +123,10 @@ async fn measure_layout(
     let layout = KeyLayout::default();
     let keys = KeyColumns::default();
     let mut options = CompactOptions::new(bench.base.store.join(".scratch"));
-    options.budget_bytes = bench.base.budget.or(Budget::DEFAULT).bytes();
-    options.row_group_bytes = bench.row_group_bytes;
-    options.row_groups_per_block = layout_of.0;
-    options.max_rows_per_row_group = layout_of.1;
+    options.settings.budget_bytes = bench.base.budget.or(Budget::DEFAULT).bytes();
+    options.settings.row_group_bytes = bench.row_group_bytes;
+    options.settings.row_groups_per_block = layout_of.0;
+    options.settings.max_rows_per_row_group = layout_of.1;
     let report = compact_partition(store, &layout, partition, &options).await?;
     let Some(output) = report.output else {
         return Err(Error::Invariant {

@@ -239,18 +239,24 @@ fn options_follow_the_settings_and_the_deadline() {
     };
     let deadline = Instant::now() + Duration::from_secs(900);
     let options = compactor.options(Some(deadline));
-    assert_eq!(options.budget_bytes, 32 << 20);
-    assert_eq!(options.scratch_dir, PathBuf::from("/tmp/x"));
-    assert_eq!(options.scratch_limit_bytes, Some(1 << 30));
-    assert_eq!(options.row_group_bytes, Some(4 << 20));
-    assert_eq!(options.row_groups_per_block, 8);
-    assert_eq!(options.max_rows_per_row_group, Some(65536));
+    assert_eq!(options.settings.budget_bytes, 32 << 20);
+    assert_eq!(options.settings.scratch_dir, PathBuf::from("/tmp/x"));
+    assert_eq!(options.settings.scratch_limit_bytes, Some(1 << 30));
+    assert_eq!(options.settings.row_group_bytes, Some(4 << 20));
+    assert_eq!(options.settings.row_groups_per_block, 8);
+    assert_eq!(options.settings.max_rows_per_row_group, Some(65536));
     assert_eq!(options.deadline, Some(deadline - Duration::from_secs(20)));
     assert_eq!(compactor.options(None).deadline, None);
-    assert_eq!(options.function_memory_mb, 3538);
-    assert_eq!(options.prices.lambda_gb_second, 0.000_016_666_7);
-    assert_eq!((options.fan_out, options.workers), (FanOut::Auto, 3));
-    assert_eq!(options.release_memory_above_bytes, Some(1769 << 20));
+    assert_eq!(options.settings.function_memory_mb, 3538);
+    assert_eq!(options.settings.prices.lambda_gb_second, 0.000_016_666_7);
+    assert_eq!(
+        (options.settings.fan_out, options.settings.workers),
+        (FanOut::Auto, 3)
+    );
+    assert_eq!(
+        options.settings.release_memory_above_bytes,
+        Some(1769 << 20)
+    );
 }
 
 /// The job's cost in a compactor's answer, with the function memory the settings read from

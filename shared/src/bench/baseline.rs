@@ -60,7 +60,12 @@ pub async fn rewrite_plain(
     }
     // Checked as the compactor checks them (on two threads), so both sides pay the same.
     let mut checked = Vec::new();
-    for (staged, verdict) in check_inputs(staged, partition, &options.keys, options.budget_bytes)? {
+    for (staged, verdict) in check_inputs(
+        staged,
+        partition,
+        &options.keys,
+        options.settings.budget_bytes,
+    )? {
         checked.push(verdict.map_err(|reason| Error::Config {
             message: format!("{}: {reason}", staged.key),
         })?);
@@ -74,8 +79,11 @@ pub async fn rewrite_plain(
         message: "nothing to rewrite".into(),
     })?;
     let input_bytes = checked.iter().map(|c| c.staged.size).sum();
-    let row_group_bytes = resolve_row_group_bytes(options.row_group_bytes, input_bytes);
-    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let row_group_bytes = resolve_row_group_bytes(options.settings.row_group_bytes, input_bytes);
+    let scratch = ScratchDir::create_with_limit(
+        &options.settings.scratch_dir,
+        options.settings.scratch_limit_bytes,
+    )?;
     let (properties, blocks) =
         partition_output_settings(&unified, options, row_group_bytes, &scratch)?;
     let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone());

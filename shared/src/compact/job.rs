@@ -58,7 +58,7 @@ impl<'a> JobRun<'a> {
             .clone()
             .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
         let mut report = CompactionReport::new(&partition.relative_dir(), &attempt_id);
-        report.budget_bytes = options.budget_bytes;
+        report.budget_bytes = options.settings.budget_bytes;
         let gauge = MemoryGauge::new();
         let run = JobRun {
             layout,
@@ -126,7 +126,7 @@ impl<'a> JobRun<'a> {
                 store,
                 layout,
                 partition,
-                options.gc_grace,
+                options.settings.gc_grace,
                 false,
                 &options.clock,
             );
@@ -143,7 +143,11 @@ impl<'a> JobRun<'a> {
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.cpu_ms = process_cpu_time().saturating_sub(cpu_started).as_millis() as u64;
         let requests = store.request_counts().since(&requests_before);
-        report.price(&options.prices, options.function_memory_mb, requests);
+        report.price(
+            &options.settings.prices,
+            options.settings.function_memory_mb,
+            requests,
+        );
         tracing::info!(
             partition = %report.partition,
             attempt_id = %report.attempt_id,

@@ -47,7 +47,10 @@ pub(crate) async fn produce_one(
     compacted_in_one_piece: bool,
 ) -> Result<Produced> {
     let options = job.options;
-    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let scratch = ScratchDir::create_with_limit(
+        &options.settings.scratch_dir,
+        options.settings.scratch_limit_bytes,
+    )?;
     let target = OutputTarget::Output {
         compacted_in_one_piece,
     };
@@ -57,8 +60,8 @@ pub(crate) async fn produce_one(
     // monotonic clock), so GC, which waits the whole grace on the store's clock, never sweeps
     // it as an orphan just before a commit references it.
     let commit_by = (sorted.written.as_ref())
-        .filter(|_| options.gc_grace > Duration::ZERO)
-        .map(|_| Expiry::after(&options.clock, options.gc_grace / 2));
+        .filter(|_| options.settings.gc_grace > Duration::ZERO)
+        .map(|_| Expiry::after(&options.clock, options.settings.gc_grace / 2));
     Ok(Produced {
         commit_by,
         consumed: sorted.consumed,
@@ -90,7 +93,10 @@ pub(crate) async fn settle_without_rows(
     let mut others: Vec<WantedInput> = wanted.iter().filter(|w| !w.is_compacted).cloned().collect();
     others.sort_by(|a, b| a.bytes.cmp(&b.bytes).then_with(|| a.key.cmp(&b.key)));
     let options = job.options;
-    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let scratch = ScratchDir::create_with_limit(
+        &options.settings.scratch_dir,
+        options.settings.scratch_limit_bytes,
+    )?;
     let (mut consumed, mut quarantined) = (Vec::new(), Vec::new());
     let mut allowance = options.budget().shares().download_allowance_bytes;
     let mut rest = others.as_slice();

@@ -247,7 +247,7 @@ async fn check_inputs(
 ) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
     let partition = partition.clone();
     let keys = options.keys.clone();
-    let budget = options.budget_bytes;
+    let budget = options.settings.budget_bytes;
     let verdicts = tokio::task::spawn_blocking(move || {
         crate::input::check_inputs(staged, &partition, &keys, budget)
     })

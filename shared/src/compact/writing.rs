@@ -57,11 +57,11 @@ pub(crate) fn input_set_hash<'a>(
     hash.update(OUTPUT_FORMAT_VERSION.as_bytes());
     hash.update(row_group_bytes.to_le_bytes());
     // Only settings away from the plain layout enter the hash, so plain outputs keep their names.
-    if options.row_groups_per_block != 1 {
+    if options.settings.row_groups_per_block != 1 {
         hash.update(b"blocks");
-        hash.update((options.row_groups_per_block as u64).to_le_bytes());
+        hash.update((options.settings.row_groups_per_block as u64).to_le_bytes());
     }
-    if let Some(rows) = options.max_rows_per_row_group {
+    if let Some(rows) = options.settings.max_rows_per_row_group {
         hash.update(b"max-rows");
         hash.update(rows.to_le_bytes());
     }
@@ -111,8 +111,10 @@ pub(crate) async fn sort_and_write(
 ) -> Result<std::result::Result<Written, (usize, String)>> {
     let (store, options, gauge) = (job.store, job.options, job.gauge);
     let (checked, unified) = (write.inputs, write.unified);
-    let row_group_bytes =
-        resolve_row_group_bytes(options.row_group_bytes, write.threshold_input_bytes);
+    let row_group_bytes = resolve_row_group_bytes(
+        options.settings.row_group_bytes,
+        write.threshold_input_bytes,
+    );
     let label = sort_key_label(&options.keys, unified.service_index.is_some());
     // A run of a group without a service column is sorted by time, with every service null:
     // in the (service, time) order too.
@@ -131,8 +133,8 @@ pub(crate) async fn sort_and_write(
             "a range of a fanned-out job reads only sorted runs",
         ));
     }
-    let staged_block_bytes = if options.row_groups_per_block > 1 {
-        row_group_bytes.saturating_mul(options.row_groups_per_block as u64)
+    let staged_block_bytes = if options.settings.row_groups_per_block > 1 {
+        row_group_bytes.saturating_mul(options.settings.row_groups_per_block as u64)
     } else {
         0
     };
@@ -170,11 +172,11 @@ pub(crate) async fn sort_and_write(
             large_service_rows: Some(large_service_rows(
                 checked,
                 row_group_bytes,
-                options.max_rows_per_row_group,
+                options.settings.max_rows_per_row_group,
             )),
             progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
             range: write.range,
-            release_above_bytes: options.release_memory_above_bytes,
+            release_above_bytes: options.settings.release_memory_above_bytes,
         };
         let sorted = with_sink_thread(&mut writer, |sink| sort_inputs(&job, sink));
         let stats = match sorted {

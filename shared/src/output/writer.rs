@@ -149,10 +149,10 @@ pub fn partition_output_settings(
         &options.keys,
         unified.service_index.is_some(),
         row_group_bytes,
-        options.max_rows_per_row_group,
+        options.settings.max_rows_per_row_group,
     )?;
     let blocks = BlockOptions::new(
-        options.row_groups_per_block,
+        options.settings.row_groups_per_block,
         Some(scratch.file("block", "parquet")),
     )
     .with_page_file(scratch.file("pages", "bin"))

@@ -81,7 +81,7 @@ pub fn multi_thread_runtime(threads: usize) -> tokio::runtime::Runtime {
 /// runs even of small test files.
 pub fn small_budget_options(scratch: &std::path::Path) -> crate::options::CompactOptions {
     let mut options = crate::options::CompactOptions::new(scratch);
-    options.budget_bytes = 64 << 10;
+    options.settings.budget_bytes = 64 << 10;
     options
 }
 

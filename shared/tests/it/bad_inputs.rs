@@ -152,7 +152,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
 
     // A rerun changes nothing, and quarantined files survive it and garbage collection.
     let mut options = CompactOptions::new(scratch.path());
-    options.gc_grace = std::time::Duration::ZERO;
+    options.settings.gc_grace = std::time::Duration::ZERO;
     compact_expecting(&store, &layout, &partition, &options, Status::Noop).await;
     for (name, bytes, _) in &bad {
         assert_eq!(&get_bytes(&store, &format!("{dir}/{name}")).await, bytes);
@@ -176,8 +176,8 @@ async fn too_little_scratch_fails_early_with_nothing_committed() {
     }
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
-    options.budget_bytes = 64 << 10;
-    options.scratch_limit_bytes = Some(4 << 10);
+    options.settings.budget_bytes = 64 << 10;
+    options.settings.scratch_limit_bytes = Some(4 << 10);
     let report = compact_expecting(&store, &layout, &partition, &options, Status::Failed).await;
     let error = report.error.expect("an error");
     assert!(
@@ -266,7 +266,7 @@ async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays
     .await;
     let scratch = tempfile::tempdir().expect("scratch");
     let mut large = CompactOptions::new(scratch.path());
-    large.budget_bytes = 64 << 20;
+    large.settings.budget_bytes = 64 << 20;
     let first = compact_expecting(&store, &layout, &partition, &large, Status::Compacted).await;
 
     let late = vec![(Some("a".to_string()), start + 7, 1)];
@@ -278,7 +278,7 @@ async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays
     .await;
     // At 8 MiB the union may hold 256 leaves; the compacted output has 301.
     let mut small = CompactOptions::new(scratch.path());
-    small.budget_bytes = 8 << 20;
+    small.settings.budget_bytes = 8 << 20;
     let second = compact_expecting(&store, &layout, &partition, &small, Status::Failed).await;
     assert!(second.quarantined.is_empty(), "{:?}", second.quarantined);
     let error = second.error.expect("an error");
@@ -505,7 +505,7 @@ async fn a_footer_counting_no_row_over_full_pages_is_quarantined_not_consumed() 
 
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
-    options.gc_grace = std::time::Duration::ZERO;
+    options.settings.gc_grace = std::time::Duration::ZERO;
     let report = compact_partition(&store, &layout, &partition, &options)
         .await
         .expect("runs");

@@ -53,7 +53,7 @@ async fn compact(
     }
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
-    options.budget_bytes = budget_bytes;
+    options.settings.budget_bytes = budget_bytes;
     options.merge_fan_in = fan_in;
     let report = compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
     assert_eq!(

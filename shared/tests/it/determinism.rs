@@ -42,12 +42,12 @@ fn compact(
         }
         let scratch = tempfile::tempdir().expect("scratch");
         let mut options = CompactOptions::new(scratch.path());
-        options.budget_bytes = budget;
+        options.settings.budget_bytes = budget;
         options.merge_fan_in = fan_in;
-        options.row_group_bytes = Some(64 << 10);
-        options.row_groups_per_block = blocks;
+        options.settings.row_group_bytes = Some(64 << 10);
+        options.settings.row_groups_per_block = blocks;
         if blocks > 1 {
-            options.max_rows_per_row_group = Some(1500);
+            options.settings.max_rows_per_row_group = Some(1500);
         }
         compact_to_bytes(&store, &layout, &partition, &options).await
     })

@@ -48,10 +48,10 @@ async fn ingest(store: &Store, layout: &KeyLayout, files: &[Vec<TestRow>], first
 
 fn options(scratch: &std::path::Path, fan_out: FanOut, workers: usize) -> CompactOptions {
     let mut options = CompactOptions::new(scratch);
-    options.budget_bytes = 256 << 10;
-    options.row_group_bytes = Some(32 << 10);
-    options.fan_out = fan_out;
-    options.workers = workers;
+    options.settings.budget_bytes = 256 << 10;
+    options.settings.row_group_bytes = Some(32 << 10);
+    options.settings.fan_out = fan_out;
+    options.settings.workers = workers;
     options.attempt_id = Some("job".into());
     options
 }
@@ -293,9 +293,9 @@ fn auto_fans_out_a_job_larger_than_the_scratch_limit() {
         let scratch = tempfile::tempdir().expect("scratch");
 
         let mut roomy = options(scratch.path(), FanOut::Auto, 1);
-        roomy.scratch_limit_bytes = Some(input_bytes * 4);
+        roomy.settings.scratch_limit_bytes = Some(input_bytes * 4);
         let mut tight = roomy.clone();
-        tight.scratch_limit_bytes = Some(input_bytes);
+        tight.settings.scratch_limit_bytes = Some(input_bytes);
         // Within the limit: one task, one output.
         let plain_store = tempfile::tempdir().expect("store");
         let plain = Store::open(plain_store.path().to_str().expect("utf-8")).expect("store");
@@ -348,7 +348,7 @@ fn a_crash_in_any_task_converges_on_rerun() {
             let mut rerun = options(scratch.path(), FanOut::Ranges(3), 1);
             rerun.attempt_id = Some("rerun".into());
             // No grace: the rerun's GC sweeps what the crash left (runs, outputs) at once.
-            rerun.gc_grace = std::time::Duration::ZERO;
+            rerun.settings.gc_grace = std::time::Duration::ZERO;
             let report = compact_partition(&clean, &layout, &test_partition(), &rerun)
                 .await
                 .expect("the rerun runs");
@@ -665,7 +665,7 @@ fn a_late_file_beyond_the_budget_is_left_to_the_fan_out() {
         let scratch = tempfile::tempdir().expect("scratch");
         let forced = options(scratch.path(), FanOut::Ranges(2), 2);
         let garbage = format!("{dir}/ingest-0200.parquet");
-        let size = usize::try_from(forced.budget_bytes).expect("fits") + 1;
+        let size = usize::try_from(forced.settings.budget_bytes).expect("fits") + 1;
         put_bytes(&store, &garbage, bytes::Bytes::from(vec![7u8; size])).await;
         let counting = store.counting_requests();
         let shape = estimate(&counting, &layout, &test_partition(), &forced)

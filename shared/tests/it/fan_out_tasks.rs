@@ -35,9 +35,9 @@ const TASKS: usize = 7; // plan, run x2, split, merge x2, commit
 
 fn options(scratch: &std::path::Path) -> CompactOptions {
     let mut options = CompactOptions::new(scratch);
-    options.budget_bytes = 256 << 10;
-    options.row_group_bytes = Some(8 << 10);
-    options.fan_out = FanOut::Ranges(2);
+    options.settings.budget_bytes = 256 << 10;
+    options.settings.row_group_bytes = Some(8 << 10);
+    options.settings.fan_out = FanOut::Ranges(2);
     options.parallel_downloads = 1;
     options
 }

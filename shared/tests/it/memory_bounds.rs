@@ -88,9 +88,9 @@ async fn run(
     }
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
-    options.budget_bytes = budget;
+    options.settings.budget_bytes = budget;
     options.merge_fan_in = fan_in;
-    options.row_groups_per_block = blocks;
+    options.settings.row_groups_per_block = blocks;
     let report = compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
     (report, encoded)
 }

@@ -58,9 +58,9 @@ impl Fixture {
         max_rows: Option<u64>,
     ) -> CompactionReport {
         let mut options = CompactOptions::new(self.scratch.path());
-        options.row_group_bytes = row_group_bytes;
-        options.row_groups_per_block = blocks;
-        options.max_rows_per_row_group = max_rows;
+        options.settings.row_group_bytes = row_group_bytes;
+        options.settings.row_groups_per_block = blocks;
+        options.settings.max_rows_per_row_group = max_rows;
         let report = compact_partition(&self.store, &self.layout, &self.partition, &options)
             .await
             .expect("compaction");

@@ -239,8 +239,8 @@ async fn assert_rfc0036_2_bound(blocks: usize) {
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
     // An unsorted rewrite of the same rows with the same writer, for the negative control.
-    options.row_group_bytes = Some(1 << 20);
-    options.row_groups_per_block = blocks;
+    options.settings.row_group_bytes = Some(1 << 20);
+    options.settings.row_groups_per_block = blocks;
     let unsorted = Path::from("control/unsorted.parquet");
     rewrite_plain(&store, &layout, &partition, &options, &unsorted)
         .await

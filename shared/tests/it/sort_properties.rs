@@ -93,10 +93,10 @@ fn run_case(
         }
         let scratch = tempfile::tempdir().expect("scratch");
         let mut options = CompactOptions::new(scratch.path());
-        options.budget_bytes = budget;
+        options.settings.budget_bytes = budget;
         options.merge_fan_in = fan_in;
-        options.row_groups_per_block = output.blocks;
-        options.max_rows_per_row_group = output.max_rows;
+        options.settings.row_groups_per_block = output.blocks;
+        options.settings.max_rows_per_row_group = output.max_rows;
         let report =
             compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
         let out = report.output.expect("an output");

@@ -121,9 +121,9 @@ fn compact_twice(
         let dir = layout.ingest_dir(&partition);
         let scratch = tempfile::tempdir().expect("scratch");
         let mut options = CompactOptions::new(scratch.path());
-        options.budget_bytes = setting.budget;
+        options.settings.budget_bytes = setting.budget;
         options.merge_fan_in = setting.fan_in;
-        options.row_group_bytes = Some(64 << 10);
+        options.settings.row_group_bytes = Some(64 << 10);
         options.code_strings = setting.code_strings;
         let mut outputs = Vec::new();
         for files in [0..first, first..first + second] {

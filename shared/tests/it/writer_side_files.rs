@@ -65,7 +65,7 @@ async fn a_spark_partition_compacts_and_its_side_files_stay_untouched() {
 
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
-    options.gc_grace = Duration::ZERO;
+    options.settings.gc_grace = Duration::ZERO;
     let report = compact_expecting(&store, &layout, &partition, &options, Status::Compacted).await;
     assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
     assert_eq!((report.inputs.files, report.inputs.rows), (2, 100));

@@ -183,7 +183,7 @@ async fn late_job_keeps_an_identical_committed_output(
             deadline
         }
         Lateness::HalfGrace => {
-            b_options.gc_grace = Duration::from_secs(1);
+            b_options.settings.gc_grace = Duration::from_secs(1);
             tokio::time::Instant::now() + Duration::from_secs(1)
         }
     };

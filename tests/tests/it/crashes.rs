@@ -53,7 +53,7 @@ fn options(scratch: &std::path::Path) -> CompactOptions {
     // Small budget: the sort spills runs, so the crash points cover the spill path too.
     let mut options = small_budget_options(scratch);
     // Zero grace: GC runs right after the commit, so its deletes are crash points as well.
-    options.gc_grace = Duration::ZERO;
+    options.settings.gc_grace = Duration::ZERO;
     options
 }
 

@@ -88,7 +88,7 @@ async fn quarantined_files_survive_compaction_and_gc_on_s3() {
 
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
-    options.gc_grace = Duration::ZERO;
+    options.settings.gc_grace = Duration::ZERO;
     let report = compact_expecting(&store, &layout, &partition, &options, Status::Partial).await;
     assert_eq!(report.inputs.files, 2);
     for (name, _, why) in &bad {
@@ -153,7 +153,7 @@ async fn a_released_file_is_merged_by_a_larger_compactor_on_s3() {
 
     let scratch = tempfile::tempdir().expect("scratch");
     let mut small = CompactOptions::new(scratch.path());
-    small.budget_bytes = 16 << 20;
+    small.settings.budget_bytes = 16 << 20;
     let report = compact_expecting(&store, &layout, &partition, &small, Status::Partial).await;
     assert_eq!(report.quarantined[0].file, wide);
     assert!(

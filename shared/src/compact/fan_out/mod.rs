@@ -13,7 +13,7 @@
 //!    input; the runs are deleted once merged (a crash leaves them to GC as orphans).
 //!
 //! Each step depends only on what the one before wrote, so the outputs are byte-identical
-//! however many tasks run at once ([`CompactOptions::workers`]). Equal keys keep the order of
+//! however many tasks run at once ([`CompactSettings::workers`](crate::settings::CompactSettings::workers)). Equal keys keep the order of
 //! the unfanned job: a range holds every row of a key, and the merge breaks ties by run, which
 //! is by input.
 
@@ -126,10 +126,8 @@ pub async fn run_fan_out_task(
                 ));
             };
             let ranges = task.ranges.unwrap_or_else(|| {
-                let auto = CompactOptions {
-                    fan_out: FanOut::Auto,
-                    ..options.clone()
-                };
+                let mut auto = options.clone();
+                auto.settings.fan_out = FanOut::Auto;
                 shape(&wanted, &auto).map_or(1, |s| s.ranges)
             });
             let groups = group_inputs(wanted, ranges.max(1));
@@ -345,7 +343,8 @@ pub async fn active_job(
         return Ok(None);
     }
     let now = store.store_now(&layout.clock_key(partition)).await?;
-    let window = i64::try_from(options.gc_grace.as_millis().saturating_mul(2)).unwrap_or(i64::MAX);
+    let window =
+        i64::try_from(options.settings.gc_grace.as_millis().saturating_mul(2)).unwrap_or(i64::MAX);
     Ok(newest
         .into_iter()
         .filter(|(_, at)| at.saturating_add(window) > now.timestamp_millis())
@@ -394,12 +393,12 @@ const INPUT_BYTES_PER_SECOND: u64 = 4 << 20;
 /// How the job fans out: `None` for one task and one output.
 pub(crate) fn shape(wanted: &[WantedInput], options: &CompactOptions) -> Option<FanOutShape> {
     let total: u64 = wanted.iter().map(|w| w.bytes).sum();
-    let ranges = match options.fan_out {
+    let ranges = match options.settings.fan_out {
         FanOut::Off => return None,
         FanOut::Ranges(n) => n,
         FanOut::Auto => {
-            let scratch =
-                (options.scratch_limit_bytes).or_else(|| free_bytes(&options.scratch_dir).ok());
+            let scratch = (options.settings.scratch_limit_bytes)
+                .or_else(|| free_bytes(&options.settings.scratch_dir).ok());
             auto_ranges(total, scratch, options.deadline)
         }
     };
@@ -482,7 +481,7 @@ impl OwnedJob {
 }
 
 /// Steps 2 to 4 fanned out, here: the plan, the runs, the split and the merges, each task on a
-/// thread of its own, at most [`CompactOptions::workers`] at once; the job's records are
+/// thread of its own, at most [`CompactSettings::workers`](crate::settings::CompactSettings::workers) at once; the job's records are
 /// deleted afterwards with its runs (the outputs hold every row; a retry is a new job).
 pub(crate) async fn produce(
     job: &JobContext<'_>,
@@ -505,7 +504,7 @@ async fn run_steps(
     groups: usize,
     split: &mut Option<tasks::Split>,
 ) -> Result<Produced> {
-    let workers = job.options.workers;
+    let workers = job.options.settings.workers;
     let started = Instant::now();
     let runs = run_tasks(workers, 0..groups, |group| {
         let owned = owned.clone();
@@ -626,7 +625,7 @@ mod tests {
         let mut options = CompactOptions::new("/tmp");
         let inputs = wanted(&[10, 10]);
         assert_eq!(shape(&inputs, &options), None);
-        options.fan_out = FanOut::Ranges(4);
+        options.settings.fan_out = FanOut::Ranges(4);
         assert_eq!(
             shape(&inputs, &options),
             Some(FanOutShape {
@@ -634,7 +633,7 @@ mod tests {
                 ranges: 4
             })
         );
-        options.fan_out = FanOut::Ranges(1);
+        options.settings.fan_out = FanOut::Ranges(1);
         assert_eq!(shape(&inputs, &options), None);
     }
 }

@@ -225,7 +225,10 @@ pub(crate) async fn run_group(job: &JobContext<'_>, group: usize) -> Result<Grou
         .map(PlannedInput::wanted)
         .collect::<Result<_>>()?;
     let options = job.options;
-    let scratch = ScratchDir::create_with_limit(&options.scratch_dir, options.scratch_limit_bytes)?;
+    let scratch = ScratchDir::create_with_limit(
+        &options.settings.scratch_dir,
+        options.settings.scratch_limit_bytes,
+    )?;
     let key = job.layout.run_key(job.partition, job.attempt_id, group);
     let sorted = sort_group(job, wanted, &scratch, &OutputTarget::Run(key)).await?;
     let run = GroupRun {
@@ -279,7 +282,8 @@ pub(crate) async fn split(job: &JobContext<'_>) -> Result<Split> {
         });
     }
     let input_bytes: u64 = consumed.iter().map(|c| c.bytes).sum();
-    let row_group_bytes = resolve_row_group_bytes(job.options.row_group_bytes, input_bytes);
+    let row_group_bytes =
+        resolve_row_group_bytes(job.options.settings.row_group_bytes, input_bytes);
     let inputs = consumed.iter().map(|c| (c.key.location(), c.bytes));
     let split = Split {
         points: split_points(&spans, plan.ranges),
@@ -302,8 +306,10 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
     }
     let key_range = KeyRange::of_split(&split.points, range);
     let keys = &job.options.keys;
-    let scratch =
-        ScratchDir::create_with_limit(&job.options.scratch_dir, job.options.scratch_limit_bytes)?;
+    let scratch = ScratchDir::create_with_limit(
+        &job.options.settings.scratch_dir,
+        job.options.settings.scratch_limit_bytes,
+    )?;
     let mut inputs = Vec::new();
     let mut schemas = Vec::new();
     for (ordinal, run) in split.runs.iter().enumerate() {
@@ -340,7 +346,8 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
             inputs.push(input);
         }
     }
-    let row_group_bytes = resolve_row_group_bytes(job.options.row_group_bytes, split.input_bytes);
+    let row_group_bytes =
+        resolve_row_group_bytes(job.options.settings.row_group_bytes, split.input_bytes);
     let written = if inputs.is_empty() {
         None
     } else {
@@ -469,7 +476,7 @@ async fn commit_deadline(
     job: &JobContext<'_>,
     outputs: &[(OutputFile, u64)],
 ) -> Result<Option<Expiry>> {
-    let grace = job.options.gc_grace;
+    let grace = job.options.settings.gc_grace;
     if grace == Duration::ZERO || outputs.is_empty() {
         return Ok(None);
     }

@@ -155,17 +155,15 @@ impl Compactor {
         let Some(machine) = &self.state_machine else {
             return run_compaction_job(store, layout, partition, options, &self.readiness).await;
         };
-        if options.fan_out != FanOut::Off
+        if options.settings.fan_out != FanOut::Off
             && let Some(outcome) =
                 hand_off_if_large(store, layout, partition, options, machine).await?
         {
             return Ok(outcome);
         }
         // It fits: one piece, whatever a later look at the clock would say.
-        let options = CompactOptions {
-            fan_out: FanOut::Off,
-            ..options.clone()
-        };
+        let mut options = options.clone();
+        options.settings.fan_out = FanOut::Off;
         run_compaction_job(store, layout, partition, &options, &self.readiness).await
     }
 

@@ -94,7 +94,11 @@ pub async fn run_compaction_job(
         RecordAction::Left
     };
     let requests = store.request_counts().since(&requests_before);
-    report.price(&options.prices, options.function_memory_mb, requests);
+    report.price(
+        &options.settings.prices,
+        options.settings.function_memory_mb,
+        requests,
+    );
     tracing::info!(
         partition = %partition,
         job_id = dispatch_job_id.as_deref().unwrap_or(""),
@@ -222,7 +226,7 @@ fn handed_off(
     let mut report = CompactionReport::new(&partition.relative_dir(), job);
     report.status = Status::FannedOut;
     report.fan_out = Some(shape);
-    report.budget_bytes = options.budget_bytes;
+    report.budget_bytes = options.settings.budget_bytes;
     report
 }
 

@@ -415,8 +415,8 @@ impl Sim {
     /// here it is fixed so that output keys, and so listings, replay with the seed).
     fn compact_options(&mut self, id: u64) -> CompactOptions {
         let mut options = CompactOptions::new(self.scratch.path().join(format!("t{id}")));
-        options.budget_bytes = 64 << 10;
-        options.gc_grace = GRACE;
+        options.settings.budget_bytes = 64 << 10;
+        options.settings.gc_grace = GRACE;
         options.clock = self.clock();
         options.attempt_id = Some(format!("s{}t{id}", self.seed));
         // Concurrent downloads would make which of them reach the store before a failure
