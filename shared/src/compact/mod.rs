@@ -69,14 +69,15 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
         return Ok(());
     };
 
-    // Steps 2 to 4, in one task or fanned out.
+    // Steps 2 to 4: late files that bring no row to earlier outputs in one piece are settled
+    // reading only them; otherwise in one task or fanned out.
     let in_one_piece = manifest.compacted_in_one_piece();
-    let produced = match fan_out::shape(&wanted, job.options) {
-        Some(shape) => match settle_without_rows(job, &wanted, in_one_piece).await? {
-            Some(settled) => settled,
-            None => fan_out::produce(job, manifest.version, wanted, shape).await?,
+    let produced = match settle_without_rows(job, &wanted, in_one_piece).await? {
+        Some(settled) => settled,
+        None => match fan_out::shape(&wanted, job.options) {
+            Some(shape) => fan_out::produce(job, manifest.version, wanted, shape).await?,
+            None => produce_one(job, wanted, in_one_piece).await?,
         },
-        None => produce_one(job, wanted, in_one_piece).await?,
     };
 
     // Step 5: commit.

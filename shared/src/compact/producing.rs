@@ -73,13 +73,13 @@ pub(crate) async fn produce_one(
     })
 }
 
-/// Before a job fans out over earlier outputs in one piece: checks the other inputs alone,
-/// and when none of them brings a row (all bad, empty or gone), settles them (bad ones
-/// quarantined, empty ones consumed) without rewriting the outputs, as [`sort_group`] does in
-/// one task. `None`: some input has rows to merge, or the check would download more than the
-/// memory budget's worth of them, and the job fans out. The inputs are checked smallest first,
+/// Before a job over earlier outputs in one piece (in one task or fanned out): checks the
+/// other inputs alone, and when none of them brings a row (all bad, empty or gone), settles
+/// them (bad ones quarantined, empty ones consumed) reading neither the outputs nor anything
+/// but them. `None`: some input has rows to merge, or the check would download more than the
+/// memory budget's worth of them, and the job goes on. The inputs are checked smallest first,
 /// as many at a time as are downloaded at once, and the first with rows ends the check, so a
-/// fanned-out job with good late files stages about one batch of them twice; a late file larger
+/// job with good late files stages about one batch of them twice; a late file larger
 /// than what is left of the budget ends it too (the invocation that asks may have little
 /// scratch space, and the groups of the fan-out read such a file anyway).
 pub(crate) async fn settle_without_rows(

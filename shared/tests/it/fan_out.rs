@@ -20,8 +20,9 @@ use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::report::{CompactionReport, FanOutShape, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
-    Fault, FaultyStore, TestRow, compact_expecting, get_bytes, live_set, multi_thread_runtime,
-    parquet_bytes, put_bytes, read_parquet, rows_batch, test_partition, tied_key_files,
+    Fault, FaultyStore, Refusal, RefusingStore, TestRow, compact_expecting, get_bytes, live_set,
+    multi_thread_runtime, parquet_bytes, put_bytes, read_parquet, rows_batch, test_partition,
+    tied_key_files,
 };
 
 /// The keys left in the test partition's directory of sorted runs.
@@ -602,7 +603,17 @@ fn late_files_without_rows_leave_the_ranges_as_they_are() {
         let part = test_partition();
         let shape_now = || estimate(&store, &layout, &part, &forced);
         assert_eq!(shape_now().await.expect("estimates"), None);
-        let late = compact_in_two_ranges(&store, &layout).await;
+        // So the compactor runs the job in place, unfanned: it settles the late files without
+        // reading the ranges (a store refusing them would fail a job that tried).
+        let refusals = (ranges.iter())
+            .map(|(key, _)| (key.to_string(), Refusal::Forbidden))
+            .collect();
+        let refusing = RefusingStore::new(Arc::clone(store.object_store()), refusals);
+        let refusing = Store::from_object_store(Arc::new(refusing), "memory://");
+        let in_place = options(scratch.path(), FanOut::Off, 1);
+        let late = compact_partition(&refusing, &layout, &part, &in_place)
+            .await
+            .expect("runs");
         assert_eq!(late.status, Status::Partial, "{late:?}");
         assert!(
             late.outputs.is_empty() && late.fan_out.is_none(),
