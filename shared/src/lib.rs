@@ -18,8 +18,9 @@
 //! 3. **Grace before delete.** Inputs are deleted only after the commit that retires them and
 //!    a grace period, measured on the store's clock ([`manifest::gc`]).
 //! 4. **Convergence.** Any crash leaves a state from which a rerun converges; uncommitted
-//!    outputs are swept by [`manifest::gc`], and the incomplete uploads of a killed attempt by
-//!    the next attempt of its job ([`serverless::dispatch::job_lifecycle`]).
+//!    outputs are swept by [`manifest::gc`], and the incomplete uploads of a killed attempt
+//!    too, once no live attempt can own them (older than the grace), or sooner by the next
+//!    attempt of its job ([`serverless::dispatch::job_lifecycle`]).
 //! 5. **Late files stay live.** Files that land during a compaction are not retired by it.
 //! 6. **Idempotence.** Rerunning a job that committed changes nothing (`noop`): each attempt
 //!    names its output `part-<hash of the input set>-<job id>`, and the manifest records the

@@ -149,6 +149,10 @@ pub struct CompactOptions {
     /// Inputs downloaded at once from a remote store (at least 1). One makes a job's store
     /// operations a single sequence, which the protocol simulation replays by seed.
     pub parallel_downloads: usize,
+    /// This attempt of a dispatched job runs outside a function (the CLI's `backfill
+    /// --run-local`): its id is `<job id>-local<random>`, which no function attempt takes for
+    /// its own, so a function never aborts its upload, however long it runs.
+    pub local_attempt: bool,
 }
 
 impl CompactOptions {
@@ -169,6 +173,7 @@ impl CompactOptions {
             clock: crate::clock::SystemClock::shared(),
             attempt_id: None,
             parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
+            local_attempt: false,
         }
     }
 

@@ -340,14 +340,30 @@ pub fn parse_version(key: &Path) -> Option<u64> {
     }
 }
 
-/// True when `key` is the output of an attempt of the dispatched job `job_id`.
+/// True when `key` is the output of a function's attempt of some dispatched job
+/// (`part-<input set>-<job id>-<8 hex digits>.parquet`; see [`is_attempt_output`]).
+pub fn is_attempt_upload(key: &str) -> bool {
+    key.rsplit('/')
+        .next()
+        .and_then(|name| name.strip_prefix("part-"))
+        .and_then(|name| name.split_once('-'))
+        .and_then(|(_, attempt)| attempt.rsplit_once('-'))
+        .is_some_and(|(job, _)| !job.is_empty() && is_attempt_output(key, job))
+}
+
+/// True when `key` is the output of a function's attempt of the dispatched job `job_id`
+/// (`part-<input set>-<job id>-<8 hex digits>.parquet`). A local attempt's
+/// (`<job id>-local<8 hex digits>`, the CLI's `backfill --run-local`) is not: a function never
+/// takes a local attempt's upload for its own.
 pub fn is_attempt_output(key: &str, job_id: &str) -> bool {
     key.rsplit('/')
         .next()
         .and_then(|name| name.strip_prefix("part-"))
         .and_then(|name| name.split_once('-'))
         .and_then(|(_, attempt)| attempt.strip_prefix(job_id))
-        .is_some_and(|rest| rest.starts_with('-'))
+        .and_then(|rest| rest.strip_prefix('-'))
+        .and_then(|rest| rest.strip_suffix(".parquet"))
+        .is_some_and(|suffix| suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Key of a partition's job record.

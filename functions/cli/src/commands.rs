@@ -225,9 +225,12 @@ async fn backfill(args: BackfillArgs) -> Result<ExitCode> {
         interval: args.interval.unwrap_or(DEFAULT_BACKFILL_INTERVAL),
         run_local: (args.run_local)
             .then(|| {
-                args.settings
-                    .settings(&process_env)
-                    .map(|s| s.options(None))
+                args.settings.settings(&process_env).map(|s| {
+                    let mut options = s.options(None);
+                    // A function never takes this run's uploads for a killed attempt's.
+                    options.local_attempt = true;
+                    options
+                })
             })
             .transpose()?,
         json: args.json,

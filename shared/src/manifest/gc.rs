@@ -23,9 +23,12 @@
 //! On S3 an orphan is deleted only while it is the version listed (If-Match on its ETag).
 //!
 //! Abandoned multipart uploads (a crash mid-upload) are invisible to listings and never become
-//! objects, so they never enter a live set. The next attempt of the same dispatched job aborts
-//! them ([`crate::serverless::dispatch::job_lifecycle`]); the bucket's lifecycle rule
-//! `AbortIncompleteMultipartUpload` removes the rest (see `infra/`).
+//! objects, so they never enter a live set. GC aborts those under the partition's compacted
+//! directory once no live attempt can own them ([`sweep_abandoned_uploads`]: a function
+//! attempt's once older than the grace, which no attempt outlives; others after a day); the
+//! next function attempt of the same job aborts its predecessor's by the same rule
+//! (`serverless::dispatch::job_lifecycle`); the bucket's lifecycle rule
+//! `AbortIncompleteMultipartUpload` is the backstop (see `infra/`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,9 +44,10 @@ use crate::manifest::{Manifest, load_latest};
 use crate::object_key::ObjectKey;
 use crate::partition::{
     COMPACTED_PREFIX, KeyLayout, MANIFESTS_PREFIX, PartitionId, fan_out_job_dir, field_dir,
-    field_value, parse_version, partition_dir, validate_tenant,
+    field_value, is_attempt_upload, parse_version, partition_dir, validate_tenant,
 };
 use crate::store::Store;
+use crate::store::raw_s3::IncompleteUpload;
 
 /// Manifest versions kept by pruning.
 pub const KEEP_MANIFEST_VERSIONS: usize = 10;
@@ -166,8 +170,51 @@ pub struct GcReport {
     pub plan: GcPlan,
     /// Objects actually deleted.
     pub deleted: usize,
+    /// Incomplete multipart uploads of killed attempts aborted ([`sweep_abandoned_uploads`]).
+    #[serde(default)]
+    pub aborted_uploads: usize,
     /// Whether this was a dry run.
     pub dry_run: bool,
+}
+
+/// How old an incomplete upload under a partition's compacted directory must be, on the
+/// store's clock, before GC aborts it when it is not a function attempt's (a CLI run has no
+/// timeout); a function attempt's goes once older than the grace, which no attempt outlives.
+/// The bucket's lifecycle rule is the backstop for prefixes GC never visits.
+pub const LOCAL_UPLOAD_SWEEP_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// Aborts the incomplete multipart uploads killed attempts left under the partition's
+/// compacted directory: a function attempt's ([`is_attempt_upload`]) once older than
+/// `grace` on the store's clock, any other once older than [`LOCAL_UPLOAD_SWEEP_AGE`] (and
+/// the grace). Stores without raw S3 access have no listable uploads: 0.
+pub async fn sweep_abandoned_uploads(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    store_now_ms: i64,
+    grace: Duration,
+) -> Result<usize> {
+    if store.raw_s3().is_none() {
+        return Ok(0);
+    }
+    let prefix = format!("{}/", layout.compacted_dir(partition));
+    (store.abort_uploads(&prefix, |upload| {
+        is_abandoned_upload(upload, store_now_ms, grace)
+    }))
+    .await
+}
+
+/// Whether GC takes `upload` for a killed attempt's at `now_ms` on the store's clock: a
+/// function attempt's initiated longer ago than `grace`, any other longer ago than
+/// [`LOCAL_UPLOAD_SWEEP_AGE`] (and the grace); never one whose initiation is unknown.
+pub fn is_abandoned_upload(upload: &IncompleteUpload, now_ms: i64, grace: Duration) -> bool {
+    let age = if is_attempt_upload(&upload.key) {
+        grace
+    } else {
+        grace.max(LOCAL_UPLOAD_SWEEP_AGE)
+    };
+    let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+    (upload.initiated_ms).is_some_and(|at| at <= now_ms.saturating_sub(age_ms))
 }
 
 /// Plans and runs GC for one partition, timing on the system clocks.
@@ -219,6 +266,7 @@ pub async fn collect_garbage_with(
                 partition: partition.to_string(),
                 plan,
                 deleted,
+                aborted_uploads: 0,
                 dry_run,
             });
         }
@@ -258,10 +306,17 @@ pub async fn collect_garbage_with(
             }
         }
     }
+    let aborted_uploads = if dry_run {
+        0
+    } else {
+        let now_ms = store_now.timestamp_millis();
+        sweep_abandoned_uploads(store, layout, partition, now_ms, grace).await?
+    };
     Ok(GcReport {
         partition: partition.to_string(),
         plan,
         deleted,
+        aborted_uploads,
         dry_run,
     })
 }
@@ -364,6 +419,8 @@ pub struct GcSummary {
     pub partitions: Vec<GcReport>,
     /// Objects deleted in all of them.
     pub deleted: usize,
+    /// Incomplete uploads aborted in all of them.
+    pub aborted_uploads: usize,
     /// Partitions that could not be collected (a listing failed), with the error.
     pub failed: Vec<GcFailure>,
     /// Whether this was a dry run.
@@ -387,6 +444,7 @@ pub async fn collect_garbage_in(
         match collect_garbage(store, layout, &partition, grace, dry_run).await {
             Ok(report) => {
                 summary.deleted += report.deleted;
+                summary.aborted_uploads += report.aborted_uploads;
                 summary.partitions.push(report);
             }
             Err(e) => {
@@ -415,6 +473,50 @@ mod tests {
             size: 1,
             e_tag: None,
             version: None,
+        }
+    }
+
+    /// GC aborts a function attempt's upload once initiated longer ago than the grace, any
+    /// other (a CLI run's, a fan-out's range) once a day old, never one of unknown age.
+    #[test]
+    fn abandoned_uploads_by_their_age_on_the_store_clock() {
+        let dir = "compacted/tenant=acme/year=2026/month=11/day=29/hour=10";
+        let grace = Duration::from_secs(900);
+        let day_ms = 24 * 3600 * 1000;
+        let now_ms = 10 * day_ms;
+        let upload = |name: &str, age_ms: Option<i64>| IncompleteUpload {
+            key: format!("{dir}/{name}"),
+            upload_id: "u".into(),
+            initiated_ms: age_ms.map(|age| now_ms - age),
+        };
+        let function = "part-0a1b-00c0ffee00c0ffee-0badf00d.parquet";
+        assert!(is_abandoned_upload(
+            &upload(function, Some(900_000)),
+            now_ms,
+            grace
+        ));
+        assert!(!is_abandoned_upload(
+            &upload(function, Some(899_999)),
+            now_ms,
+            grace
+        ));
+        assert!(!is_abandoned_upload(&upload(function, None), now_ms, grace));
+        for other in [
+            "part-0a1b-00c0ffee00c0ffee-local0badf00d.parquet",
+            "part-0a1b-00c0ffee00c0ffee-r00001.parquet",
+            "part-0a1b-0123456789abcdef.parquet",
+            "runs/00c0ffee00c0ffee/run-00000.parquet",
+        ] {
+            assert!(!is_abandoned_upload(
+                &upload(other, Some(day_ms - 1)),
+                now_ms,
+                grace
+            ));
+            assert!(is_abandoned_upload(
+                &upload(other, Some(day_ms)),
+                now_ms,
+                grace
+            ));
         }
     }
 

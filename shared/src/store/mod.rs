@@ -306,22 +306,22 @@ impl Store {
         Ok(dirs)
     }
 
-    /// Aborts the incomplete multipart uploads under `key_prefix` whose keys `is_own` accepts
-    /// (a killed earlier attempt of the same job); returns how many were aborted. Stores
-    /// without raw S3 access have no listable uploads: 0.
-    pub async fn abort_own_uploads(
+    /// Aborts the incomplete multipart uploads under `key_prefix` that `abandoned` accepts
+    /// (a killed attempt's, old enough on the store's clock that no live attempt can own it);
+    /// returns how many were aborted. Stores without raw S3 access have no listable uploads: 0.
+    pub async fn abort_uploads(
         &self,
         key_prefix: &str,
-        is_own: impl Fn(&str) -> bool,
+        abandoned: impl Fn(&raw_s3::IncompleteUpload) -> bool,
     ) -> Result<usize> {
         let Some(raw) = &self.raw else {
             return Ok(0);
         };
         let mut aborted = 0;
         for upload in raw.incomplete_uploads(key_prefix).await? {
-            if is_own(&upload.key) {
+            if abandoned(&upload) {
                 raw.abort_upload(&upload).await?;
-                tracing::info!(key = %upload.key, upload_id = %upload.upload_id, "aborted an incomplete upload of an earlier attempt");
+                tracing::info!(key = %upload.key, upload_id = %upload.upload_id, "aborted an abandoned incomplete upload");
                 aborted += 1;
             }
         }

@@ -38,6 +38,9 @@ pub struct IncompleteUpload {
     pub key: String,
     /// The upload id.
     pub upload_id: String,
+    /// When it was initiated, Unix milliseconds on the store's clock (`None` when the store
+    /// did not say).
+    pub initiated_ms: Option<i64>,
 }
 
 /// What a conditional delete found.
@@ -189,6 +192,7 @@ impl RawS3 {
                     uploads.push(IncompleteUpload {
                         key: relative.to_string(),
                         upload_id: upload_id.to_string(),
+                        initiated_ms: upload.initiated().and_then(|t| t.to_millis().ok()),
                     });
                 }
             }
@@ -276,6 +280,7 @@ impl RawS3 {
         Ok(IncompleteUpload {
             key: key.to_string(),
             upload_id,
+            initiated_ms: None,
         })
     }
 

@@ -17,6 +17,7 @@ use crate::report::{CompactionReport, FanOutShape, Status};
 use crate::serverless::readiness::{ReadinessConfig, readiness};
 use crate::serverless::state_machine::{FanOutStateMachine, execution_name};
 use crate::store::Store;
+use crate::store::raw_s3::IncompleteUpload;
 
 /// What became of the job record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -74,8 +75,9 @@ pub async fn run_compaction_job(
     if let Some(job) = &dispatch_job_id
         && options.attempt_id.is_none()
     {
-        options.attempt_id = Some(attempt_id(job));
-        aborted_uploads = abort_earlier_attempts(store, layout, partition, job).await;
+        options.attempt_id = Some(attempt_id(job, options.local_attempt));
+        let grace = options.settings.gc_grace;
+        aborted_uploads = abort_earlier_attempts(store, layout, partition, job, grace).await;
     }
     let options = &options;
     let mut report = compact_partition(store, layout, partition, options).await?;
@@ -261,33 +263,60 @@ pub async fn end_fanned_out_job(
     Ok(Some(action))
 }
 
-/// The id of one attempt of a dispatched job: the job id and a random suffix. Each attempt
-/// names its output apart (`part-<input-set hash>-<job>-<attempt>.parquet`), and a later
-/// attempt of the job recognises the uploads an earlier one left.
-fn attempt_id(job_id: &str) -> String {
-    format!("{job_id}-{:08x}", rand::random::<u32>())
+/// The id of one attempt of a dispatched job: the job id and a random suffix, `local` before
+/// it for an attempt outside a function. Each attempt names its output apart
+/// (`part-<input-set hash>-<job>-<attempt>.parquet`), and a later attempt of the job
+/// recognises the uploads an earlier function attempt left ([`is_attempt_output`]).
+fn attempt_id(job_id: &str, local: bool) -> String {
+    let origin = if local { "local" } else { "" };
+    format!("{job_id}-{origin}{:08x}", rand::random::<u32>())
 }
 
-/// Aborts the incomplete multipart uploads an earlier, killed attempt of the same job left
-/// under the partition's compacted directory (invariant 4); uploads of other jobs,
-/// which may be live, are left alone. A failure is logged: it never stops the job.
+/// Aborts the incomplete multipart uploads an earlier, killed function attempt of the same
+/// job left under the partition's compacted directory (invariant 4), once older than the
+/// grace on the store's clock: no attempt outlives the grace, so a younger upload may be a
+/// live attempt's (a duplicate delivery of the job's event). Uploads of other jobs and of
+/// local attempts are left alone. A failure is logged: it never stops the job.
 async fn abort_earlier_attempts(
     store: &Store,
     layout: &KeyLayout,
     partition: &PartitionId,
     job_id: &str,
+    grace: std::time::Duration,
 ) -> usize {
+    if store.raw_s3().is_none() {
+        return 0;
+    }
     let prefix = layout.output_prefix(partition);
-    match store
-        .abort_own_uploads(&prefix, |key| is_attempt_output(key, job_id))
-        .await
-    {
+    let aborted = async {
+        let now_ms = store
+            .store_now(&layout.clock_key(partition))
+            .await?
+            .timestamp_millis();
+        let abandoned =
+            |upload: &IncompleteUpload| is_earlier_attempt_abandoned(upload, job_id, now_ms, grace);
+        store.abort_uploads(&prefix, abandoned).await
+    };
+    match aborted.await {
         Ok(aborted) => aborted,
         Err(e) => {
             tracing::warn!(partition = %partition, error = %e, "could not abort the uploads of earlier attempts");
             0
         }
     }
+}
+
+/// Whether `upload` is an earlier function attempt of job `job_id` initiated longer ago than
+/// `grace` at `now_ms` on the store's clock (never one whose initiation is unknown).
+fn is_earlier_attempt_abandoned(
+    upload: &IncompleteUpload,
+    job_id: &str,
+    now_ms: i64,
+    grace: std::time::Duration,
+) -> bool {
+    let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    is_attempt_output(&upload.key, job_id)
+        && (upload.initiated_ms).is_some_and(|at| at <= now_ms.saturating_sub(grace_ms))
 }
 
 #[cfg(test)]
@@ -340,5 +369,54 @@ mod tests {
         );
         assert_eq!(action.await.unwrap(), RecordAction::Deleted);
         assert!(job::read_job(&store, &partition).await.unwrap().is_none());
+    }
+
+    /// An earlier attempt's upload is aborted only once older than the grace on the store's
+    /// clock (a younger one may be a live attempt's: a duplicate delivery), and only a function
+    /// attempt's of the same job.
+    #[test]
+    fn an_earlier_attempts_upload_is_abandoned_once_older_than_the_grace() {
+        let job = "00c0ffee00c0ffee";
+        let dir = "compacted/tenant=acme/year=2026/month=11/day=29/hour=10";
+        let grace = std::time::Duration::from_secs(900);
+        let now_ms = 10_000_000;
+        let upload = |name: &str, initiated_ms: Option<i64>| IncompleteUpload {
+            key: format!("{dir}/{name}"),
+            upload_id: "u".into(),
+            initiated_ms,
+        };
+        let old = Some(now_ms - 900_000);
+        let young = Some(now_ms - 899_999);
+        let ours = format!("part-0a1b-{job}-0badf00d.parquet");
+        assert!(is_earlier_attempt_abandoned(
+            &upload(&ours, old),
+            job,
+            now_ms,
+            grace
+        ));
+        assert!(!is_earlier_attempt_abandoned(
+            &upload(&ours, young),
+            job,
+            now_ms,
+            grace
+        ));
+        assert!(!is_earlier_attempt_abandoned(
+            &upload(&ours, None),
+            job,
+            now_ms,
+            grace
+        ));
+        for other in [
+            format!("part-0a1b-{job}-local0badf00d.parquet"),
+            format!("part-0a1b-{job}0-0badf00d.parquet"),
+            format!("part-0a1b-{job}-r00001.parquet"),
+        ] {
+            assert!(!is_earlier_attempt_abandoned(
+                &upload(&other, old),
+                job,
+                now_ms,
+                grace
+            ));
+        }
     }
 }

@@ -622,6 +622,9 @@ fn attempt_outputs_belong_to_their_job_only() {
         format!("{dir}/part-0a1b-{job}.parquet"),
         format!("{dir}/part-0a1b-direct-{job}-1.parquet"),
         format!("{dir}/{job}-1234abcd.parquet"),
+        format!("{dir}/part-0a1b-{job}-local1234abcd.parquet"),
+        format!("{dir}/part-0a1b-{job}-1234abcd-r00000.parquet"),
+        format!("{dir}/part-0a1b-{job}-1234abcdx.parquet"),
     ] {
         assert!(!is_attempt_output(&other, job), "{other}");
     }
