@@ -6,7 +6,8 @@ use ourios_compaction::store::Store;
 pub use ourios_compaction::testing::{
     all_keys, assert_conflict, assert_exactly_once, assert_live_exactly_once, commit_request,
     compact_expecting, dispatch_at, dispatched, file_tags, land_file, land_files, live_set,
-    live_tags, open_memory, run_job, test_hour_closed, test_partition, test_partition_on,
+    live_tags, open_memory, query_hour_args, run_job, test_hour_closed, test_partition,
+    test_partition_on,
 };
 
 pub mod emulator;
@@ -89,14 +90,6 @@ pub fn cli_bin() -> std::path::PathBuf {
     path
 }
 
-/// The CLI's `query` arguments over the whole of hour 10 (the test hour) of `tenant` on `url`.
-pub fn query_hour_args<'a>(url: &'a str, tenant: &'a str) -> Vec<&'a str> {
-    let (from, to) = ("2026-11-29T10:00:00Z", "2026-11-29T11:00:00Z");
-    vec![
-        "query", "--store", url, "--tenant", tenant, "--from", from, "--to", to,
-    ]
-}
-
 /// Runs the CLI, expects success, and parses its JSON output.
 pub fn cli_json(args: &[&str]) -> serde_json::Value {
     cli_json_with_env(args, &[])
@@ -104,17 +97,12 @@ pub fn cli_json(args: &[&str]) -> serde_json::Value {
 
 /// [`cli_json`] with `env` variables set (or overridden) for the CLI process.
 pub fn cli_json_with_env(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
-    let output = std::process::Command::new(cli_bin())
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("the CLI starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let output = ourios_compaction::testing::run_cli(&cli_bin(), args, env);
     assert!(
         output.status.success(),
-        "ourios-compact {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
+        "ourios-compact {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
     );
-    serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("ourios-compact {args:?} printed no JSON ({e}): {stdout}"))
+    ourios_compaction::testing::stdout_json(&output)
 }

@@ -15,6 +15,7 @@ use parquet::file::properties::WriterProperties;
 
 use crate::store::Store;
 
+mod cli_process;
 mod event_files;
 mod faulty_store;
 mod log_fixture;
@@ -22,6 +23,10 @@ mod recording_store;
 mod store_quirks;
 mod tagged_files;
 mod virtual_store;
+pub use cli_process::{
+    cli_command, compact_json, partition_args, partition_dir, query_hour_args, report_with_status,
+    run_cli, stdout_json,
+};
 pub use event_files::{assert_http_answer, event_file_names, events_dir, load_event};
 pub use faulty_store::{Fault, Faults, FaultyStore};
 pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};

@@ -1,58 +1,21 @@
-//! Running the `ourios-compact` binary as a child process, as outside tools do.
+//! The CLI's own binary run through the fixtures' command-line helpers
+//! (`ourios_compaction::testing`, the one home of test fixtures).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use serde_json::Value;
+pub use ourios_compaction::testing::{
+    compact_json, partition_args, partition_dir, report_with_status, stdout_json as json,
+};
 
-/// The CLI with `args`, without the environment that would change its defaults (the store,
-/// the function's memory, the prices).
+/// The binary cargo built for these tests.
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ourios-compact"))
+}
+
+/// The CLI with `args`, without the environment that would change its defaults.
 pub fn command(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ourios-compact"));
-    command
-        .args(args)
-        .env_remove("OURIOS_STORE")
-        .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE");
-    for name in ourios_compaction::cost::PRICE_VARIABLES {
-        command.env_remove(name);
-    }
-    command
-}
-
-/// The arguments of `command` (`generate`, `compact`, ...) for `tenant`'s partition of hour
-/// 2026-11-29T10 in `store`; callers add their own flags.
-pub fn partition_args<'a>(command: &'a str, store: &'a str, tenant: &'a str) -> Vec<&'a str> {
-    vec![
-        command,
-        "--store",
-        store,
-        "--tenant",
-        tenant,
-        "--hour",
-        "2026-11-29T10",
-    ]
-}
-
-/// The arguments of `compact` of the partition (`tenant`, `hour`) in `store` at a memory
-/// `budget`, reporting in JSON, as a user types them; callers add their own flags.
-pub fn compact_json<'a>(
-    store: &'a str,
-    tenant: &'a str,
-    hour: &'a str,
-    budget: &'a str,
-) -> Vec<&'a str> {
-    vec![
-        "compact",
-        "--store",
-        store,
-        "--tenant",
-        tenant,
-        "--hour",
-        hour,
-        "--memory-budget",
-        budget,
-        "--json",
-    ]
+    ourios_compaction::testing::cli_command(bin(), args)
 }
 
 /// Runs [`command`].
@@ -62,38 +25,5 @@ pub fn run(args: &[&str]) -> Output {
 
 /// Runs [`command`] with the variables `env` set.
 pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = command(args);
-    command.envs(env.iter().copied());
-    command.output().expect("the CLI starts")
-}
-
-/// The one JSON object on stdout (stderr in the panic message when it is not).
-pub fn json(output: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "stdout is one JSON object ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-/// The JSON report on stdout, after checking its status is `status` (the report and stderr in
-/// the panic message when it is not).
-pub fn report_with_status(output: &Output, status: &str) -> Value {
-    let report = json(output);
-    assert_eq!(
-        report["status"],
-        status,
-        "{report:#}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    report
-}
-
-/// The directory of `tenant`'s partition for hour 2026-11-29T10 in the local store `store`.
-pub fn partition_dir(store: &Path, tenant: &str) -> PathBuf {
-    store.join(format!(
-        "data/tenant={tenant}/year=2026/month=11/day=29/hour=10"
-    ))
+    ourios_compaction::testing::run_cli(bin(), args, env)
 }
