@@ -105,6 +105,24 @@ pub enum FanOut {
     Ranges(usize),
 }
 
+impl FanOut {
+    /// The fan-out of a job whose last `timed_out` attempts in one invocation ran out of time:
+    /// at least 2^`timed_out` ranges (`auto` had judged that it fits, wrongly), or `n` ranges
+    /// doubled as often; `off` stays off. A job that times out is never retried with the same
+    /// decision.
+    pub fn escalated(self, timed_out: u32) -> FanOut {
+        if timed_out == 0 {
+            return self;
+        }
+        let factor = 1usize << timed_out.min(10);
+        match self {
+            FanOut::Off => FanOut::Off,
+            FanOut::Auto => FanOut::Ranges(factor.max(2)),
+            FanOut::Ranges(n) => FanOut::Ranges(n.max(1).saturating_mul(factor).max(2)),
+        }
+    }
+}
+
 impl std::str::FromStr for FanOut {
     type Err = String;
 
@@ -229,6 +247,21 @@ impl CompactOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_that_timed_out_fans_out_with_more_ranges_each_time() {
+        assert_eq!(FanOut::Auto.escalated(0), FanOut::Auto);
+        assert_eq!(FanOut::Auto.escalated(1), FanOut::Ranges(2));
+        assert_eq!(FanOut::Auto.escalated(3), FanOut::Ranges(8));
+        assert_eq!(FanOut::Ranges(3).escalated(1), FanOut::Ranges(6));
+        assert_eq!(FanOut::Ranges(1).escalated(1), FanOut::Ranges(2));
+        assert_eq!(
+            FanOut::Off.escalated(5),
+            FanOut::Off,
+            "an operator's off stays off"
+        );
+        assert_eq!(FanOut::Auto.escalated(u32::MAX), FanOut::Ranges(1 << 10));
+    }
 
     #[test]
     fn layout_settings_are_validated() {

@@ -1,5 +1,5 @@
 //! Store behaviours tests need that a plain in-memory store lacks: listings in another order,
-//! refused and forbidden reads, and S3's dating of multipart objects; each a [`StoreHooks`].
+//! refused, forbidden and slow reads, and S3's dating of multipart objects; each a [`StoreHooks`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -98,6 +98,33 @@ impl RefusingStore {
     /// Wraps `inner`, refusing GETs of keys ending in each suffix of `refused`.
     pub fn new(inner: Arc<dyn ObjectStore>, refused: Vec<(String, Refusal)>) -> Self {
         Self::wrap(inner, Arc::new(Refusals(refused)))
+    }
+}
+
+/// Delays each GET of a key holding a segment `data` (ingest files) by a fixed time, as a slow
+/// or throttled store answers: a job's time runs out while it stages its inputs.
+#[derive(Debug)]
+pub struct SlowIngestReads(std::time::Duration);
+
+#[async_trait::async_trait]
+impl StoreHooks for SlowIngestReads {
+    const NAME: &'static str = "SlowIngestStore";
+
+    async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
+        if get.location.parts().any(|part| part.as_ref() == "data") {
+            tokio::time::sleep(self.0).await;
+        }
+        get.forward(inner).await
+    }
+}
+
+/// A store wrapper whose reads of ingest files each take `delay` longer.
+pub type SlowIngestStore = HookedStore<SlowIngestReads>;
+
+impl SlowIngestStore {
+    /// Wraps `inner`, delaying each GET of an ingest file by `delay`.
+    pub fn new(inner: Arc<dyn ObjectStore>, delay: std::time::Duration) -> Self {
+        Self::wrap(inner, Arc::new(SlowIngestReads(delay)))
     }
 }
 

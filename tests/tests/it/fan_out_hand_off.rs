@@ -9,7 +9,8 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use aws_sdk_sfn::Client;
 use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
@@ -26,6 +27,7 @@ use ourios_compaction::serverless::state_machine::{
 };
 use ourios_compaction::settings::CompactSettings;
 use ourios_compaction::store::{Store, StoreUrl};
+use ourios_compaction::testing::SlowIngestStore;
 use ourios_integration_tests::emulator::workspace_root;
 use ourios_integration_tests::{
     assert_exactly_once, dispatch_at, land_files, live_tags, s3_url, test_hour_closed,
@@ -462,4 +464,66 @@ async fn a_job_record_replaced_while_an_execution_runs_starts_no_second_executio
     let last = compact_directly(compactor).await;
     assert_eq!(last.report.status, Status::Noop, "{:?}", last.report);
     assert_eq!(last.record, RecordAction::Deleted);
+}
+
+/// A job `auto` judged to fit one invocation but that ran out of time there is not retried with
+/// the same decision: its record counts the timeout, and its next attempt hands it to the
+/// fan-out state machine in two ranges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_ran_out_of_time_in_place_is_handed_off_on_its_next_attempt() {
+    let fixture = Fixture::start("escalate", &[("OURIOS_FAN_OUT", "auto")]).await;
+    let compactor = &fixture.compactor;
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("a partition");
+    let (job, _) = dispatched(&compactor.store, &partition, 2).await;
+
+    // The first attempt: the hour is small, so `auto` keeps it here, but the store answers its
+    // reads of the ingest files slowly and the invocation's time runs out.
+    let slow = SlowIngestStore::new(
+        Arc::clone(compactor.store.object_store()),
+        Duration::from_secs(3),
+    );
+    let slow = Compactor {
+        store: Store::from_object_store(Arc::new(slow), "s3-slow"),
+        ..compactor.clone()
+    };
+    let invocation = Invocation::Compact {
+        tenant: "acme".into(),
+        hour: "2026-11-29T10".into(),
+    };
+    let margin = slow.settings.deadline_margin;
+    let deadline = Instant::now() + margin + Duration::from_secs(2);
+    let answer = (slow.handle(invocation, Some(deadline)).await).expect("the invocation runs");
+    let CompactorAnswer::Jobs(jobs) = answer else {
+        panic!("not a job's answer: {answer:?}");
+    };
+    assert_eq!(
+        jobs[0].report.status,
+        Status::Timeout,
+        "{:?}",
+        jobs[0].report
+    );
+    assert!(
+        fixture.execution_names().await.is_empty(),
+        "it fit: no execution"
+    );
+    let record = read_job(&compactor.store, &partition).await.expect("reads");
+    let record = record.and_then(|s| s.record).expect("the job record stays");
+    assert_eq!(
+        (record.job_id.as_str(), record.timed_out),
+        (job.as_str(), 1)
+    );
+
+    // The next attempt fans out.
+    let outcome = compact_directly(compactor).await;
+    assert_eq!(
+        outcome.report.status,
+        Status::FannedOut,
+        "{:?}",
+        outcome.report
+    );
+    assert_eq!(outcome.report.fan_out.map(|s| s.ranges), Some(2));
+    assert_eq!(
+        fixture.execution_names().await,
+        [execution_name(&partition, &job)]
+    );
 }

@@ -6,6 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 use tracing::Instrument;
 
+use super::job;
 use super::job_lifecycle::{
     JobOutcome, RecordAction, end_fanned_out_job, hand_off_if_large, run_compaction_job,
 };
@@ -155,6 +156,13 @@ impl Compactor {
         let Some(machine) = &self.state_machine else {
             return run_compaction_job(store, layout, partition, options, &self.readiness).await;
         };
+        // A job whose earlier attempts ran out of time here is handed off with more ranges.
+        let timed_out = (job::read_job(store, partition).await?)
+            .and_then(|s| s.record)
+            .map_or(0, |r| r.timed_out);
+        let mut options = options.clone();
+        options.settings.fan_out = options.settings.fan_out.escalated(timed_out);
+        let options = &options;
         if options.settings.fan_out != FanOut::Off
             && let Some(outcome) =
                 hand_off_if_large(store, layout, partition, options, machine).await?

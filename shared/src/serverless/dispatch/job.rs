@@ -37,6 +37,14 @@ pub struct JobRecord {
     pub reason: String,
     /// When it was written (Unix milliseconds, writer's clock; staleness uses the store's).
     pub created_at_ms: i64,
+    /// Attempts of this job that ran out of time in one invocation: the next hands the job to
+    /// the fan-out with more ranges ([`FanOut::escalated`](crate::options::FanOut::escalated)).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timed_out: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl JobRecord {
@@ -50,6 +58,7 @@ impl JobRecord {
             job_id: format!("{:016x}", rand::random::<u64>()),
             reason: reason.to_string(),
             created_at_ms: now.timestamp_millis(),
+            timed_out: 0,
         }
     }
 

@@ -82,6 +82,9 @@ pub async fn run_compaction_job(
     let options = &options;
     let mut report = compact_partition(store, layout, partition, options).await?;
     let finished = report.status.is_success() || report.status == Status::Conflict;
+    if report.status == Status::Timeout {
+        note_timeout(store, partition, stored.as_ref()).await;
+    }
     let record = if finished {
         end_job_record(
             store,
@@ -155,6 +158,24 @@ async fn end_job_record(
         WriteOutcome::Written => RecordAction::ReArmed,
         WriteOutcome::Lost => RecordAction::Superseded,
     })
+}
+
+/// Counts an attempt of the job that ran out of time in its record (if the record is still
+/// the one read), so the next attempt escalates to the fan-out. Best effort: logged.
+async fn note_timeout(store: &Store, partition: &PartitionId, stored: Option<&StoredJob>) {
+    let Some((stored, record)) = stored.and_then(|s| s.record.as_ref().map(|r| (s, r))) else {
+        return;
+    };
+    let mut next = record.clone();
+    next.timed_out = next.timed_out.saturating_add(1);
+    match job::replace_job(store, &next, partition, &stored.version).await {
+        Ok(_) => {
+            tracing::info!(partition = %partition, job_id = %record.job_id, timed_out = next.timed_out, "the job ran out of time; its next attempt fans out")
+        }
+        Err(e) => {
+            tracing::warn!(partition = %partition, error = %e, "could not count the job's timeout")
+        }
+    }
 }
 
 /// Hands job `partition` to the fan-out state machine when it would not fit this invocation
