@@ -357,6 +357,15 @@ mod tests {
         let (layout, partition) = (KeyLayout::default(), test_partition());
         let options = CompactOptions::new(std::env::temp_dir());
         let config = ReadinessConfig::default();
+        let end = |read: Option<StoredJob>| {
+            let (store, layout, partition) = (&store, &layout, &partition);
+            let (options, config) = (&options, &config);
+            async move {
+                end_job_record(store, layout, partition, read.as_ref(), options, config)
+                    .await
+                    .unwrap()
+            }
+        };
         let ours = JobRecord::new(&partition, "ours", Utc::now());
         job::create_job(&store, &ours, &partition).await.unwrap();
         let read = job::read_job(&store, &partition).await.unwrap();
@@ -365,30 +374,14 @@ mod tests {
         let version = &read.as_ref().unwrap().version;
         let replaced = job::replace_job(&store, &theirs, &partition, version).await;
         assert_eq!(replaced.unwrap(), WriteOutcome::Written);
-        let action = end_job_record(
-            &store,
-            &layout,
-            &partition,
-            read.as_ref(),
-            &options,
-            &config,
-        );
-        assert_eq!(action.await.unwrap(), RecordAction::Superseded);
+        assert_eq!(end(read).await, RecordAction::Superseded);
         let left = job::read_job(&store, &partition).await.unwrap();
         let left = left.and_then(|s| s.record).map(|r| r.job_id);
         assert_eq!(left, Some(theirs.job_id.clone()), "their record stays");
 
         // Its own record, unchanged, it deletes.
         let read = job::read_job(&store, &partition).await.unwrap();
-        let action = end_job_record(
-            &store,
-            &layout,
-            &partition,
-            read.as_ref(),
-            &options,
-            &config,
-        );
-        assert_eq!(action.await.unwrap(), RecordAction::Deleted);
+        assert_eq!(end(read).await, RecordAction::Deleted);
         assert!(job::read_job(&store, &partition).await.unwrap().is_none());
     }
 
