@@ -35,7 +35,7 @@ pub(crate) async fn read_partition(
     let wanted = if live.ingest.is_empty() && manifest.compacted_in_one_piece() {
         None
     } else {
-        Some(wanted_inputs(&manifest, &live)?)
+        Some(wanted_inputs(&manifest, &live))
     };
     Ok(PartitionState {
         manifest,
@@ -55,7 +55,7 @@ pub(crate) struct WantedInput {
 
 /// The live inputs in ordinal order: earlier compacted files first (they are runs already),
 /// then ingest files in sorted-key order.
-fn wanted_inputs(manifest: &Manifest, live: &crate::manifest::LiveSet) -> Result<Vec<WantedInput>> {
+fn wanted_inputs(manifest: &Manifest, live: &crate::manifest::LiveSet) -> Vec<WantedInput> {
     let mut wanted = Vec::new();
     for key in &live.compacted {
         let bytes = manifest
@@ -76,5 +76,5 @@ fn wanted_inputs(manifest: &Manifest, live: &crate::manifest::LiveSet) -> Result
             is_compacted: false,
         });
     }
-    Ok(wanted)
+    wanted
 }

@@ -236,8 +236,8 @@ fn committed_ranges(manifest: &Manifest, job: &str) -> Option<Vec<OutputFile>> {
 }
 
 /// Reports a commit of this job that landed before (a retry whose first answer was lost):
-/// `compacted`, with the outputs the manifest holds (their row groups read from the job's
-/// range records while they last), and the records and runs left behind deleted.
+/// `compacted`, with the outputs the manifest holds (their row groups and the inputs' totals
+/// from the job's records while they last), and the records and runs left behind deleted.
 async fn report_landed_commit(
     job: &JobContext<'_>,
     manifest: &Manifest,
@@ -248,7 +248,7 @@ async fn report_landed_commit(
     report.write_amplification = manifest.write_amplification();
     if let Ok(plan) = tasks::read_plan(job).await {
         let split = tasks::read_split(job).await.ok();
-        if let Ok(produced) = tasks::gather(job).await {
+        if let Ok((produced, _)) = tasks::recorded(job).await {
             let recorded: Vec<OutputFile> =
                 produced.outputs.into_iter().map(|w| w.output).collect();
             for output in &mut outputs {

@@ -175,12 +175,12 @@ impl From<&WantedInput> for PlannedInput {
 }
 
 impl PlannedInput {
-    fn wanted(&self) -> Result<WantedInput> {
-        Ok(WantedInput {
+    fn wanted(&self) -> WantedInput {
+        WantedInput {
             key: self.key.location().clone(),
             bytes: self.bytes,
             is_compacted: self.is_compacted,
-        })
+        }
     }
 }
 
@@ -220,10 +220,7 @@ pub(crate) async fn run_group(job: &JobContext<'_>, group: usize) -> Result<Grou
             group + 1
         ),
     })?;
-    let wanted = inputs
-        .iter()
-        .map(PlannedInput::wanted)
-        .collect::<Result<_>>()?;
+    let wanted = inputs.iter().map(PlannedInput::wanted).collect();
     let options = job.options;
     let scratch = ScratchDir::create_with_limit(
         &options.settings.scratch_dir,
@@ -403,9 +400,20 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
 }
 
 /// Everything the job's tasks wrote, ready to commit: checked (every row of the inputs in
-/// exactly one output), its commit deadline taken on the store's clock. The runs stay until
-/// the commit's outcome is definitive ([`delete_state`]).
+/// exactly one output, some input readable), its commit deadline taken on the store's clock.
+/// The runs stay until the commit's outcome is definitive ([`delete_state`]).
 pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
+    let (mut produced, refusals) = recorded(job).await?;
+    // Decided for the job, as one task decides: a group of one refused file is quarantined
+    // when other groups were read.
+    refusals.check(job.partition)?;
+    produced.commit_by = commit_deadline(job, &produced.outputs).await?;
+    Ok(produced)
+}
+
+/// What the job's tasks recorded, read from their records alone (every row of the inputs in
+/// exactly one output), with how the store answered the groups' reads; no deadline.
+pub(crate) async fn recorded(job: &JobContext<'_>) -> Result<(Produced, Refusals)> {
     let plan = read_plan(job).await?;
     let split = read_split(job).await?;
     let mut consumed = Vec::new();
@@ -424,10 +432,6 @@ pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
         rows += run.rows;
         add_stats(&mut stats, &run.stats);
     }
-    // Decided for the job, as one task decides: a group of one refused file is quarantined
-    // when other groups were read.
-    refusals.check(job.partition)?;
-    let consumed: Vec<WantedInput> = consumed.into_iter().collect::<Result<_>>()?;
     quarantined.extend(plan.rejected.iter().cloned());
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
     let mut outputs = Vec::new();
@@ -444,7 +448,6 @@ pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
             "the ranges hold {written_rows} rows but the inputs hold {rows}"
         )));
     }
-    let commit_by = commit_deadline(job, &outputs).await?;
     let written = outputs
         .into_iter()
         .map(|(output, row_group_bytes)| Written {
@@ -454,7 +457,7 @@ pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
             stats: SortStats::default(),
         })
         .collect();
-    Ok(Produced {
+    let produced = Produced {
         consumed,
         rows,
         quarantined,
@@ -464,18 +467,16 @@ pub(crate) async fn gather(job: &JobContext<'_>) -> Result<Produced> {
             groups: plan.groups.len(),
             ranges: plan.ranges,
         }),
-        commit_by,
-    })
+        commit_by: None,
+    };
+    Ok((produced, refusals))
 }
 
 /// When the outputs must be committed by: half the grace after the oldest was uploaded, on
 /// the store's clock (the tasks ran on other hosts, so no host clock saw every upload). GC,
 /// which waits the whole grace on the same clock, never sweeps an output about to be
 /// committed. `None` without a grace.
-async fn commit_deadline(
-    job: &JobContext<'_>,
-    outputs: &[(OutputFile, u64)],
-) -> Result<Option<Expiry>> {
+async fn commit_deadline(job: &JobContext<'_>, outputs: &[Written]) -> Result<Option<Expiry>> {
     let grace = job.options.settings.gc_grace;
     if grace == Duration::ZERO || outputs.is_empty() {
         return Ok(None);
@@ -485,8 +486,8 @@ async fn commit_deadline(
     // The job's own clock object: GC's may be written and removed meanwhile.
     let now = job.store.store_now(&state_key(job, "clock.json")).await?;
     let mut oldest = now;
-    for (output, _) in outputs {
-        let key = output.key.location().clone();
+    for written in outputs {
+        let key = written.output.key.location().clone();
         let meta = job
             .store
             .object_store()
