@@ -125,13 +125,14 @@
 //! | | `compact::job` | what a job's steps share, and running them under the job's report (counted requests, garbage collection, price) |
 //! | | `compact::state` | step 1: the latest manifest and a listing give the live set, the inputs the job wants |
 //! | | `compact::staging` | steps 2 and 3: inputs staged (downloaded into scratch) and checked, the bad ones quarantined |
+//! | | `compact::sizing` | step 1's plan of scratch space: inputs' footers read when the job could pass a task's space, the one rule of what fits, inputs too large for any task left live |
 //! | | `compact::writing` | step 4: a group's checked inputs sorted and written into one object, and an output's name |
 //! | | `compact::producing` | steps 2 to 4: a group sorted into an output or a run, the job in one task, late files without rows settled |
 //! | | `compact::committing` | step 5: the commit of what was produced, the outputs no commit made live deleted |
 //! | | [`compact::fan_out`] | one partition fanned out into key ranges: the shape, the groups, the tasks run here, the task entry point of the state machine, the commit of a fanned-out job |
 //! | | [`compact::fan_out::tasks`] | the tasks (plan, run, split, merge, gather), each a function of the job's records in the store |
 //! | | `compact::fan_out::range_read` | one range of a run: its row groups by range requests, its rows counted |
-//! | | `compact::fan_out::admission` | the plan's union of columns: every input's footer read, the files it refuses quarantined as a one-output job would |
+//! | | `compact::fan_out::admission` | the plan's union of columns: every input's footer (those the sizing read reused), the files it refuses quarantined as a one-output job would |
 //! | serverless | [`serverless`] | the functions' library side |
 //! | | [`serverless::events`] | function payloads: envelopes, key decoding, accept/ignore/reject |
 //! | | [`serverless::function_url`] | a function-URL request (MinIO's webhook) answered as an HTTP response, the same for both handlers |

@@ -103,6 +103,9 @@ pub enum FanOut {
     Auto,
     /// Fan out into this many ranges (and at most as many groups).
     Ranges(usize),
+    /// `Auto`, with at least this many ranges: a job whose attempts in one piece ran out of
+    /// time or scratch space ([`FanOut::escalated`]).
+    AutoAtLeast(usize),
 }
 
 impl FanOut {
@@ -117,7 +120,8 @@ impl FanOut {
         let factor = 1usize << timed_out.min(10);
         match self {
             FanOut::Off => FanOut::Off,
-            FanOut::Auto => FanOut::Ranges(factor.max(2)),
+            FanOut::Auto => FanOut::AutoAtLeast(factor.max(2)),
+            FanOut::AutoAtLeast(n) => FanOut::AutoAtLeast(n.max(factor).max(2)),
             FanOut::Ranges(n) => FanOut::Ranges(n.max(1).saturating_mul(factor).max(2)),
         }
     }
@@ -251,8 +255,12 @@ mod tests {
     #[test]
     fn a_job_that_timed_out_fans_out_with_more_ranges_each_time() {
         assert_eq!(FanOut::Auto.escalated(0), FanOut::Auto);
-        assert_eq!(FanOut::Auto.escalated(1), FanOut::Ranges(2));
-        assert_eq!(FanOut::Auto.escalated(3), FanOut::Ranges(8));
+        assert_eq!(FanOut::Auto.escalated(1), FanOut::AutoAtLeast(2));
+        assert_eq!(FanOut::Auto.escalated(3), FanOut::AutoAtLeast(8));
+        assert_eq!(
+            FanOut::AutoAtLeast(16).escalated(1),
+            FanOut::AutoAtLeast(16)
+        );
         assert_eq!(FanOut::Ranges(3).escalated(1), FanOut::Ranges(6));
         assert_eq!(FanOut::Ranges(1).escalated(1), FanOut::Ranges(2));
         assert_eq!(
@@ -260,7 +268,10 @@ mod tests {
             FanOut::Off,
             "an operator's off stays off"
         );
-        assert_eq!(FanOut::Auto.escalated(u32::MAX), FanOut::Ranges(1 << 10));
+        assert_eq!(
+            FanOut::Auto.escalated(u32::MAX),
+            FanOut::AutoAtLeast(1 << 10)
+        );
     }
 
     #[test]

@@ -89,6 +89,20 @@ pub struct Quarantined {
     pub reason: String,
 }
 
+/// A readable input too large for any one task's scratch space: left live and uncompacted
+/// (quarantine is for unreadable files; this one's rows are valid and stay readable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct OversizedInput {
+    /// Its key relative to the store root.
+    pub file: ObjectKey,
+    /// Its encoded size.
+    pub bytes: u64,
+    /// Scratch bytes sorting it would take.
+    pub scratch_needed_bytes: u64,
+    /// Scratch bytes one task has.
+    pub scratch_bytes: u64,
+}
+
 /// The report of one compaction job.
 #[derive(Debug, Clone, Serialize)]
 pub struct CompactionReport {
@@ -132,6 +146,12 @@ pub struct CompactionReport {
     pub cost: JobCost,
     /// Inputs quarantined by this job.
     pub quarantined: Vec<Quarantined>,
+    /// Readable inputs too large for any task's scratch space, left live and uncompacted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub oversized: Vec<OversizedInput>,
+    /// The job did not fit one task's scratch space (a fan-out would split it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub did_not_fit: bool,
     /// `*.parquet` keys in the partition directory the store cannot address (an ASCII control
     /// character, an empty or `.` segment): left in place and in no live set until renamed.
     pub unaddressable: Vec<String>,
@@ -179,6 +199,8 @@ impl CompactionReport {
             cpu_ms: 0,
             cost: JobCost::default(),
             quarantined: Vec::new(),
+            oversized: Vec::new(),
+            did_not_fit: false,
             unaddressable: Vec::new(),
             attempt_id: attempt_id.to_string(),
             manifest_version: 0,
@@ -209,7 +231,7 @@ impl CompactionReport {
     pub fn bounded_json(&self, max_listed: usize) -> serde_json::Value {
         let mut value = serde_json::to_value(self).unwrap_or_default();
         let mut in_full = serde_json::Map::new();
-        for list in ["outputs", "quarantined", "unaddressable"] {
+        for list in ["outputs", "quarantined", "oversized", "unaddressable"] {
             if let Some(entries) = value.get_mut(list).and_then(|v| v.as_array_mut())
                 && entries.len() > max_listed
             {

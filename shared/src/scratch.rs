@@ -147,6 +147,22 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// Scratch bytes sorting one input takes, the one rule by which the planner, `auto` and every
+/// task (one output, a fan-out's group) decide what fits: its staged copy (`staged_copy`: the
+/// store is not a local directory) and, unless it is `presorted` (an earlier output, read as a
+/// run in place), spilled runs of about its pages' `uncompressed` size (LZ4 when space is
+/// tight; plain runs are taken only with room to spare).
+pub fn input_scratch_bytes(
+    encoded: u64,
+    uncompressed: u64,
+    presorted: bool,
+    staged_copy: bool,
+) -> u64 {
+    let copy = if staged_copy { encoded } else { 0 };
+    let spill = if presorted { 0 } else { uncompressed };
+    copy.saturating_add(spill)
+}
+
 /// Free bytes of the file system holding `dir`.
 pub fn free_bytes(dir: &Path) -> Result<u64> {
     let stat = nix::sys::statvfs::statvfs(dir)

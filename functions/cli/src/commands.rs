@@ -407,6 +407,12 @@ fn print_report(report: &CompactionReport, json: bool) {
     for q in &report.quarantined {
         println!("  quarantined {}: {}", q.file, q.reason);
     }
+    for o in &report.oversized {
+        println!(
+            "  left live {}: sorting it needs {} bytes of scratch, a task has {}; give --scratch more room",
+            o.file, o.scratch_needed_bytes, o.scratch_bytes
+        );
+    }
     for key in &report.unaddressable {
         println!("  unaddressable {key:?}: the store cannot address it; rename it to compact it");
     }

@@ -1,7 +1,10 @@
 //! The driver: compacts one partition in named steps, each in a module of its own.
 //!
 //! 1. **Read the state** (`state`): the latest manifest and a listing of the ingest
-//!    directory give the live set (the reader rule). Nothing to merge means `noop`.
+//!    directory give the live set (the reader rule). Nothing to merge means `noop`. Then
+//!    **size** the job (`sizing`): the scratch space it needs, by the rule every task
+//!    enforces, from the inputs' footers when they could pass it; an input too large for any
+//!    task stays live, uncompacted and reported, and `auto` fans out as the need takes.
 //! 2. **Stage** (`staging`): each live input gets a local file (the store's own file for a
 //!    local directory; a streamed download into scratch otherwise), so it can be read page by
 //!    page.
@@ -20,13 +23,14 @@
 //! job's duration and CPU time (`cost`, `cpu_ms`).
 //!
 //! The steps never name this driver, and each names only the steps before it in this order:
-//! `job`, `state`, `staging`, `writing`, `producing`, `committing`, [`fan_out`]
+//! `job`, `state`, `staging`, `sizing`, `writing`, `producing`, `committing`, [`fan_out`]
 //! (`tests/layers.rs` checks it).
 
 mod committing;
 pub mod fan_out;
 mod job;
 mod producing;
+mod sizing;
 mod staging;
 mod state;
 mod writing;
@@ -38,7 +42,8 @@ use crate::report::{CompactionReport, Status};
 use crate::store::Store;
 use committing::commit_produced;
 use job::{JobContext, JobRun};
-use producing::{produce_one, settle_without_rows};
+use producing::settle_without_rows;
+use sizing::size_job;
 use state::read_partition;
 
 pub use fan_out::commit_fanned_out;
@@ -71,13 +76,19 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
 
     // Steps 2 to 4: late files that bring no row to earlier outputs in one piece are settled
     // reading only them; otherwise in one task or fanned out.
+    // Inputs too large for any task stay live (`sizing`).
     let in_one_piece = manifest.compacted_in_one_piece();
     let produced = match settle_without_rows(job, &wanted, in_one_piece).await? {
         Some(settled) => settled,
-        None => match fan_out::shape(&wanted, job.options) {
-            Some(shape) => fan_out::produce(job, manifest.version, wanted, shape).await?,
-            None => produce_one(job, wanted, in_one_piece).await?,
-        },
+        None => {
+            let sizing = size_job(job, wanted).await?;
+            report.oversized.clone_from(&sizing.oversized);
+            if sizing.wanted.iter().all(|w| w.is_compacted) && in_one_piece {
+                report.status = Status::Noop;
+                return Ok(());
+            }
+            fan_out::produce_sized(job, manifest.version, sizing, in_one_piece).await?
+        }
     };
 
     // Step 5: commit.

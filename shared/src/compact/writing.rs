@@ -14,11 +14,11 @@ use crate::input::CheckedInput;
 use crate::input::schema::UnifiedSchema;
 use crate::object_key::ObjectKey;
 use crate::options::{CompactOptions, sort_key_label};
-use crate::output::threshold::resolve_row_group_bytes;
+use crate::output::threshold::{resolve_row_group_bytes, staged_block_bytes};
 use crate::output::writer::{OutputWriter, partition_output_settings};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::report::OutputFile;
-use crate::scratch::ScratchDir;
+use crate::scratch::{ScratchDir, input_scratch_bytes};
 use crate::sort::key::KeyRange;
 use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
@@ -133,13 +133,15 @@ pub(crate) async fn sort_and_write(
             "a range of a fanned-out job reads only sorted runs",
         ));
     }
-    let staged_block_bytes = if options.settings.row_groups_per_block > 1 {
-        row_group_bytes.saturating_mul(options.settings.row_groups_per_block as u64)
-    } else {
-        0
-    };
-    let spill_compression =
-        check_scratch_space(scratch, checked, options.budget(), staged_block_bytes)?;
+    let staged_block_bytes =
+        staged_block_bytes(row_group_bytes, options.settings.row_groups_per_block);
+    let spill_compression = check_scratch_space(
+        scratch,
+        checked,
+        &presorted,
+        options.budget(),
+        staged_block_bytes,
+    )?;
 
     let (key, input_set) = name(row_group_bytes);
     let (properties, blocks) =
@@ -244,24 +246,30 @@ fn large_service_rows(
 }
 
 /// Fails early when the spill this job may write (plus `staged_block_bytes`, an output block
-/// staged before it is laid out) cannot fit the scratch file system, and picks the run
-/// encoding: plain when there is room to spare, LZ4 when space is tight. Inputs within the
-/// budget's [`scratch_check_above_bytes`](crate::budget::BudgetPlan::scratch_check_above_bytes)
-/// spill plain without a look.
+/// staged before it is laid out) cannot fit the scratch file system, by the rule the plan
+/// applies ([`input_scratch_bytes`]: the inputs are staged already, and presorted ones never
+/// spill), and picks the run encoding: plain when there is room to spare, LZ4 when space is
+/// tight. Inputs within the budget's
+/// [`scratch_check_above_bytes`](crate::budget::BudgetPlan::scratch_check_above_bytes) spill
+/// plain without a look.
 fn check_scratch_space(
     scratch: &ScratchDir,
     checked: &[CheckedInput],
+    presorted: &[bool],
     budget: Budget,
     staged_block_bytes: u64,
 ) -> Result<SpillCompression> {
-    let encoded_estimate: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
-    if encoded_estimate <= budget.shares().scratch_check_above_bytes {
+    let uncompressed: u64 = checked.iter().map(|c| c.uncompressed_bytes).sum();
+    if uncompressed <= budget.shares().scratch_check_above_bytes {
         return Ok(SpillCompression::None);
     }
+    let spill_estimate: u64 = (checked.iter().zip(presorted))
+        .map(|(c, &presorted)| {
+            input_scratch_bytes(c.staged.size, c.uncompressed_bytes, presorted, false)
+        })
+        .sum();
     let available_bytes = scratch.available_bytes()?;
-    // LZ4 runs take about the Parquet pages' uncompressed size; plain runs hold decoded rows,
-    // which can be several times more.
-    let needed_bytes = encoded_estimate.saturating_add(staged_block_bytes);
+    let needed_bytes = spill_estimate.saturating_add(staged_block_bytes);
     if needed_bytes > available_bytes {
         return Err(Error::ScratchFull {
             path: scratch.path().to_path_buf(),
@@ -269,7 +277,7 @@ fn check_scratch_space(
             available_bytes,
         });
     }
-    if available_bytes > 8 * encoded_estimate {
+    if available_bytes > 8 * spill_estimate {
         Ok(SpillCompression::None)
     } else {
         Ok(SpillCompression::Lz4)

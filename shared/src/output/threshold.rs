@@ -18,6 +18,16 @@ pub fn resolve_row_group_bytes(set: Option<u64>, input_bytes: u64) -> u64 {
     set.unwrap_or_else(|| adaptive_row_group_bytes(input_bytes))
 }
 
+/// Scratch bytes an output block takes while staged before it is laid out: `row_group_bytes`
+/// times the row groups of a block, none when blocks are off (one row group each).
+pub fn staged_block_bytes(row_group_bytes: u64, row_groups_per_block: usize) -> u64 {
+    if row_groups_per_block > 1 {
+        row_group_bytes.saturating_mul(row_groups_per_block as u64)
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

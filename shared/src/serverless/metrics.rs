@@ -117,6 +117,11 @@ pub fn compaction_metrics(
                 count(report.quarantined.len() as u64),
             ),
             (
+                "OversizedFiles",
+                Unit::Count,
+                count(report.oversized.len() as u64),
+            ),
+            (
                 "UnaddressableKeys",
                 Unit::Count,
                 count(report.unaddressable.len() as u64),

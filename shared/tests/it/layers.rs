@@ -56,6 +56,7 @@ const COMPACT_STEPS: &[&str] = &[
     "job",
     "state",
     "staging",
+    "sizing",
     "writing",
     "producing",
     "committing",

@@ -16,6 +16,7 @@ mod output_file;
 mod protocol_simulation;
 mod query;
 mod read_plan;
+mod scratch_fit;
 mod simulation;
 mod sort_properties;
 mod string_codes;

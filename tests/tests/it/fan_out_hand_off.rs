@@ -382,10 +382,13 @@ async fn a_job_that_fits_is_compacted_in_place_without_an_execution() {
     let live = live_tags(&fixture.compactor.store, &KeyLayout::default(), &partition).await;
     assert_exactly_once(&live, &expected, "after the in-place compaction");
 
-    // A scratch limit the job cannot fit in hands the next job off instead (`auto`).
+    // A scratch limit the job cannot fit in (each file can) hands the next job off instead
+    // (`auto`); a budget this small makes its tasks check their spill.
     let vars = [
         ("OURIOS_FAN_OUT", "auto"),
-        ("OURIOS_SCRATCH_LIMIT", "16KiB"),
+        ("OURIOS_SCRATCH_LIMIT", "24KiB"),
+        ("OURIOS_MEMORY_BUDGET", "32KiB"),
+        ("OURIOS_ROW_GROUPS_PER_BLOCK", "1"),
     ];
     let scratch = tempfile::tempdir().expect("scratch");
     let mut tight = compactor(&s3_url("too-large"), scratch.path(), &vars);

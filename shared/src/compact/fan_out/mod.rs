@@ -30,7 +30,8 @@ use serde_json::json;
 
 use crate::compact::committing::commit_produced;
 use crate::compact::job::{JobContext, JobRun};
-use crate::compact::producing::{Produced, settle_without_rows};
+use crate::compact::producing::{Produced, produce_one, settle_without_rows};
+use crate::compact::sizing::{Sizing, size_job};
 use crate::compact::state::{WantedInput, read_partition};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gauge::MemoryGauge;
@@ -38,7 +39,6 @@ use crate::manifest::{Manifest, load_latest, unaddressable_inputs};
 use crate::options::{CompactOptions, FanOut};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::report::{CompactionReport, FanOutShape, OutputFile, Status};
-use crate::scratch::free_bytes;
 use crate::store::Store;
 
 /// The steps of a fanned-out job, as the state machine names them.
@@ -125,13 +125,16 @@ pub async fn run_fan_out_task(
                     json!({ "tenant": task.tenant, "hour": hour, "job": null, "groups": [] }),
                 ));
             };
+            let mut sizing = size_job(&job, wanted).await?;
             let ranges = task.ranges.unwrap_or_else(|| {
                 let mut auto = options.clone();
                 auto.settings.fan_out = FanOut::Auto;
-                shape(&wanted, &auto).map_or(1, |s| s.ranges)
+                shape(&sizing, &auto).map_or(1, |s| s.ranges)
             });
-            let groups = group_inputs(wanted, ranges.max(1));
-            let plan = tasks::plan(&job, state.manifest.version, groups, ranges.max(1)).await?;
+            let groups = group_inputs(std::mem::take(&mut sizing.wanted), ranges.max(1));
+            let groups = sizing.cut_to_fit(groups);
+            let version = state.manifest.version;
+            let plan = tasks::plan(&job, version, groups, ranges.max(1), sizing).await?;
             let indexes: Vec<usize> = (0..plan.groups.len()).collect();
             json!({ "tenant": task.tenant, "hour": task.hour, "job": job_id, "groups": indexes })
         }
@@ -193,6 +196,7 @@ async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<(
         return Ok(());
     }
     let plan = tasks::read_plan(job).await?;
+    report.oversized.clone_from(&plan.oversized);
     if manifest.forgotten_in > plan.manifest_version {
         return Err(Error::Conflict {
             partition: partition.to_string(),
@@ -294,9 +298,6 @@ pub async fn estimate(
     let Some(wanted) = state.wanted else {
         return Ok(None);
     };
-    let Some(shape) = shape(&wanted, options) else {
-        return Ok(None);
-    };
     let gauge = MemoryGauge::new();
     let job = JobContext {
         store,
@@ -306,7 +307,14 @@ pub async fn estimate(
         gauge: &gauge,
         attempt_id: "estimate",
     };
+    if options.settings.fan_out == FanOut::Off {
+        return Ok(None);
+    }
     let in_one_piece = state.manifest.compacted_in_one_piece();
+    let sizing = size_job(&job, wanted.clone()).await?;
+    let Some(shape) = shape(&sizing, options) else {
+        return Ok(None);
+    };
     if settle_without_rows(&job, &wanted, in_one_piece)
         .await?
         .is_some()
@@ -378,11 +386,6 @@ pub fn is_range_of(key: &str, job: &str) -> bool {
         .is_some_and(|rest| rest.starts_with("-r"))
 }
 
-/// Scratch bytes one task needs per byte of encoded input: the staged copy, and spilled runs
-/// of about the pages' uncompressed size (LZ4), which is about twice the encoded size of
-/// zstd-compressed logs.
-const SCRATCH_PER_INPUT_BYTE: u64 = 3;
-
 /// Encoded input bytes one task compacts per second, less than half the slowest pace the fan-out
 /// benchmark measured on an idle machine (`tests/bench_fan_out.sh`: 9.7 MB/s for run tasks of
 /// 141 MB, 10.3 MB/s for one output of 4.54 GB), which leaves room for S3 transfers and a
@@ -390,17 +393,18 @@ const SCRATCH_PER_INPUT_BYTE: u64 = 3;
 /// at this pace.
 const INPUT_BYTES_PER_SECOND: u64 = 4 << 20;
 
-/// How the job fans out: `None` for one task and one output.
-pub(crate) fn shape(wanted: &[WantedInput], options: &CompactOptions) -> Option<FanOutShape> {
+/// How the job fans out: `None` for one task and one output. `auto` takes the tasks the
+/// job's scratch need takes ([`Sizing::tasks`], the rule every task enforces) and those the
+/// time before the deadline takes.
+pub(crate) fn shape(sizing: &Sizing, options: &CompactOptions) -> Option<FanOutShape> {
+    let wanted = &sizing.wanted;
     let total: u64 = wanted.iter().map(|w| w.bytes).sum();
+    let auto = || auto_ranges(total, sizing.tasks(), options.deadline);
     let ranges = match options.settings.fan_out {
         FanOut::Off => return None,
         FanOut::Ranges(n) => n,
-        FanOut::Auto => {
-            let scratch = (options.settings.scratch_limit_bytes)
-                .or_else(|| free_bytes(&options.settings.scratch_dir).ok());
-            auto_ranges(total, scratch, options.deadline)
-        }
+        FanOut::Auto => auto(),
+        FanOut::AutoAtLeast(n) => auto().max(n),
     };
     (ranges > 1 && !wanted.is_empty()).then(|| FanOutShape {
         groups: ranges.min(wanted.len()),
@@ -408,13 +412,9 @@ pub(crate) fn shape(wanted: &[WantedInput], options: &CompactOptions) -> Option<
     })
 }
 
-/// The tasks `auto` needs so that each fits the scratch limit and the time before the deadline.
-fn auto_ranges(total_bytes: u64, scratch_limit: Option<u64>, deadline: Option<Instant>) -> usize {
-    let by_scratch = scratch_limit.map_or(1, |limit| {
-        total_bytes
-            .saturating_mul(SCRATCH_PER_INPUT_BYTE)
-            .div_ceil(limit.max(1))
-    });
+/// The tasks `auto` needs so that each fits its scratch space (`by_scratch`, from the sizing)
+/// and the time before the deadline.
+fn auto_ranges(total_bytes: u64, by_scratch: u64, deadline: Option<Instant>) -> usize {
     let by_time = deadline.map_or(1, |deadline| {
         let seconds = deadline.saturating_duration_since(Instant::now()).as_secs();
         let per_task = seconds.saturating_mul(INPUT_BYTES_PER_SECOND).max(1);
@@ -480,18 +480,58 @@ impl OwnedJob {
     }
 }
 
+/// Steps 2 to 4 for the sized inputs: fanned out as [`shape`] decides, or in one task; a task
+/// that finds from its pages that the job does not fit its scratch space after all (footers
+/// are estimates) hands the job to the fan-out here, with the tasks its need takes, unless the
+/// fan-out is off.
+pub(crate) async fn produce_sized(
+    job: &JobContext<'_>,
+    manifest_version: u64,
+    sizing: Sizing,
+    compacted_in_one_piece: bool,
+) -> Result<Produced> {
+    if let Some(shape) = shape(&sizing, job.options) {
+        return produce(job, manifest_version, sizing, shape).await;
+    }
+    match produce_one(job, sizing.wanted.clone(), compacted_in_one_piece).await {
+        Err(Error::ScratchFull {
+            needed_bytes,
+            available_bytes,
+            ..
+        }) if job.options.settings.fan_out != FanOut::Off && sizing.wanted.len() > 1 => {
+            let tasks = needed_bytes
+                .div_ceil(available_bytes.max(1))
+                .saturating_add(1);
+            let ranges = usize::try_from(tasks).unwrap_or(usize::MAX).max(2);
+            tracing::info!(
+                needed_bytes,
+                available_bytes,
+                ranges,
+                "the job does not fit one task's scratch space; fanning out"
+            );
+            let shape = FanOutShape {
+                groups: ranges.min(sizing.wanted.len()),
+                ranges,
+            };
+            produce(job, manifest_version, sizing, shape).await
+        }
+        produced => produced,
+    }
+}
+
 /// Steps 2 to 4 fanned out, here: the plan, the runs, the split and the merges, each task on a
 /// thread of its own, at most [`CompactSettings::workers`](crate::settings::CompactSettings::workers) at once; the job's records are
 /// deleted afterwards with its runs (the outputs hold every row; a retry is a new job).
 pub(crate) async fn produce(
     job: &JobContext<'_>,
     manifest_version: u64,
-    wanted: Vec<WantedInput>,
+    mut sizing: Sizing,
     shape: FanOutShape,
 ) -> Result<Produced> {
     let owned = OwnedJob::new(job);
-    let groups = group_inputs(wanted, shape.groups);
-    let plan = tasks::plan(job, manifest_version, groups, shape.ranges).await?;
+    let groups = group_inputs(std::mem::take(&mut sizing.wanted), shape.groups);
+    let groups = sizing.cut_to_fit(groups);
+    let plan = tasks::plan(job, manifest_version, groups, shape.ranges, sizing).await?;
     let mut split = None;
     let produced = run_steps(job, &owned, plan.groups.len(), &mut split).await;
     tasks::delete_state(job, &plan, split.as_ref()).await;
@@ -612,28 +652,41 @@ mod tests {
     #[test]
     fn auto_fans_out_only_past_the_limits() {
         let gib = 1u64 << 30;
-        assert_eq!(auto_ranges(10 * gib, None, None), 1);
-        // Three bytes of scratch per input byte.
-        assert_eq!(auto_ranges(gib, Some(3 * gib), None), 1);
-        assert_eq!(auto_ranges(gib, Some(gib), None), 3);
-        assert_eq!(auto_ranges(10 * gib, Some(10 * gib), None), 3);
+        // The tasks the scratch need takes.
+        assert_eq!(auto_ranges(10 * gib, 1, None), 1);
+        assert_eq!(auto_ranges(10 * gib, 5, None), 5);
         // Time: 4 MiB a second (the clock moves on between these lines: stay clear of the edge).
         let deadline = Instant::now() + std::time::Duration::from_secs(100);
-        assert_eq!(auto_ranges(300 << 20, None, Some(deadline)), 1);
-        assert_eq!(auto_ranges(1500 << 20, None, Some(deadline)), 4);
-        // A forced number of ranges, and off.
+        assert_eq!(auto_ranges(300 << 20, 1, Some(deadline)), 1);
+        assert_eq!(auto_ranges(1500 << 20, 1, Some(deadline)), 4);
+        assert_eq!(auto_ranges(1500 << 20, 7, Some(deadline)), 7);
+        // A forced number of ranges, at least some, and off.
         let mut options = CompactOptions::new("/tmp");
-        let inputs = wanted(&[10, 10]);
-        assert_eq!(shape(&inputs, &options), None);
+        let sizing = Sizing {
+            wanted: wanted(&[10, 10]),
+            ..Sizing::default()
+        };
+        assert_eq!(shape(&sizing, &options), None);
         options.settings.fan_out = FanOut::Ranges(4);
         assert_eq!(
-            shape(&inputs, &options),
+            shape(&sizing, &options),
             Some(FanOutShape {
                 groups: 2,
                 ranges: 4
             })
         );
         options.settings.fan_out = FanOut::Ranges(1);
-        assert_eq!(shape(&inputs, &options), None);
+        assert_eq!(shape(&sizing, &options), None);
+        options.settings.fan_out = FanOut::AutoAtLeast(3);
+        assert_eq!(shape(&sizing, &options).map(|s| s.ranges), Some(3));
+        options.settings.fan_out = FanOut::Auto;
+        assert_eq!(shape(&sizing, &options), None);
+        let needy = Sizing {
+            scratch_bytes: Some(800),
+            needed_bytes: Some(1500),
+            ..sizing
+        };
+        // 7/8 of 800 is 700 a task: three tasks for 1,500 bytes.
+        assert_eq!(shape(&needy, &options).map(|s| s.ranges), Some(3));
     }
 }

@@ -24,6 +24,7 @@ use crate::clock::Expiry;
 use crate::compact::committing::delete_quietly;
 use crate::compact::job::JobContext;
 use crate::compact::producing::{OutputTarget, Produced, sort_group};
+use crate::compact::sizing::Sizing;
 pub use crate::compact::staging::Refusals;
 use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
@@ -34,7 +35,7 @@ use crate::object_key::ObjectKey;
 use crate::output::threshold::resolve_row_group_bytes;
 use crate::read::planned_reader::PlannedReader;
 use crate::read::split::{row_group_spans, row_groups_in_range, split_points};
-use crate::report::{FanOutShape, OutputFile, Quarantined};
+use crate::report::{FanOutShape, OutputFile, OversizedInput, Quarantined};
 use crate::scratch::ScratchDir;
 use crate::sort::SortStats;
 use crate::sort::key::{KeyPoint, KeyRange};
@@ -63,6 +64,10 @@ pub struct FanOutPlan {
     /// by the commit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<Quarantined>,
+    /// Readable inputs too large for any task, left live (see `compact::sizing`), reported by
+    /// the commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oversized: Vec<OversizedInput>,
 }
 
 /// What a group's task did (`run-<g>.json`).
@@ -185,14 +190,16 @@ impl PlannedInput {
 }
 
 /// Step 1: records the plan of `groups` of the live inputs and `ranges` ranges, without the
-/// inputs the partition's union of columns refuses ([`admit`]).
+/// inputs the partition's union of columns refuses ([`admit`], from the footers the sizing
+/// read and the others) and those the sizing set aside as `oversized`.
 pub(crate) async fn plan(
     job: &JobContext<'_>,
     manifest_version: u64,
     groups: Vec<Vec<WantedInput>>,
     ranges: usize,
+    sizing: Sizing,
 ) -> Result<FanOutPlan> {
-    let admission = admit(job, groups).await?;
+    let admission = admit(job, groups, &sizing.footers).await?;
     let plan = FanOutPlan {
         manifest_version,
         ranges,
@@ -200,6 +207,7 @@ pub(crate) async fn plan(
             .map(|g| g.iter().map(PlannedInput::from).collect())
             .collect(),
         rejected: admission.rejected,
+        oversized: sizing.oversized,
     };
     write_state(job, "plan.json", &plan).await?;
     Ok(plan)

@@ -37,7 +37,7 @@ pub struct JobRecord {
     pub reason: String,
     /// When it was written (Unix milliseconds, writer's clock; staleness uses the store's).
     pub created_at_ms: i64,
-    /// Attempts of this job that ran out of time in one invocation: the next hands the job to
+    /// Attempts of this job that ran out of time or scratch space in one invocation: the next hands the job to
     /// the fan-out with more ranges ([`FanOut::escalated`](crate::options::FanOut::escalated)).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub timed_out: u32,

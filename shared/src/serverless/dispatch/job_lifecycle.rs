@@ -82,7 +82,7 @@ pub async fn run_compaction_job(
     let options = &options;
     let mut report = compact_partition(store, layout, partition, options).await?;
     let finished = report.status.is_success() || report.status == Status::Conflict;
-    if report.status == Status::Timeout {
+    if report.status == Status::Timeout || report.did_not_fit {
         note_timeout(store, partition, stored.as_ref()).await;
     }
     let record = if finished {
@@ -160,8 +160,9 @@ async fn end_job_record(
     })
 }
 
-/// Counts an attempt of the job that ran out of time in its record (if the record is still
-/// the one read), so the next attempt escalates to the fan-out. Best effort: logged.
+/// Counts an attempt of the job that ran out of time or scratch space in its record (if the
+/// record is still the one read), so the next attempt escalates to the fan-out. Best effort:
+/// logged.
 async fn note_timeout(store: &Store, partition: &PartitionId, stored: Option<&StoredJob>) {
     let Some((stored, record)) = stored.and_then(|s| s.record.as_ref().map(|r| (s, r))) else {
         return;
@@ -170,7 +171,7 @@ async fn note_timeout(store: &Store, partition: &PartitionId, stored: Option<&St
     next.timed_out = next.timed_out.saturating_add(1);
     match job::replace_job(store, &next, partition, &stored.version).await {
         Ok(_) => {
-            tracing::info!(partition = %partition, job_id = %record.job_id, timed_out = next.timed_out, "the job ran out of time; its next attempt fans out")
+            tracing::info!(partition = %partition, job_id = %record.job_id, timed_out = next.timed_out, "the job ran out of time or scratch space; its next attempt fans out")
         }
         Err(e) => {
             tracing::warn!(partition = %partition, error = %e, "could not count the job's timeout")
