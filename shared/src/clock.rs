@@ -68,6 +68,14 @@ impl Expiry {
         }
     }
 
+    /// Expires at `at_ms` of `clock`'s monotonic side.
+    pub fn at_monotonic(clock: &Arc<dyn Clock>, at_ms: u64) -> Self {
+        Self {
+            clock: Arc::clone(clock),
+            at_ms,
+        }
+    }
+
     /// The earlier of two points of the same clock.
     pub fn earlier(self, other: Expiry) -> Expiry {
         if other.at_ms < self.at_ms {

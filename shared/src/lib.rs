@@ -18,7 +18,9 @@
 //! 3. **Grace before delete.** Inputs are deleted only after the commit that retires them and
 //!    a grace period, measured on the store's clock ([`manifest::gc`]).
 //! 4. **Convergence.** Any crash leaves a state from which a rerun converges; uncommitted
-//!    outputs are swept by [`manifest::gc`], and the incomplete uploads of a killed attempt
+//!    outputs are swept by [`manifest::gc`] once no job at work holds them (a hold written
+//!    before the upload starts, renewed while it goes: [`store::upload::Hold`]), so no output
+//!    is swept while its commit may still land; the incomplete uploads of a killed attempt
 //!    too, once no live attempt can own them (older than the grace), or sooner by the next
 //!    attempt of its job ([`serverless::dispatch::job_lifecycle`]).
 //! 5. **Late files stay live.** Files that land during a compaction are not retired by it.

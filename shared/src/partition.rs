@@ -263,6 +263,16 @@ impl KeyLayout {
         self.fan_out_root(partition).join(job)
     }
 
+    /// Key of the hold job `job` keeps on its output `output_name` (`runs/<job>/holds/<name>`):
+    /// GC leaves an unreferenced output alone while a job directory holding it is at work
+    /// ([`held_output`]).
+    pub fn hold_key(&self, partition: &PartitionId, job: &str, output_name: &str) -> Path {
+        Path::from(format!(
+            "{}/holds/{output_name}",
+            self.fan_out_dir(partition, job)
+        ))
+    }
+
     /// Prefix every output key of a partition starts with.
     pub fn output_prefix(&self, partition: &PartitionId) -> String {
         format!("{}/part-", self.compacted_dir(partition))
@@ -327,6 +337,13 @@ pub fn fan_out_job_dir(key: &str) -> Option<&str> {
     let start = key.find("/runs/")? + "/runs/".len();
     let end = start + key[start..].find('/')?;
     Some(&key[..end])
+}
+
+/// The job directory and the output file name of a hold key (`…/runs/<job>/holds/<name>`).
+pub fn held_output(key: &str) -> Option<(&str, &str)> {
+    let dir = fan_out_job_dir(key)?;
+    let name = key[dir.len()..].strip_prefix("/holds/")?;
+    (!name.is_empty() && !name.contains('/')).then_some((dir, name))
 }
 
 /// Version number of a manifest key's file name `v<digits>.json`.

@@ -86,7 +86,7 @@ pub async fn rewrite_plain(
     )?;
     let (properties, blocks) =
         partition_output_settings(&unified, options, row_group_bytes, &scratch)?;
-    let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone());
+    let (upload, task) = start_upload(Arc::clone(store.object_store()), output_key.clone(), None);
     let read_target = options.budget().shares().read_target_bytes;
     let rows = tokio::task::block_in_place(|| -> Result<u64> {
         let mut writer =
@@ -115,7 +115,8 @@ pub async fn rewrite_plain(
     })?;
     let bytes = task
         .await
-        .map_err(|e| Error::invariant(format!("upload task failed: {e}")))??;
+        .map_err(|e| Error::invariant(format!("upload task failed: {e}")))??
+        .bytes;
     Ok(RewriteReport {
         rows,
         bytes,

@@ -166,3 +166,18 @@ pub(crate) async fn delete_quietly(store: &Store, key: &ObjectKey) {
         tracing::warn!(key = %key, error = %e, "could not delete an uncommitted output; GC will sweep it");
     }
 }
+
+/// Deletes what is left of the job's directory (`runs/<job>/`: the holds on its outputs, the
+/// commit's marker), once its commit is over: a committed output is referenced, and an
+/// uncommitted one is an orphan GC may take. Best effort: GC sweeps the directory once idle.
+pub(crate) async fn release_holds(job: &JobContext<'_>) {
+    if job.options.settings.gc_grace.is_zero() {
+        return;
+    }
+    let dir = job.layout.fan_out_dir(job.partition, job.attempt_id);
+    if let Ok(listed) = job.store.list_sorted(&dir).await {
+        for object in listed {
+            delete_quietly(job.store, &ObjectKey::from(object.location)).await;
+        }
+    }
+}

@@ -40,7 +40,7 @@ use crate::options::CompactOptions;
 use crate::partition::{KeyLayout, PartitionId};
 use crate::report::{CompactionReport, Status};
 use crate::store::Store;
-use committing::commit_produced;
+use committing::{commit_produced, release_holds};
 use job::{JobContext, JobRun};
 use producing::settle_without_rows;
 use sizing::size_job;
@@ -91,6 +91,8 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
         }
     };
 
-    // Step 5: commit.
-    commit_produced(job, &manifest, &listing, produced, report).await
+    // Step 5: commit; the holds on the outputs go, whatever its outcome.
+    let committed = commit_produced(job, &manifest, &listing, produced, report).await;
+    release_holds(job).await;
+    committed
 }

@@ -3,8 +3,6 @@
 //! input found bad midway; the whole job in one task; and late files that bring no row settled
 //! without rewriting the earlier outputs.
 
-use std::time::Duration;
-
 use object_store::path::Path;
 
 use crate::clock::Expiry;
@@ -56,12 +54,16 @@ pub(crate) async fn produce_one(
     };
     let sorted = sort_group(job, wanted, &scratch, &target).await?;
     drop(scratch);
-    // INVARIANT: an output is committed within half the grace of its upload (on this host's
-    // monotonic clock), so GC, which waits the whole grace on the store's clock, never sweeps
-    // it as an orphan just before a commit references it.
+    // INVARIANT: an output is committed within the grace of the last renewal of its hold (on
+    // this host's monotonic clock), and GC takes no output a job directory holds until it has
+    // been idle for twice the grace on the store's clock: GC never sweeps an output as an
+    // orphan just before a commit references it, however long its upload took.
     let commit_by = (sorted.written.as_ref())
-        .filter(|_| options.settings.gc_grace > Duration::ZERO)
-        .map(|_| Expiry::after(&options.clock, options.settings.gc_grace / 2));
+        .and_then(|w| w.held_from_ms)
+        .map(|from| {
+            let grace_ms = u64::try_from(options.settings.gc_grace.as_millis()).unwrap_or(u64::MAX);
+            Expiry::at_monotonic(&options.clock, from.saturating_add(grace_ms))
+        });
     Ok(Produced {
         commit_by,
         consumed: sorted.consumed,

@@ -23,7 +23,7 @@ use crate::sort::key::KeyRange;
 use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
 use crate::sort::{SortFailure, SortJob, SortStats, sort_inputs};
-use crate::store::upload::start_upload;
+use crate::store::upload::{Hold, start_upload};
 
 /// Version of the output format; part of the output name so a format change never reuses one.
 const OUTPUT_FORMAT_VERSION: &str = "ourios-compaction/2";
@@ -84,6 +84,9 @@ pub(crate) struct Written {
     pub(crate) input_set: String,
     pub(crate) row_group_bytes: u64,
     pub(crate) stats: SortStats,
+    /// The start of the last renewal of the output's hold, on the job's monotonic clock
+    /// (`None`: no grace, no hold).
+    pub(crate) held_from_ms: Option<u64>,
 }
 
 /// What one sort-and-write reads.
@@ -150,7 +153,11 @@ pub(crate) async fn sort_and_write(
     // `output_properties`); the name keeps the threshold asked for.
     let row_group_bytes_used = (properties.max_row_group_bytes())
         .map_or(row_group_bytes, |cap| row_group_bytes.min(cap as u64));
-    let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone());
+    let (upload, task) = start_upload(
+        Arc::clone(store.object_store()),
+        key.clone(),
+        output_hold(job, &key),
+    );
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
 
     let sorted = tokio::task::block_in_place(|| {
@@ -203,19 +210,20 @@ pub(crate) async fn sort_and_write(
     });
     match sorted {
         Ok(Ok((rows, row_groups, stats))) => {
-            let bytes = task
+            let uploaded = task
                 .await
                 .map_err(|e| Error::invariant(format!("upload task failed: {e}")))??;
             Ok(Ok(Written {
                 output: OutputFile {
                     key: ObjectKey::from(&key),
-                    bytes,
+                    bytes: uploaded.bytes,
                     rows,
                     row_groups,
                 },
                 input_set,
                 row_group_bytes: row_group_bytes_used,
                 stats,
+                held_from_ms: uploaded.held_from_ms,
             }))
         }
         Ok(Err(bad)) => {
@@ -227,6 +235,18 @@ pub(crate) async fn sort_and_write(
             Err(e)
         }
     }
+}
+
+/// The hold the job keeps on an object it uploads (`None` without a grace): in its own job
+/// directory, so GC leaves the object alone until the commit, whenever the upload started.
+fn output_hold(job: &JobContext<'_>, key: &Path) -> Option<Hold> {
+    let grace = job.options.settings.gc_grace;
+    let name = key.filename()?;
+    (grace > std::time::Duration::ZERO).then(|| Hold {
+        key: job.layout.hold_key(job.partition, job.attempt_id, name),
+        clock: Arc::clone(&job.options.clock),
+        grace,
+    })
 }
 
 /// Rows of a service that fill half a row group (by bytes, or by the row cap when it is

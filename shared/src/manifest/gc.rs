@@ -5,13 +5,20 @@
 //! invariant 3). Compacted outputs that no manifest references (a crash between upload
 //! and commit, or a lost race) are deleted once older than the grace period.
 //!
+//! A job holds each output before its upload starts (`runs/<job>/holds/<name>`, renewed as the
+//! upload goes, see `store::upload`): an unreferenced output that a job directory changed within
+//! twice the grace holds is never an orphan, whenever its upload started; a committer commits
+//! within the grace of its hold's last renewal. S3 dates a multipart object at its upload's
+//! start, so the object's own age says nothing of when it can still be committed.
+//!
 //! Every instant is the store's: a commit's time is its manifest version's Last-Modified, an
 //! orphan's age its own Last-Modified, and "now" the Last-Modified of a clock object GC writes
 //! before it reads anything (`_compaction/clock/<partition>.json`, removed again at once). Host clocks may be skewed;
 //! they only measure durations. INVARIANT: GC reads the manifest after taking "now", so a
-//! commit that landed before it is seen; a committer commits within half the grace of its
-//! upload, and GC deletes within half the grace of taking "now", so an orphan GC deletes can
-//! no longer be committed; before deleting, GC reads the latest manifest again. Old manifest
+//! commit that landed before it is seen; a committer commits within the grace of its hold's
+//! last renewal, GC takes an output only once no hold on it changed for twice the grace, and
+//! GC deletes within half the grace of taking "now", so an orphan GC deletes can no longer be
+//! committed; before deleting, GC reads the latest manifest again. Old manifest
 //! versions are pruned, always keeping the latest few so a concurrent committer is never
 //! affected. Quarantined files are never touched.
 //!
@@ -44,7 +51,7 @@ use crate::manifest::{Manifest, load_latest};
 use crate::object_key::ObjectKey;
 use crate::partition::{
     COMPACTED_PREFIX, KeyLayout, MANIFESTS_PREFIX, PartitionId, fan_out_job_dir, field_dir,
-    field_value, is_attempt_upload, parse_version, partition_dir, validate_tenant,
+    field_value, held_output, is_attempt_upload, parse_version, partition_dir, validate_tenant,
 };
 use crate::store::Store;
 use crate::store::raw_s3::IncompleteUpload;
@@ -134,6 +141,18 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
             *newest = (*newest).max(o.last_modified.timestamp_millis());
         }
     }
+    let at_work = |dir: &str| {
+        job_activity
+            .get(dir)
+            .is_some_and(|&newest| !past_grace(newest.saturating_add(grace_ms)))
+    };
+    // An output a job at work holds (`runs/<job>/holds/<name>`) waits for its commit, however
+    // long ago its upload started (S3 dates an object at its upload's start).
+    let held: std::collections::HashSet<&str> = (inputs.compacted_listing.iter())
+        .filter_map(|o| held_output(o.location.as_ref()))
+        .filter(|(dir, _)| at_work(dir))
+        .map(|(_, name)| name)
+        .collect();
     let orphans = inputs
         .compacted_listing
         .iter()
@@ -142,10 +161,13 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
             !m.has_compacted(key) && !m.retired.iter().any(|r| r.key == key)
         })
         .filter(|o| past_grace(o.last_modified.timestamp_millis()))
+        .filter(|o| fan_out_job_dir(o.location.as_ref()).is_none_or(|dir| !at_work(dir)))
         .filter(|o| {
-            fan_out_job_dir(o.location.as_ref())
-                .and_then(|dir| job_activity.get(dir))
-                .is_none_or(|&newest| past_grace(newest.saturating_add(grace_ms)))
+            let in_job_dir = fan_out_job_dir(o.location.as_ref()).is_some();
+            in_job_dir
+                || o.location
+                    .filename()
+                    .is_none_or(|name| !held.contains(name))
         })
         .map(|o| ObjectKey::from(&o.location))
         .collect();
@@ -599,6 +621,45 @@ mod tests {
                 "compacted/p/orphan-new.parquet",
                 "compacted/p/runs/idle/run-00000.parquet",
                 "compacted/p/runs/idle/plan.json",
+            ]
+        );
+
+        // An output a job at work holds stays, however old; once the job's directory has
+        // been idle for twice the grace, the output and the hold go.
+        let mut held = listing.clone();
+        held.extend([
+            meta("compacted/p/part-slow-upload.parquet", 0),
+            meta(
+                "compacted/p/runs/attempt/holds/part-slow-upload.parquet",
+                1_500_000,
+            ),
+        ]);
+        let plan_at = |now_ms: i64| {
+            plan_gc(&GcInputs {
+                manifest: &m,
+                compacted_listing: &held,
+                ingest_listing: &ingest,
+                manifest_versions: &versions,
+                store_now_ms: now_ms,
+                grace: Duration::from_secs(900),
+            })
+            .orphans
+        };
+        assert_eq!(
+            plan_at(2_000_000),
+            [
+                "compacted/p/orphan-old.parquet",
+                "compacted/p/orphan-new.parquet"
+            ]
+        );
+        let idle = 1_500_000 + 2 * 900_000;
+        assert_eq!(
+            plan_at(idle),
+            [
+                "compacted/p/orphan-old.parquet",
+                "compacted/p/orphan-new.parquet",
+                "compacted/p/part-slow-upload.parquet",
+                "compacted/p/runs/attempt/holds/part-slow-upload.parquet",
             ]
         );
 

@@ -4,15 +4,23 @@
 //! them over a bounded channel, so at most a few parts are in memory at once. The async
 //! side uploads them; if the writer goes away without [`UploadWriter::finish`], the upload
 //! is aborted and nothing appears at the key.
+//!
+//! The upload starts with the first part, not before: S3 dates the object at the upload's
+//! start, so the object is no older than its bytes. An upload with a [`Hold`] writes the hold
+//! just before it starts and renews it as parts go (at most every half grace, on the job's
+//! monotonic clock): GC leaves the object alone while its hold is fresh, however long the
+//! upload takes, and the committer knows from the last renewal how long it may still commit
+//! ([`Uploaded::held_from_ms`]).
 
 use std::io::Write;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use tokio::sync::mpsc;
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 
 /// Bytes per uploaded part (S3 needs at least 5 MiB for all parts but the last).
@@ -25,6 +33,71 @@ enum Message {
     Finish,
 }
 
+/// A hold on an upload's object: an empty object at `key` that marks the job directory it
+/// lies in as at work ([`crate::partition::held_output`]); GC deletes no output a job directory
+/// that changed within twice the grace holds.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// The hold's key.
+    pub key: Path,
+    /// The job's clock (its monotonic side times the renewals).
+    pub clock: Arc<dyn Clock>,
+    /// The grace period (positive).
+    pub grace: std::time::Duration,
+}
+
+/// S3 keeps Last-Modified to the second: a second's margin covers the rounding.
+pub const LAST_MODIFIED_RESOLUTION_MS: u64 = 1_000;
+
+impl Hold {
+    fn grace_ms(&self) -> u64 {
+        u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Writes (or renews) the hold; `since_ms` is the start of the renewal before it. The
+    /// renewal must land while the one before still holds (within twice the grace of its
+    /// start, less the stores' one-second resolution), or GC may have taken the object.
+    async fn renew(&self, store: &Arc<dyn ObjectStore>, since_ms: Option<u64>) -> Result<u64> {
+        let start = self.clock.monotonic_ms();
+        store
+            .put(&self.key, PutPayload::new())
+            .await
+            .map_err(|e| Error::store("put", &self.key, e))?;
+        let lapse_ms = self
+            .grace_ms()
+            .saturating_mul(2)
+            .saturating_sub(LAST_MODIFIED_RESOLUTION_MS);
+        if let Some(since) = since_ms
+            && self.clock.monotonic_ms().saturating_sub(since) >= lapse_ms
+        {
+            return Err(Error::Deadline {
+                partition: format!("the hold {} lapsed before its renewal", self.key),
+            });
+        }
+        Ok(start)
+    }
+
+    /// Renews the hold when half the grace has passed since `since_ms`.
+    async fn keep(&self, store: &Arc<dyn ObjectStore>, since_ms: u64) -> Result<u64> {
+        let due = since_ms.saturating_add(self.grace_ms() / 2);
+        if self.clock.monotonic_ms() >= due {
+            self.renew(store, Some(since_ms)).await
+        } else {
+            Ok(since_ms)
+        }
+    }
+}
+
+/// What an upload task gives back.
+#[derive(Debug, Clone, Copy)]
+pub struct Uploaded {
+    /// Bytes uploaded.
+    pub bytes: u64,
+    /// With a hold: the start of its last renewal on the job's monotonic clock. GC leaves the
+    /// object alone at least until twice the grace after it.
+    pub held_from_ms: Option<u64>,
+}
+
 /// The blocking-thread end: collects bytes into parts.
 pub struct UploadWriter {
     tx: mpsc::Sender<Message>,
@@ -32,14 +105,15 @@ pub struct UploadWriter {
     bytes: u64,
 }
 
-/// Starts a multipart upload task for `key`; returns the writer end and the task handle,
-/// which resolves to the uploaded size once the writer finishes.
+/// Starts a multipart upload task for `key`, held by `hold`; returns the writer end and the
+/// task handle, which resolves once the writer finishes.
 pub fn start_upload(
     store: Arc<dyn ObjectStore>,
     key: Path,
-) -> (UploadWriter, tokio::task::JoinHandle<Result<u64>>) {
+    hold: Option<Hold>,
+) -> (UploadWriter, tokio::task::JoinHandle<Result<Uploaded>>) {
     let (tx, rx) = mpsc::channel(1);
-    let task = tokio::spawn(run_upload(store, key, rx));
+    let task = tokio::spawn(run_upload(store, key, hold, rx));
     (
         UploadWriter {
             tx,
@@ -53,8 +127,19 @@ pub fn start_upload(
 async fn run_upload(
     store: Arc<dyn ObjectStore>,
     key: Path,
+    hold: Option<Hold>,
     mut rx: mpsc::Receiver<Message>,
-) -> Result<u64> {
+) -> Result<Uploaded> {
+    // The upload starts with the first part (or the end of an empty stream).
+    let Some(mut message) = rx.recv().await else {
+        return Err(Error::invariant(format!(
+            "upload of {key} abandoned before it started"
+        )));
+    };
+    let mut held_from_ms = match &hold {
+        Some(hold) => Some(hold.renew(&store, None).await?),
+        None => None,
+    };
     let upload = store
         .put_multipart(&key)
         .await
@@ -62,8 +147,17 @@ async fn run_upload(
     let mut parts = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
     let mut total = 0u64;
     loop {
-        match rx.recv().await {
-            Some(Message::Part(bytes)) => {
+        if let (Some(hold), Some(since)) = (&hold, held_from_ms) {
+            match hold.keep(&store, since).await {
+                Ok(renewed) => held_from_ms = Some(renewed),
+                Err(e) => {
+                    let _ = parts.abort().await;
+                    return Err(e);
+                }
+            }
+        }
+        match message {
+            Message::Part(bytes) => {
                 if let Err(e) = parts.wait_for_capacity(PARTS_IN_FLIGHT).await {
                     let _ = parts.abort().await;
                     return Err(Error::store("upload_part", &key, e));
@@ -71,13 +165,23 @@ async fn run_upload(
                 total += bytes.len() as u64;
                 parts.put(bytes);
             }
-            Some(Message::Finish) => {
+            Message::Finish => {
                 parts
                     .finish()
                     .await
                     .map_err(|e| Error::store("complete_multipart", &key, e))?;
-                return Ok(total);
+                // A completion that took long renews the hold, so the commit has its time.
+                if let (Some(hold), Some(since)) = (&hold, held_from_ms) {
+                    held_from_ms = Some(hold.keep(&store, since).await?);
+                }
+                return Ok(Uploaded {
+                    bytes: total,
+                    held_from_ms,
+                });
             }
+        }
+        message = match rx.recv().await {
+            Some(next) => next,
             None => {
                 // The writer failed or was dropped: nothing may appear at the key.
                 let _ = parts.abort().await;
@@ -85,7 +189,7 @@ async fn run_upload(
                     "upload of {key} abandoned before it finished"
                 )));
             }
-        }
+        };
     }
 }
 
@@ -174,8 +278,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_upload_stores_every_byte_written() {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-        let (mut writer, task) =
-            start_upload(Arc::clone(store.object_store()), Path::from("out.parquet"));
+        let (mut writer, task) = start_upload(
+            Arc::clone(store.object_store()),
+            Path::from("out.parquet"),
+            None,
+        );
         let expected = data();
         let data = expected.clone();
         let written = tokio::task::spawn_blocking(move || {
@@ -187,7 +294,8 @@ mod tests {
         .await
         .expect("writer thread");
         assert_eq!(written, expected.len() as u64);
-        assert_eq!(task.await.expect("task").expect("upload"), written);
+        let uploaded = task.await.expect("task").expect("upload");
+        assert_eq!((uploaded.bytes, uploaded.held_from_ms), (written, None));
         let stored = get_bytes(&store, "out.parquet").await;
         assert_eq!(stored.as_ref(), expected.as_slice());
     }

@@ -1,5 +1,5 @@
 //! Store behaviours tests need that a plain in-memory store lacks: listings in another order,
-//! refused, forbidden and slow reads, and S3's dating of multipart objects; each a [`StoreHooks`].
+//! refused, forbidden and slow reads, slow writes, and S3's dating of multipart objects; each a [`StoreHooks`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -125,6 +125,62 @@ impl SlowIngestStore {
     /// Wraps `inner`, delaying each GET of an ingest file by `delay`.
     pub fn new(inner: Arc<dyn ObjectStore>, delay: std::time::Duration) -> Self {
         Self::wrap(inner, Arc::new(SlowIngestReads(delay)))
+    }
+}
+
+/// Delays the completion of each multipart upload of an output (`part-…`), as a large upload
+/// takes its time (the object appears that much after its upload started), and each PUT of a
+/// manifest version, as a commit that lands late.
+#[derive(Debug)]
+pub struct SlowWrites {
+    output_upload: std::time::Duration,
+    manifest_put: std::time::Duration,
+}
+
+#[async_trait::async_trait]
+impl StoreHooks for SlowWrites {
+    const NAME: &'static str = "SlowWriteStore";
+
+    async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
+        if put
+            .location
+            .parts()
+            .any(|part| part.as_ref() == "manifests")
+        {
+            tokio::time::sleep(self.manifest_put).await;
+        }
+        put.forward(inner).await
+    }
+
+    async fn complete(&self, upload: &mut Upload, location: &Path) -> StoreResult<PutResult> {
+        if location
+            .filename()
+            .is_some_and(|name| name.starts_with("part-"))
+        {
+            tokio::time::sleep(self.output_upload).await;
+        }
+        upload.complete().await
+    }
+}
+
+/// A store wrapper whose uploads of outputs and writes of manifest versions take longer.
+pub type SlowWriteStore = HookedStore<SlowWrites>;
+
+impl SlowWriteStore {
+    /// Wraps `inner`, delaying the completion of each output's upload by `output_upload` and
+    /// each PUT of a manifest version by `manifest_put`.
+    pub fn new(
+        inner: Arc<dyn ObjectStore>,
+        output_upload: std::time::Duration,
+        manifest_put: std::time::Duration,
+    ) -> Self {
+        Self::wrap(
+            inner,
+            Arc::new(SlowWrites {
+                output_upload,
+                manifest_put,
+            }),
+        )
     }
 }
 

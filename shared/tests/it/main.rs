@@ -13,6 +13,7 @@ mod fan_out_tasks;
 mod layers;
 mod memory_bounds;
 mod output_file;
+mod output_holds;
 mod protocol_simulation;
 mod query;
 mod read_plan;

@@ -28,7 +28,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::compact::committing::commit_produced;
+use crate::compact::committing::{commit_produced, release_holds};
 use crate::compact::job::{JobContext, JobRun};
 use crate::compact::producing::{Produced, produce_one, settle_without_rows};
 use crate::compact::sizing::{Sizing, size_job};
@@ -219,6 +219,7 @@ async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<(
     };
     if definitive {
         tasks::delete_state(job, &plan, split.as_ref()).await;
+        release_holds(job).await;
     }
     committed
 }
@@ -267,6 +268,7 @@ async fn report_landed_commit(
         }
         tasks::delete_state(job, &plan, split.as_ref()).await;
     }
+    release_holds(job).await;
     report.output = match outputs.as_slice() {
         [one] => Some(one.clone()),
         _ => None,
@@ -325,7 +327,7 @@ pub async fn estimate(
 }
 
 /// Another fanned-out job of `partition` still at work: one whose directory (`runs/<job>/`)
-/// changed within twice the GC grace on the store's clock, the span GC leaves a job directory
+/// holds its plan and changed within twice the GC grace on the store's clock, the span GC leaves a job directory
 /// alone (no task runs longer than the grace). `ours` is not counted. One listing; the store's
 /// clock is read only when a job directory exists.
 pub async fn active_job(
@@ -337,6 +339,7 @@ pub async fn active_job(
 ) -> Result<Option<String>> {
     let listing = store.list_sorted(&layout.fan_out_root(partition)).await?;
     let mut newest: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    let mut planned = std::collections::BTreeSet::new();
     for object in &listing {
         let Some(dir) = crate::partition::fan_out_job_dir(object.location.as_ref()) else {
             continue;
@@ -345,8 +348,13 @@ pub async fn active_job(
         if job != ours {
             let at = newest.entry(job.to_string()).or_insert(i64::MIN);
             *at = (*at).max(object.last_modified.timestamp_millis());
+            if object.location.filename() == Some("plan.json") {
+                planned.insert(job.to_string());
+            }
         }
     }
+    // A one-output job's directory holds only its output's hold: no fan-out.
+    newest.retain(|job, _| planned.contains(job));
     if newest.is_empty() {
         return Ok(None);
     }

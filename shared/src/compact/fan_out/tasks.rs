@@ -39,6 +39,7 @@ use crate::report::{FanOutShape, OutputFile, OversizedInput, Quarantined};
 use crate::scratch::ScratchDir;
 use crate::sort::SortStats;
 use crate::sort::key::{KeyPoint, KeyRange};
+use crate::store::upload::LAST_MODIFIED_RESOLUTION_MS;
 
 /// An input of the job, as its plan records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,9 +124,6 @@ pub struct RangeOutput {
     /// The merge's work.
     pub stats: SortStats,
 }
-
-/// How finely S3 records Last-Modified.
-const LAST_MODIFIED_RESOLUTION_MS: u64 = 1_000;
 
 fn state_key(job: &JobContext<'_>, name: &str) -> Path {
     let dir = job.layout.fan_out_dir(job.partition, job.attempt_id);
@@ -463,6 +461,7 @@ pub(crate) async fn recorded(job: &JobContext<'_>) -> Result<(Produced, Refusals
             input_set: split.input_set.clone(),
             row_group_bytes,
             stats: SortStats::default(),
+            held_from_ms: None,
         })
         .collect();
     let produced = Produced {
@@ -480,46 +479,48 @@ pub(crate) async fn recorded(job: &JobContext<'_>) -> Result<(Produced, Refusals
     Ok((produced, refusals))
 }
 
-/// When the outputs must be committed by: half the grace after the oldest was uploaded, on
-/// the store's clock (the tasks ran on other hosts, so no host clock saw every upload). GC,
-/// which waits the whole grace on the same clock, never sweeps an output about to be
-/// committed. `None` without a grace.
+/// When the commit of a job whose outputs its directory holds must land by (`None`: no grace).
+/// The commit renews the directory (`commit.json`) and lists it: GC takes the outputs only of a
+/// directory unchanged for twice the grace, so a commit within the grace of the renewal is
+/// safe, unless the directory had already been idle that long before it (a stalled job, whose
+/// outputs GC may have deleted: too late, a definitive end).
 async fn commit_deadline(job: &JobContext<'_>, outputs: &[Written]) -> Result<Option<Expiry>> {
     let grace = job.options.settings.gc_grace;
     if grace == Duration::ZERO || outputs.is_empty() {
         return Ok(None);
     }
-    // Time spent reading the store's "now" counts against the deadline, so it errs early.
-    let before = job.options.clock.monotonic_ms();
-    // The job's own clock object: GC's may be written and removed meanwhile.
-    let now = job.store.store_now(&state_key(job, "clock.json")).await?;
-    let mut oldest = now;
-    for written in outputs {
-        let key = written.output.key.location().clone();
-        let meta = job
-            .store
-            .object_store()
-            .head(&key)
-            .await
-            .map_err(|e| Error::store("head", &key, e))?;
-        oldest = oldest.min(meta.last_modified);
+    let renewed_at = job.options.clock.monotonic_ms();
+    let marker = state_key(job, "commit.json");
+    job.store
+        .object_store()
+        .put(&marker, PutPayload::new())
+        .await
+        .map_err(|e| Error::store("put", &marker, e))?;
+    let dir = job.layout.fan_out_dir(job.partition, job.attempt_id);
+    let listing = job.store.list_sorted(&dir).await?;
+    let renewal = (listing.iter().find(|o| o.location == marker))
+        .map(|o| o.last_modified.timestamp_millis())
+        .ok_or_else(|| Error::invariant(format!("{marker} is not listed after its write")))?;
+    let before = (listing.iter().filter(|o| o.location != marker))
+        .map(|o| o.last_modified.timestamp_millis())
+        .max()
+        .unwrap_or(i64::MIN);
+    let idle_ms = i64::try_from(grace.saturating_mul(2).as_millis()).unwrap_or(i64::MAX);
+    let resolution_ms = i64::try_from(LAST_MODIFIED_RESOLUTION_MS).unwrap_or(0);
+    if before.saturating_add(idle_ms).saturating_sub(resolution_ms) <= renewal {
+        return Err(Error::Deadline {
+            partition: format!(
+                "{} (the job's directory was idle for twice the grace before its commit)",
+                job.partition
+            ),
+        });
     }
-    let age_ms = u64::try_from((now - oldest).num_milliseconds()).unwrap_or(0);
-    let half_ms = u64::try_from((grace / 2).as_millis()).unwrap_or(u64::MAX);
-    let elapsed_ms = job.options.clock.monotonic_ms().saturating_sub(before);
-    // S3 keeps Last-Modified to the second: a second's margin covers the rounding.
-    let left_ms = half_ms
-        .saturating_sub(age_ms)
-        .saturating_sub(elapsed_ms)
-        .saturating_sub(LAST_MODIFIED_RESOLUTION_MS);
-    Ok(Some(Expiry::after(
-        &job.options.clock,
-        Duration::from_millis(left_ms),
-    )))
+    let deadline = renewed_at.saturating_add(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX));
+    Ok(Some(Expiry::at_monotonic(&job.options.clock, deadline)))
 }
 
 /// Deletes the job's records and its runs, once the job is over (committed, or failed for
-/// good). Best effort: GC sweeps what is left.
+/// good); its holds stay until [`release_holds`]. Best effort: GC sweeps what is left.
 pub(crate) async fn delete_state(job: &JobContext<'_>, plan: &FanOutPlan, split: Option<&Split>) {
     let mut keys = vec![state_key(job, "plan.json"), state_key(job, "split.json")];
     for group in 0..plan.groups.len() {

@@ -1,0 +1,117 @@
+//! A job holds each output before its upload starts, so GC running all along never takes an
+//! output about to be committed: not one whose upload outlasted the grace (S3 dates it at the
+//! upload's start), nor the ranges of a fan-out whose merges run in waves past the grace.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use ourios_compaction::clock::SystemClock;
+use ourios_compaction::compact::compact_partition;
+use ourios_compaction::manifest::gc::collect_garbage;
+use ourios_compaction::options::{CompactOptions, FanOut};
+use ourios_compaction::partition::KeyLayout;
+use ourios_compaction::report::{CompactionReport, Status};
+use ourios_compaction::store::Store;
+use ourios_compaction::testing::{
+    MultipartDatingStore, SlowWriteStore, assert_live_exactly_once, land_files,
+    multi_thread_runtime, test_partition,
+};
+
+/// The grace of these tests: short, so a slow upload outlasts it.
+const GRACE: Duration = Duration::from_secs(4);
+
+/// An in-memory store dating multipart objects as S3 does, whose output uploads each take
+/// `upload` to complete and whose commits each take `commit` to land.
+fn slow_s3_like_store(upload: Duration, commit: Duration) -> Store {
+    let slow = SlowWriteStore::new(Arc::new(InMemory::new()), upload, commit);
+    let dated = MultipartDatingStore::new(Arc::new(slow), SystemClock::shared());
+    Store::from_object_store(Arc::new(dated), "memory://")
+}
+
+/// Compacts the test partition while GC runs on it every 100 ms with the same grace, and once
+/// more after; returns the report.
+async fn compact_while_collecting(store: &Store, options: &CompactOptions) -> CompactionReport {
+    let (layout, partition) = (KeyLayout::default(), test_partition());
+    let done = Arc::new(AtomicBool::new(false));
+    let collector = {
+        let (store, layout, partition, done) = (
+            store.clone(),
+            layout.clone(),
+            partition.clone(),
+            Arc::clone(&done),
+        );
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                collect_garbage(&store, &layout, &partition, GRACE, false)
+                    .await
+                    .expect("gc");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let report = compact_partition(store, &layout, &partition, options)
+        .await
+        .expect("runs");
+    done.store(true, Ordering::Relaxed);
+    collector.await.expect("collector");
+    collect_garbage(store, &layout, &partition, GRACE, false)
+        .await
+        .expect("gc");
+    report
+}
+
+fn options(scratch: &std::path::Path) -> CompactOptions {
+    let mut options = CompactOptions::new(scratch);
+    options.settings.gc_grace = GRACE;
+    options.settings.budget_bytes = 1 << 20;
+    options
+}
+
+#[test]
+fn an_output_whose_upload_outlasts_the_grace_is_committed_and_kept() {
+    multi_thread_runtime(2).block_on(async {
+        // The output appears older than the grace, and its commit lands a second later: GC
+        // runs ten times meanwhile.
+        let store = slow_s3_like_store(GRACE + Duration::from_secs(1), Duration::from_secs(1));
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        let tags = land_files(&store, &layout, &partition, 3, 200).await;
+        let scratch = tempfile::tempdir().expect("scratch");
+        let report = compact_while_collecting(&store, &options(scratch.path())).await;
+        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        // The output, dated older than the grace the moment it appeared, is live and whole.
+        assert_live_exactly_once(&store, &layout, &partition, 1, &tags, "after GC").await;
+        let holds = store
+            .list_sorted(&layout.fan_out_root(&partition))
+            .await
+            .expect("listing");
+        assert!(holds.is_empty(), "the hold goes at the commit: {holds:?}");
+    });
+}
+
+#[test]
+fn a_fan_out_whose_merges_run_in_waves_past_the_grace_commits() {
+    multi_thread_runtime(2).block_on(async {
+        // Eight ranges merged two at a time, each upload taking a quarter of the grace: the
+        // first range's output is older than half the grace long before the last is written.
+        let store = slow_s3_like_store(GRACE / 4, Duration::from_millis(1500));
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        let tags = land_files(&store, &layout, &partition, 8, 1000).await;
+        let scratch = tempfile::tempdir().expect("scratch");
+        let mut options = options(scratch.path());
+        options.settings.fan_out = FanOut::Ranges(8);
+        options.settings.workers = 2;
+        options.settings.row_group_bytes = Some(4 << 10);
+        let report = compact_while_collecting(&store, &options).await;
+        assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+        let ranges = report.outputs.len();
+        assert!(ranges > 4, "{ranges} ranges");
+        assert_live_exactly_once(&store, &layout, &partition, ranges, &tags, "after GC").await;
+        let left = store
+            .list_sorted(&layout.fan_out_root(&partition))
+            .await
+            .expect("listing");
+        assert!(left.is_empty(), "runs, records and holds go: {left:?}");
+    });
+}
