@@ -15,6 +15,7 @@
 //! | [`release_interval_bytes`](BudgetPlan::release_interval_bytes) | rows/2 | the merge's release of free memory |
 //! | [`footers_bytes`](BudgetPlan::footers_bytes) | B/2 | the fan-out's admission (footers read at once) |
 //! | [`download_allowance_bytes`](BudgetPlan::download_allowance_bytes) | B | the check before a fan-out (late files downloaded) |
+//! | [`range_piece_bytes`](BudgetPlan::range_piece_bytes) | B/8, between 256 KiB and 8 MiB | a fan-out merge's ranged reads of a run's selection (two at a time) |
 //! | [`scratch_check_above_bytes`](BudgetPlan::scratch_check_above_bytes) | B/4 | the scratch check (smaller inputs spill plain, unchecked) |
 //! | [`leaf_limit`](BudgetPlan::leaf_limit) | max(2B / [`LEAF_BYTES`], 256) | the schema union (one job, the fan-out's admission and tasks) |
 //! | [`page_cap_bytes`](BudgetPlan::page_cap_bytes) | max(B/4, 8 MiB) | the input check (one page) |
@@ -125,6 +126,9 @@ pub struct BudgetPlan {
     /// Bytes of late files the check before a fan-out may download (the invocation that asks
     /// may have little scratch space).
     pub download_allowance_bytes: u64,
+    /// Bytes of each ranged read a fan-out merge stages a run's selection with (two in flight,
+    /// each written to scratch as it arrives; requests past a few MiB gain S3 nothing).
+    pub range_piece_bytes: u64,
     /// Inputs of at most this many encoded bytes spill plain without a look at the scratch
     /// space.
     pub scratch_check_above_bytes: u64,
@@ -185,6 +189,7 @@ impl Budget {
             release_interval_bytes: rows_bytes / RELEASE_SHARE,
             footers_bytes: b / 2,
             download_allowance_bytes: b,
+            range_piece_bytes: (b / 8).clamp(256 << 10, 8 << 20),
             scratch_check_above_bytes: b / 4,
             leaf_limit: usize::try_from(leaf_room_bytes / LEAF_BYTES)
                 .unwrap_or(usize::MAX)
@@ -282,6 +287,7 @@ mod tests {
             assert_eq!(plan.budget_bytes, b);
             assert_eq!(plan.footers_bytes, b / 2);
             assert_eq!(plan.download_allowance_bytes, b);
+            assert_eq!(plan.range_piece_bytes, (b / 8).clamp(256 << 10, 8 << 20));
             assert_eq!(plan.scratch_check_above_bytes, b / 4);
             let leaves = usize::try_from(b.saturating_mul(2) / (256 << 10)).unwrap_or(usize::MAX);
             assert_eq!(plan.leaf_limit, leaves.max(256), "B = {b}");

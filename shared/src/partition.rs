@@ -263,6 +263,12 @@ impl KeyLayout {
         self.fan_out_root(partition).join(job)
     }
 
+    /// Key of a partition's hand-off claim (`runs/hand-off.json`): the job whose fan-out
+    /// execution is being started, until its plan is written.
+    pub fn hand_off_key(&self, partition: &PartitionId) -> Path {
+        self.fan_out_root(partition).join("hand-off.json")
+    }
+
     /// Key of the hold job `job` keeps on its output `output_name` (`runs/<job>/holds/<name>`):
     /// GC leaves an unreferenced output alone while a job directory holding it is at work
     /// ([`held_output`]).

@@ -1,6 +1,7 @@
 //! The in-memory object store of the simulations: Last-Modified from a virtual clock,
-//! create-only and versioned conditional puts, multipart uploads visible on completion, and
-//! its objects readable without a runtime between steps.
+//! create-only and versioned conditional puts, multipart uploads visible on completion and
+//! dated at their start (as S3 dates them), and its objects readable without a runtime between
+//! steps.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -48,6 +49,16 @@ impl StoreState {
     }
 
     fn insert(&self, key: String, bytes: Bytes, mode: &PutMode) -> ObjResult<PutResult> {
+        self.insert_dated(key, bytes, mode, self.now())
+    }
+
+    fn insert_dated(
+        &self,
+        key: String,
+        bytes: Bytes,
+        mode: &PutMode,
+        date_ms: i64,
+    ) -> ObjResult<PutResult> {
         let mut objects = self.objects.lock().expect("lock");
         match mode {
             PutMode::Create if objects.contains_key(&key) => {
@@ -66,7 +77,7 @@ impl StoreState {
         }
         let tag = self.next_tag.fetch_add(1, Ordering::SeqCst);
         self.written.lock().expect("lock").insert(key.clone());
-        objects.insert(key, (bytes, self.now(), tag));
+        objects.insert(key, (bytes, date_ms, tag));
         Ok(PutResult {
             e_tag: Some(tag.to_string()),
             version: None,
@@ -120,11 +131,13 @@ impl std::fmt::Display for VirtualStore {
     }
 }
 
-/// A multipart upload: its parts appear at the key only on completion.
+/// A multipart upload: its parts appear at the key only on completion, dated when the upload
+/// started.
 #[derive(Debug)]
 struct VirtualUpload {
     state: Arc<StoreState>,
     key: String,
+    started_ms: i64,
     parts: Arc<Mutex<BTreeMap<usize, Bytes>>>,
     next_part: usize,
 }
@@ -143,8 +156,9 @@ impl MultipartUpload for VirtualUpload {
     async fn complete(&mut self) -> ObjResult<PutResult> {
         let parts = std::mem::take(&mut *self.parts.lock().expect("lock"));
         let bytes: Vec<u8> = parts.values().flat_map(|p| p.iter().copied()).collect();
+        let (key, date) = (self.key.clone(), self.started_ms);
         self.state
-            .insert(self.key.clone(), Bytes::from(bytes), &PutMode::Overwrite)
+            .insert_dated(key, Bytes::from(bytes), &PutMode::Overwrite, date)
     }
 
     async fn abort(&mut self) -> ObjResult<()> {
@@ -173,6 +187,7 @@ impl ObjectStore for VirtualStore {
         Ok(Box::new(VirtualUpload {
             state: Arc::clone(&self.state),
             key: location.to_string(),
+            started_ms: self.state.now(),
             parts: Arc::default(),
             next_part: 0,
         }))

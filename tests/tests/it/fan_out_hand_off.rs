@@ -7,6 +7,7 @@
 //!
 //! Needs the Python of `tests/run.sh` (OURIOS_PYTHON, with moto pinned in tests/requirements.txt).
 
+use object_store::ObjectStoreExt;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -314,9 +315,12 @@ async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job
         .list_sorted(&compacted_dir)
         .await
         .expect("lists");
-    assert!(
-        written.is_empty(),
-        "nothing is written before the execution runs"
+    let written: Vec<String> = written.iter().map(|o| o.location.to_string()).collect();
+    let claim = KeyLayout::default().hand_off_key(&partition).to_string();
+    assert_eq!(
+        written,
+        [claim],
+        "nothing but the hand-off claim is written before the execution runs"
     );
 
     // The execution, task by task in the definition's order, from its own input.
@@ -430,19 +434,7 @@ async fn a_job_record_replaced_while_an_execution_runs_starts_no_second_executio
     task(compactor, step(&first, "run", Some(&json!(0)))).await;
 
     // Meanwhile the job record goes stale and the planner replaces it with a new job.
-    let later = chrono::Utc::now() + chrono::Duration::hours(2);
-    let replaced = dispatch_at(&compactor.store, &partition, later).await;
-    let second = replaced.job_id.expect("a new job record");
-    assert_ne!(second, first);
-    let again = compact_directly(compactor).await;
-    assert_eq!(again.report.status, Status::FannedOut);
-    assert_eq!(
-        again.report.execution.as_deref(),
-        Some(first_execution.as_str()),
-        "the running execution is named, no new one is started"
-    );
-    assert_eq!(again.record, RecordAction::Left);
-    assert_eq!(fixture.execution_names().await, [first_execution.as_str()]);
+    let second = replaced_and_handed_off_again(&fixture, &partition, &first).await;
 
     // The first execution finishes; the record is the second job's, so it is left to it.
     task(compactor, step(&first, "run", Some(&json!(1)))).await;
@@ -462,11 +454,59 @@ async fn a_job_record_replaced_while_an_execution_runs_starts_no_second_executio
     let expected = tags.iter().copied().collect();
     let live = live_tags(&compactor.store, &KeyLayout::default(), &partition).await;
     assert_exactly_once(&live, &expected, "after the first execution's commit");
+    let claim = KeyLayout::default().hand_off_key(&partition);
+    let claim = compactor.store.object_store().head(&claim).await;
+    assert!(
+        claim.is_err(),
+        "the commit released the hand-off claim: {claim:?}"
+    );
 
     // The second job, delivered now, finds the partition compacted: nothing to hand off.
     let last = compact_directly(compactor).await;
     assert_eq!(last.report.status, Status::Noop, "{:?}", last.report);
     assert_eq!(last.record, RecordAction::Deleted);
+}
+
+/// Two compactors handed one partition before the first execution's plan is written (a job
+/// record replaced as stale, a duplicate delivery) start one execution: no job directory
+/// shows the first at work yet, and its hand-off claim stands in for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_compactors_handed_one_partition_before_its_plan_start_one_execution() {
+    let vars = [("OURIOS_FAN_OUT", "2"), ("OURIOS_GC_GRACE", "15m")];
+    let fixture = Fixture::start("claim", &vars).await;
+    let compactor = &fixture.compactor;
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("a partition");
+    let (first, _) = dispatched(&compactor.store, &partition, 3).await;
+    let handed = compact_directly(compactor).await;
+    assert_eq!(handed.report.status, Status::FannedOut);
+
+    // No task of the execution has run. The record goes stale and a new job replaces it.
+    replaced_and_handed_off_again(&fixture, &partition, &first).await;
+}
+
+/// Replaces the job record of `partition` as stale and hands the new job off: the execution
+/// of job `first` is named, no second one is started. Returns the new job's id.
+async fn replaced_and_handed_off_again(
+    fixture: &Fixture,
+    partition: &PartitionId,
+    first: &str,
+) -> String {
+    let compactor = &fixture.compactor;
+    let later = chrono::Utc::now() + chrono::Duration::hours(2);
+    let replaced = dispatch_at(&compactor.store, partition, later).await;
+    let second = replaced.job_id.expect("a new job record");
+    assert_ne!(second, first);
+    let again = compact_directly(compactor).await;
+    assert_eq!(again.report.status, Status::FannedOut);
+    let first_execution = execution_name(partition, first);
+    assert_eq!(
+        again.report.execution.as_deref(),
+        Some(first_execution.as_str()),
+        "the first execution is named, no second one is started"
+    );
+    assert_eq!(again.record, RecordAction::Left);
+    assert_eq!(fixture.execution_names().await, [first_execution.as_str()]);
+    second
 }
 
 /// A job `auto` judged to fit one invocation but that ran out of time there is not retried with

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
+use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use parquet::arrow::ProjectionMask;
@@ -114,10 +115,16 @@ fn rows_in_range(input: &CheckedInput, keys: &KeyColumns, range: &KeyRange) -> R
     Ok(rows)
 }
 
+/// Ranged GETs of a run's selection in flight at once.
+const PIECES_IN_FLIGHT: usize = 2;
+
 /// A local file holding what a reader of `row_groups` of the object needs: the object itself
 /// for a local directory store; otherwise a sparse file of the object's size with only the
-/// footer and those row groups' column chunks fetched (one ranged request each, coalesced by
-/// the store).
+/// footer and those row groups' column chunks fetched. The selection (nearly a whole run when
+/// a range spans it) is fetched in pieces of at most `piece_bytes`, adjacent chunks together,
+/// [`PIECES_IN_FLIGHT`] at a time, each written to the file as it arrives: a merge holds a
+/// few pieces of a run, never its selection.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn stage_row_groups(
     store: &Store,
     key: &Path,
@@ -126,6 +133,7 @@ pub(super) async fn stage_row_groups(
     row_groups: &[usize],
     scratch: &ScratchDir,
     ordinal: usize,
+    piece_bytes: u64,
 ) -> Result<std::path::PathBuf> {
     if let Some(path) = store.read_in_place(key) {
         return Ok(path);
@@ -148,29 +156,166 @@ pub(super) async fn stage_row_groups(
             ranges.push(start..start + len);
         }
     }
-    let parts = store
-        .object_store()
-        .get_ranges(key, &ranges)
-        .await
-        .map_err(|e| Error::store("get", key, e))?;
     let local = scratch
         .path()
         .join(format!("run-range-{ordinal:05}.parquet"));
-    let write = {
+    let create = {
         let local = local.clone();
-        move || -> std::io::Result<()> {
-            use std::os::unix::fs::FileExt;
+        move || -> std::io::Result<File> {
             let file = File::create(&local)?;
             file.set_len(size)?;
-            for (range, bytes) in ranges.iter().zip(&parts) {
-                file.write_all_at(bytes, range.start)?;
-            }
-            Ok(())
+            Ok(file)
         }
     };
-    tokio::task::spawn_blocking(write)
+    let file = tokio::task::spawn_blocking(create)
         .await
         .map_err(|e| Error::invariant(format!("staging task failed: {e}")))?
         .map_err(|e| Error::scratch(&local, e))?;
+    let file = Arc::new(file);
+    let object_store = store.object_store();
+    let mut fetched = futures::stream::iter(pieces(ranges, piece_bytes))
+        .map(|piece| async move {
+            let bytes = object_store.get_range(key, piece.clone()).await;
+            bytes.map(|bytes| (piece, bytes))
+        })
+        .buffered(PIECES_IN_FLIGHT);
+    while let Some(piece) = fetched.next().await {
+        let (piece, bytes) = piece.map_err(|e| Error::store("get", key, e))?;
+        let file = Arc::clone(&file);
+        let write = move || {
+            use std::os::unix::fs::FileExt;
+            file.write_all_at(&bytes, piece.start)
+        };
+        tokio::task::spawn_blocking(write)
+            .await
+            .map_err(|e| Error::invariant(format!("staging task failed: {e}")))?
+            .map_err(|e| Error::scratch(&local, e))?;
+    }
     Ok(local)
+}
+
+/// `ranges` in order, those that touch or overlap merged, cut into pieces of at most
+/// `piece_bytes` (at least one byte).
+fn pieces(mut ranges: Vec<std::ops::Range<u64>>, piece_bytes: u64) -> Vec<std::ops::Range<u64>> {
+    ranges.retain(|r| r.start < r.end);
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<std::ops::Range<u64>> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        match merged.last_mut() {
+            Some(last) if range.start <= last.end => last.end = last.end.max(range.end),
+            _ => merged.push(range),
+        }
+    }
+    let piece_bytes = piece_bytes.max(1);
+    let mut cut = Vec::new();
+    for range in merged {
+        let mut start = range.start;
+        while start < range.end {
+            let end = range.end.min(start.saturating_add(piece_bytes));
+            cut.push(start..end);
+            start = end;
+        }
+    }
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    use object_store::memory::InMemory;
+    use parquet::file::metadata::ParquetMetaDataReader;
+
+    use super::*;
+    use crate::store::hooked::{GetRequest, HookedStore, Inner, StoreHooks, StoreResult};
+    use crate::testing::{parquet_bytes, put_bytes, rows_batch, test_partition};
+
+    #[test]
+    fn pieces_merge_adjacent_ranges_and_cut_them_to_size() {
+        assert_eq!(
+            pieces(vec![10..20, 0..10, 30..35], 8),
+            [0..8, 8..16, 16..20, 30..35]
+        );
+        assert_eq!(pieces(vec![0..10, 5..12, 12..12], 100), vec![(0..12)]);
+        assert!(pieces(Vec::new(), 8).is_empty());
+    }
+
+    /// Records the largest ranged GET and the most GETs at once.
+    #[derive(Debug, Default)]
+    struct GetSizes {
+        largest: AtomicU64,
+        at_once: AtomicUsize,
+        most_at_once: AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl StoreHooks for Arc<GetSizes> {
+        async fn get(
+            &self,
+            inner: &Inner,
+            get: GetRequest<'_>,
+        ) -> StoreResult<object_store::GetResult> {
+            let now = self.at_once.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_at_once.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            let result = get.forward(inner).await;
+            self.at_once.fetch_sub(1, Ordering::SeqCst);
+            if let Ok(r) = &result {
+                self.largest
+                    .fetch_max(r.range.end - r.range.start, Ordering::SeqCst);
+            }
+            result
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_selection_is_staged_in_pieces_a_few_at_a_time() {
+        let (start, _) = test_partition().time_range_nanos();
+        let rows: Vec<_> = (0..20_000)
+            .map(|r| (Some(format!("svc-{}", r % 5)), start + r, r))
+            .collect();
+        let bytes = parquet_bytes(&[rows_batch(&rows)], 1_000);
+        let sizes = Arc::new(GetSizes::default());
+        let hooked = HookedStore::wrap(Arc::new(InMemory::new()), Arc::new(Arc::clone(&sizes)));
+        let store = Store::from_object_store(Arc::new(hooked), "memory://");
+        put_bytes(&store, "run.parquet", bytes.clone()).await;
+        let metadata = ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes)
+            .expect("metadata");
+        let row_groups: Vec<usize> = (0..metadata.num_row_groups()).collect();
+        assert!(row_groups.len() > 4);
+        let base = tempfile::tempdir().expect("dir");
+        let scratch = ScratchDir::create(base.path()).expect("scratch");
+        let piece = 4 << 10;
+        let local = stage_row_groups(
+            &store,
+            &Path::from("run.parquet"),
+            bytes.len() as u64,
+            &metadata,
+            &row_groups,
+            &scratch,
+            0,
+            piece,
+        )
+        .await
+        .expect("staged");
+        // Every column chunk and the footer hold the object's bytes, fetched 4 KiB at a time.
+        let staged = std::fs::read(&local).expect("staged file");
+        assert_eq!(staged.len(), bytes.len());
+        let footer = bytes.len()
+            - 8
+            - u32::from_le_bytes(bytes[bytes.len() - 8..][..4].try_into().expect("4 bytes"))
+                as usize;
+        assert_eq!(&staged[footer..], &bytes[footer..]);
+        for group in metadata.row_groups() {
+            for column in group.columns() {
+                let (start, len) = column.byte_range();
+                let chunk = start as usize..(start + len) as usize;
+                assert_eq!(&staged[chunk.clone()], &bytes[chunk]);
+            }
+        }
+        let largest = sizes.largest.load(Ordering::SeqCst);
+        assert!(largest <= piece, "{largest}");
+        assert!(sizes.most_at_once.load(Ordering::SeqCst) <= PIECES_IN_FLIGHT);
+    }
 }

@@ -335,6 +335,7 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
             &row_groups,
             &scratch,
             ordinal,
+            job.options.budget().shares().range_piece_bytes,
         )
         .await?;
         let staged = StagedInput {

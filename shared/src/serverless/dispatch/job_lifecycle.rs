@@ -6,6 +6,7 @@
 use chrono::{TimeZone, Utc};
 use serde::Serialize;
 
+use super::hand_off::{Claim, claim_hand_off, release_hand_off};
 use super::job::{self, JobRecord, StoredJob, WriteOutcome};
 use super::partition_facts;
 use crate::compact::compact_partition;
@@ -203,35 +204,38 @@ pub async fn hand_off_if_large(
         .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
     tracing::Span::current().record("job_id", job.as_str());
     // A job record replaced as stale while an execution still runs: let that one finish
-    // rather than do the work twice.
-    if let Some(running) = active_job(store, layout, partition, options, &job).await? {
-        tracing::info!(
-            partition = %partition,
-            job_id = %job,
-            running = %running,
-            "another fan-out of this partition is at work; not starting a second"
-        );
-        let mut report = handed_off(partition, &job, shape, options);
-        report.execution = Some(execution_name(partition, &running));
-        return Ok(Some(JobOutcome {
-            report,
-            dispatch_job_id,
-            record: RecordAction::Left,
-            aborted_uploads: 0,
-        }));
-    }
-    let execution = machine.start(partition, &job, shape).await?;
-    tracing::info!(
-        partition = %partition,
-        job_id = %job,
-        execution = %execution.name,
-        started = execution.arn.is_some(),
-        groups = shape.groups,
-        ranges = shape.ranges,
-        "handed the job to the fan-out state machine"
-    );
+    // rather than do the work twice. Until its plan is written, an execution just started shows
+    // in no job directory: the claim keeps a second compactor from starting another.
+    let other = match active_job(store, layout, partition, options, &job).await? {
+        Some(running) => Some((running, "another fan-out of this partition is at work")),
+        None => match claim_hand_off(store, layout, partition, &job, options.settings.gc_grace)
+            .await?
+        {
+            Claim::Other(starting) => Some((starting, "another compactor is starting a fan-out")),
+            Claim::Ours => None,
+        },
+    };
+    let execution = match other {
+        Some((other, why)) => {
+            tracing::info!(partition = %partition, job_id = %job, other = %other, "{why}; not starting a second");
+            (!other.is_empty()).then(|| execution_name(partition, &other))
+        }
+        None => {
+            let execution = machine.start(partition, &job, shape).await?;
+            tracing::info!(
+                partition = %partition,
+                job_id = %job,
+                execution = %execution.name,
+                started = execution.arn.is_some(),
+                groups = shape.groups,
+                ranges = shape.ranges,
+                "handed the job to the fan-out state machine"
+            );
+            Some(execution.name)
+        }
+    };
     let mut report = handed_off(partition, &job, shape, options);
-    report.execution = Some(execution.name);
+    report.execution = execution;
     Ok(Some(JobOutcome {
         report,
         dispatch_job_id,
@@ -255,7 +259,7 @@ fn handed_off(
 }
 
 /// Ends the job record of fanned-out job `job` once its commit step finished (compacted, noop
-/// or conflict), as [`run_compaction_job`] ends its own; `None` when the record is gone or
+/// or conflict), as [`run_compaction_job`] ends its own, and releases its hand-off claim; `None` when the record is gone or
 /// belongs to another job (a job record replaced as stale while the execution ran).
 pub async fn end_fanned_out_job(
     store: &Store,
@@ -265,6 +269,7 @@ pub async fn end_fanned_out_job(
     options: &CompactOptions,
     readiness_config: &ReadinessConfig,
 ) -> Result<Option<RecordAction>> {
+    release_hand_off(store, layout, partition, job).await;
     let stored = job::read_job(store, partition).await?;
     let ours = stored
         .as_ref()

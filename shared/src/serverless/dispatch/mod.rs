@@ -6,6 +6,7 @@
 //! its inputs and carries it out.
 
 pub mod compactor;
+pub mod hand_off;
 pub mod job;
 pub mod job_lifecycle;
 pub mod planner;

@@ -2,14 +2,16 @@
 //! invariants 1-4, 6, 7 and 11).
 //!
 //! Real compactions (`compact_partition`, several at once on the same partitions, as the CLI
-//! and local backfills run them), the real planner (`dispatch_partition`: readiness, job
+//! and local backfills run them), operators releasing quarantined files (`release`), the real
+//! planner (`dispatch_partition`: readiness, job
 //! records created, replaced when stale) and the compactor's jobs it dispatches
 //! (`run_compaction_job`, started when a job record is written, delivered at least once and
 //! retried when they fail, re-arming their record by readiness), real GC
 //! (`collect_garbage_with`), late ingest of real Parquet files (some of them corrupt, some
 //! named with characters a URL encoding would change, beside their encoded twins) and readers
 //! of the live set (`partition_files`, then every live file decoded) run as tasks against an
-//! in-memory store whose Last-Modified comes from a virtual clock. One partition's hour is open
+//! in-memory store whose Last-Modified comes from a virtual clock (a multipart object dated at
+//! its upload's start, as S3 dates it). One partition's hour is open
 //! while faults run, so its jobs are dispatched by file pressure alone. Every store
 //! operation (get, head, put, create-only put, list, delete, multipart start, part, complete
 //! and abort) parks its task at a gate; once every task is parked or finished, a seeded
@@ -46,7 +48,7 @@ use object_store::{GetOptions, ObjectStore, PutOptions};
 use ourios_compaction::clock::Clock;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::collect_garbage_with;
-use ourios_compaction::manifest::{live_set, load_latest, partition_files};
+use ourios_compaction::manifest::{live_set, load_latest, partition_files, release_quarantined};
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
@@ -122,6 +124,8 @@ enum TaskKind {
         attempt: u32,
     },
     Gc,
+    /// An operator releasing every quarantined file of the partition (`release`).
+    Release,
     Read {
         started_ms: i64,
         /// Tags of the good files ingested before the reader started.
@@ -337,6 +341,7 @@ impl Sim {
             TaskKind::Plan => "plan",
             TaskKind::Job { .. } => "job",
             TaskKind::Gc => "gc",
+            TaskKind::Release => "release",
             TaskKind::Read { .. } => "read",
         };
         self.record(format!("start {id} {label} {partition}"));
@@ -390,6 +395,15 @@ impl Sim {
                 self.runtime.spawn(async move {
                     let _done = done;
                     let _ = collect_garbage_with(&store, &layout, &p, GRACE, false, &clock).await;
+                    Outcome::Nothing
+                })
+            }
+            TaskKind::Release => {
+                let clock = self.clock();
+                self.runtime.spawn(async move {
+                    let _done = done;
+                    let now_ms = clock.now_ms();
+                    let _ = release_quarantined(&store, &layout, &p, &[], now_ms).await;
                     Outcome::Nothing
                 })
             }
@@ -738,7 +752,7 @@ impl Sim {
     }
 
     fn start_random(&mut self) {
-        let choice = self.below(20);
+        let choice = self.below(21);
         if (8..=11).contains(&choice) && !self.job_events.is_empty() {
             self.deliver_job_event();
             return;
@@ -749,6 +763,7 @@ impl Sim {
             8..=10 => TaskKind::Plan,
             11..=13 => TaskKind::Compact,
             14..=16 => TaskKind::Gc,
+            20 => TaskKind::Release,
             _ => TaskKind::Read {
                 started_ms: self.state.now(),
                 expected: self.ingested_good(&partition),
