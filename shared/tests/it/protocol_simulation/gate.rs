@@ -1,7 +1,7 @@
 //! The gate: every store operation of a task parks here until the scheduler lets it
 //! proceed, or injects a fault in its place.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -31,6 +31,8 @@ pub(crate) enum Verdict {
     CrashBefore,
     /// The task dies right after the operation took effect.
     CrashAfter,
+    /// A 403 for a GET of an ingest file (a KMS key the role may not use); a 503 elsewhere.
+    Refused,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +56,8 @@ impl TaskState {
 pub(crate) struct Gate {
     pub(crate) tasks: Mutex<BTreeMap<u64, TaskState>>,
     pub(crate) changed: Condvar,
+    /// Ingest files a GET of which was refused (a job may quarantine them, good or not).
+    pub(crate) refused: Mutex<BTreeSet<String>>,
 }
 
 impl Gate {
@@ -159,6 +163,20 @@ impl Turn {
                 op.await?;
                 Err(injected("lost response"))
             }
+            Verdict::Refused => match what.strip_prefix("get(head false) ") {
+                Some(key) if key.contains("/tenant=") && !key.starts_with("compacted/") => {
+                    self.gate
+                        .refused
+                        .lock()
+                        .expect("lock")
+                        .insert(key.to_string());
+                    Err(object_store::Error::PermissionDenied {
+                        path: key.to_string(),
+                        source: format!("injected 403 at {what}").into(),
+                    })
+                }
+                _ => Err(injected("503")),
+            },
         }
     }
 }

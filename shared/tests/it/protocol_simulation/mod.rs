@@ -17,7 +17,8 @@
 //! and abort) parks its task at a gate; once every task is parked or finished, a seeded
 //! scheduler picks one to proceed, advances the virtual clock, starts a task, or injects a
 //! fault: a crash before or after the operation takes effect, a lost response (applied, error
-//! returned), or a 5xx (not applied). The create-only manifest writes meet real 409s when
+//! returned), a 5xx (not applied), or a 403 for a read of an ingest file (a job quarantines
+//! such a file, good or not, until an operator releases it). The create-only manifest writes meet real 409s when
 //! commits race. Host clocks are skewed by up to half the grace, and jobs outlive the grace
 //! while parked. CPU work between operations never influences a choice, so a seed replays
 //! the same schedule.
@@ -493,6 +494,7 @@ impl Sim {
             2..=3 => Verdict::CrashAfter,
             4..=7 => Verdict::Unavailable,
             8..=10 => Verdict::LostResponse,
+            11..=12 => Verdict::Refused,
             _ => Verdict::Proceed,
         }
     }
@@ -576,7 +578,8 @@ impl Sim {
     }
 
     /// A reader that finished within the grace saw every row ingested before it started
-    /// exactly once, and no row twice.
+    /// exactly once (but those of files the store refused, which a job may have quarantined),
+    /// and no row twice.
     fn check_reader(
         &self,
         step: usize,
@@ -599,6 +602,12 @@ impl Sim {
         let Some(counts) = &view.counts else {
             return;
         };
+        let refused: BTreeSet<i64> = (self.gate.refused.lock().expect("lock").iter())
+            .filter_map(|key| self.files.get(key))
+            .flatten()
+            .copied()
+            .collect();
+        let expected: BTreeSet<i64> = expected.difference(&refused).copied().collect();
         let wrong: Vec<_> = counts
             .iter()
             .filter(|(_, n)| **n != 1)
@@ -620,14 +629,20 @@ impl Sim {
         );
     }
 
-    /// Tags of the good ingest files of `partition` whose put took effect.
-    fn ingested_good(&self, partition: &PartitionId) -> BTreeSet<i64> {
+    /// The good ingest files of `partition` whose put took effect.
+    fn ingested_good_keys(&self, partition: &PartitionId) -> Vec<String> {
         let dir = format!("{}/", self.layout.ingest_dir(partition));
         let written = self.state.written.lock().expect("lock");
-        self.files
-            .iter()
-            .filter(|(k, _)| k.starts_with(&dir) && !is_corrupt(k) && written.contains(*k))
-            .flat_map(|(_, tags)| tags.iter().copied())
+        (self.files.keys())
+            .filter(|k| k.starts_with(&dir) && !is_corrupt(k) && written.contains(*k))
+            .cloned()
+            .collect()
+    }
+
+    /// Tags of the good ingest files of `partition` whose put took effect.
+    fn ingested_good(&self, partition: &PartitionId) -> BTreeSet<i64> {
+        (self.ingested_good_keys(partition).iter())
+            .flat_map(|k| self.files[k].iter().copied())
             .collect()
     }
 
@@ -688,10 +703,12 @@ impl Sim {
                     *counts.entry(tag).or_default() += 1;
                 }
             }
+            let refused = self.gate.refused.lock().expect("lock").clone();
             for key in &quarantined {
                 assert!(
-                    is_corrupt(key) && !live.contains(key),
-                    "seed {} step {step}: {key} is quarantined but good or live; {}",
+                    (is_corrupt(key) || refused.contains(key)) && !live.contains(key),
+                    "seed {} step {step}: {key} is quarantined but good (never refused) or \
+                     live; {}",
                     self.seed,
                     self.replay()
                 );
@@ -873,7 +890,10 @@ impl Sim {
             .iter()
             .map(|q| q.key.as_str())
             .collect();
-        let expected = usize::from(!self.ingested_good(partition).is_empty());
+        // Good files the store refused may stay quarantined (until released).
+        let compactable =
+            (self.ingested_good_keys(partition).iter()).any(|k| !quarantined.contains(k.as_str()));
+        let expected = usize::from(compactable);
         let record_written = self
             .state
             .objects
