@@ -180,6 +180,9 @@ pub const METADATA_PREFIX: &str = "_compaction";
 pub const MANIFESTS_PREFIX: &str = "_compaction/manifests";
 /// Prefix of job records under the store root.
 pub const JOBS_PREFIX: &str = "_compaction/jobs";
+/// Prefix of the markers of partitions with garbage due (`<partition>.json`, dated when it
+/// was last left): the sweep finds them whatever the hour's age.
+pub const GC_DUE_PREFIX: &str = "_compaction/gc-due";
 /// Where the sweep stopped when it ran out of time; the next sweep starts after it.
 pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
 
@@ -394,23 +397,39 @@ pub fn job_key(partition: &PartitionId) -> String {
     format!("{JOBS_PREFIX}/{}.json", partition.relative_dir())
 }
 
+/// Key of a partition's garbage-due marker: a partition whose retired files or orphans GC
+/// will delete once past the grace.
+pub fn gc_due_key(partition: &PartitionId) -> Path {
+    Path::from(format!("{GC_DUE_PREFIX}/{}.json", partition.relative_dir()))
+}
+
+/// Parses `_compaction/gc-due/<partition>.json` strictly.
+pub fn parse_gc_due_key(key: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
+    parse_metadata_key(key, GC_DUE_PREFIX, layout)
+}
+
 /// Parses `_compaction/jobs/<partition>.json` strictly.
 pub fn parse_job_key(key: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
+    parse_metadata_key(key, JOBS_PREFIX, layout)
+}
+
+/// Parses `<prefix>/<partition>.json` strictly.
+fn parse_metadata_key(key: &str, prefix: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
     let bad = |why: &str| crate::Error::Partition {
-        message: format!("job key {key:?}: {why}"),
+        message: format!("key {key:?}: {why}"),
     };
     let dir = key
-        .strip_prefix(JOBS_PREFIX)
+        .strip_prefix(prefix)
         .and_then(|r| r.strip_prefix('/'))
         .and_then(|r| r.strip_suffix(".json"))
-        .ok_or_else(|| bad(&format!("expected {JOBS_PREFIX}/tenant=…/hour=<HH>.json")))?;
+        .ok_or_else(|| bad(&format!("expected {prefix}/tenant=…/hour=<HH>.json")))?;
     // The partition grammar lives in one place: reuse the ingest-key parser on the same
     // directory with a fixed file name.
     let probe = format!("{}/{dir}/job.parquet", layout.ingest_prefix());
     let (partition, _) = layout
         .parse_ingest_key(&probe)
         .map_err(|e| bad(&e.to_string()))?;
-    if job_key(&partition) != key {
+    if format!("{prefix}/{}.json", partition.relative_dir()) != key {
         return Err(bad("not in canonical form"));
     }
     debug_assert!(key.starts_with(METADATA_PREFIX));

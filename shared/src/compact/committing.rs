@@ -10,6 +10,7 @@ use crate::compact::job::JobContext;
 use crate::compact::producing::Produced;
 use crate::compact::writing::Written;
 use crate::error::{Error, Result};
+use crate::manifest::gc::mark_garbage;
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit,
 };
@@ -108,6 +109,14 @@ pub(crate) async fn commit_produced(
         now_ms: options.clock.now_ms(),
         commit_by,
     };
+    // Marked before the commit: a job killed before its GC still leaves the retired inputs
+    // to the sweep (a marker with nothing due is removed by the GC it dispatches).
+    if !consumed.is_empty()
+        && !options.settings.gc_grace.is_zero()
+        && let Err(e) = mark_garbage(store, partition).await
+    {
+        tracing::warn!(partition = %partition, error = %e, "could not mark garbage due; GC after the job marks it");
+    }
     let outcome = match commit(store, layout, partition, manifest, &request).await {
         Err(e @ Error::Deadline { .. }) => {
             delete_outputs(store, &written, None).await;

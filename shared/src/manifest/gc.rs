@@ -41,8 +41,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use object_store::ObjectMeta;
 use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStoreExt, PutPayload};
 use serde::Serialize;
 
 use crate::clock::{Clock, Expiry, SystemClock};
@@ -51,7 +51,8 @@ use crate::manifest::{Manifest, load_latest};
 use crate::object_key::ObjectKey;
 use crate::partition::{
     COMPACTED_PREFIX, KeyLayout, MANIFESTS_PREFIX, PartitionId, fan_out_job_dir, field_dir,
-    field_value, held_output, is_attempt_upload, parse_version, partition_dir, validate_tenant,
+    field_value, gc_due_key, held_output, is_attempt_upload, parse_version, partition_dir,
+    validate_tenant,
 };
 use crate::store::Store;
 use crate::store::raw_s3::IncompleteUpload;
@@ -183,6 +184,69 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
     }
 }
 
+/// Whether the partition keeps garbage a later run will delete once past the grace: retired
+/// files still present, or unreferenced objects of its compacted directory (orphans, job
+/// directories, holds, claims) that this plan leaves.
+pub fn garbage_left(inputs: &GcInputs<'_>, plan: &GcPlan) -> bool {
+    let m = inputs.manifest;
+    let present: std::collections::HashSet<&str> = (inputs.compacted_listing.iter())
+        .chain(inputs.ingest_listing)
+        .map(|o| o.location.as_ref())
+        .collect();
+    let retired_left = (m.retired.iter())
+        .filter(|r| present.contains(r.key.as_str()))
+        .filter(|r| !m.quarantined.iter().any(|q| q.key == r.key))
+        .any(|r| !plan.retired.contains(&r.key));
+    let unreferenced_left = (inputs.compacted_listing.iter())
+        .filter(|o| {
+            let key = o.location.as_ref();
+            !m.has_compacted(key) && !m.retired.iter().any(|r| r.key == key)
+        })
+        .any(|o| !plan.orphans.iter().any(|k| k.location() == &o.location));
+    retired_left || unreferenced_left
+}
+
+/// Leaves the partition's garbage-due marker when garbage is left (rewritten, so the sweep
+/// dispatches GC once the grace has passed again), and deletes it otherwise, only as it was
+/// before the manifest was read. Best effort: a marker lost to a failure leaves garbage to
+/// the next commit's marker or to `gc`.
+async fn mark_garbage_due(
+    store: &Store,
+    partition: &PartitionId,
+    pending: bool,
+    marker: Option<&ObjectMeta>,
+) {
+    let key = gc_due_key(partition);
+    let done = match (pending, marker) {
+        (true, _) => mark_garbage(store, partition).await,
+        (false, Some(meta)) => store.delete_listed(meta).await.map(drop),
+        (false, None) => Ok(()),
+    };
+    if let Err(e) = done {
+        tracing::warn!(key = %key, error = %e, "could not update the garbage-due marker");
+    }
+}
+
+/// Marks `partition` as holding garbage due once the grace has passed (the marker's date).
+pub async fn mark_garbage(store: &Store, partition: &PartitionId) -> Result<()> {
+    let key = gc_due_key(partition);
+    store
+        .object_store()
+        .put(&key, PutPayload::from_static(b"{}"))
+        .await
+        .map(drop)
+        .map_err(|e| Error::store("put", &key, e))
+}
+
+/// The listing entry of `key`, `None` when absent.
+async fn head_if_present(store: &Store, key: &Path) -> Result<Option<ObjectMeta>> {
+    match store.object_store().head(key).await {
+        Ok(meta) => Ok(Some(meta)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(Error::store("head", key, e)),
+    }
+}
+
 /// What one GC run did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GcReport {
@@ -260,6 +324,12 @@ pub async fn collect_garbage_with(
     dry_run: bool,
     clock: &Arc<dyn Clock>,
 ) -> Result<GcReport> {
+    // The garbage-due marker as it is before the manifest is read: a commit after this point
+    // rewrites it, and the conditional delete below then leaves it.
+    let marker = match dry_run {
+        true => None,
+        false => head_if_present(store, &gc_due_key(partition)).await?,
+    };
     // INVARIANT: "now" is taken before the manifest is read (module doc).
     let store_now = store.store_now(&layout.clock_key(partition)).await?;
     let deadline = Expiry::after(clock, grace / 2);
@@ -272,14 +342,16 @@ pub async fn collect_garbage_with(
         .into_iter()
         .filter_map(|meta| parse_version(&meta.location).map(|v| (v, meta)))
         .collect();
-    let mut plan = plan_gc(&GcInputs {
+    let inputs = GcInputs {
         manifest: &manifest,
         compacted_listing: &compacted_listing,
         ingest_listing: &ingest_listing,
         manifest_versions: &manifest_versions,
         store_now_ms: store_now.timestamp_millis(),
         grace,
-    });
+    };
+    let mut plan = plan_gc(&inputs);
+    let pending = garbage_left(&inputs, &plan);
     let mut deleted = 0;
     if !dry_run && !plan.is_empty() {
         if grace > Duration::ZERO && deadline.has_passed() {
@@ -334,6 +406,9 @@ pub async fn collect_garbage_with(
         let now_ms = store_now.timestamp_millis();
         sweep_abandoned_uploads(store, layout, partition, now_ms, grace).await?
     };
+    if !dry_run {
+        mark_garbage_due(store, partition, pending, marker.as_ref()).await;
+    }
     Ok(GcReport {
         partition: partition.to_string(),
         plan,

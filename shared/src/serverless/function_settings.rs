@@ -80,6 +80,7 @@ impl FunctionSettings {
                 defaults.job_lease,
                 parse_duration,
             )?,
+            gc_grace: get_or(lookup, "OURIOS_GC_GRACE", defaults.gc_grace, parse_duration)?,
         };
         if readiness.pressure_files == 0
             || readiness.pressure_bytes == 0
@@ -154,6 +155,7 @@ mod tests {
                 pressure_bytes: 1 << 20,
                 sweep_hours: 2,
                 job_lease: Duration::from_secs(300),
+                gc_grace: crate::options::DEFAULT_GC_GRACE,
             }
         );
     }

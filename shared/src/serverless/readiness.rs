@@ -24,6 +24,9 @@ pub struct ReadinessConfig {
     /// Age after which a job record is stale and may be replaced; longer than the
     /// compactor's timeout times its attempts.
     pub job_lease: Duration,
+    /// The GC grace (`OURIOS_GC_GRACE`): a partition's garbage-due marker older than it gets
+    /// a job from the sweep, whose GC deletes what is past it.
+    pub gc_grace: Duration,
 }
 
 impl Default for ReadinessConfig {
@@ -34,6 +37,7 @@ impl Default for ReadinessConfig {
             pressure_bytes: 256 << 20,
             sweep_hours: 48,
             job_lease: Duration::from_secs(60 * 60),
+            gc_grace: crate::options::DEFAULT_GC_GRACE,
         }
     }
 }

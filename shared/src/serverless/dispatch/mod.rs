@@ -22,8 +22,8 @@ use serde::Serialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{LiveSet, live_set, load_latest};
 use crate::partition::{
-    KeyLayout, PartitionId, SWEEP_CURSOR_KEY, field_value, is_ingest_file_name, parse_hour,
-    validate_tenant,
+    GC_DUE_PREFIX, KeyLayout, PartitionId, SWEEP_CURSOR_KEY, field_value, is_ingest_file_name,
+    parse_gc_due_key, parse_hour, validate_tenant,
 };
 use crate::report::Status;
 use crate::serverless::events::BackfillRequest;
@@ -377,7 +377,90 @@ pub async fn sweep_until(
         };
         report.partitions.push(outcome);
     }
+    dispatch_garbage_due(store, layout, now, config, deadline, &mut report).await;
     Ok(report)
+}
+
+/// Most partitions with garbage due one sweep dispatches (the rest wait for the next).
+pub const MAX_GARBAGE_DUE_PER_SWEEP: usize = 500;
+
+/// Gives a job record to each partition whose garbage-due marker is older than the grace,
+/// whatever its hour's age: the compactor's job finds nothing or late files to compact, and
+/// its GC deletes the retired inputs and orphans past the grace (then the marker, once none
+/// is left). A partition whose job is still at work waits for it; a stale record is replaced.
+/// Failures are counted in the report; at most [`MAX_GARBAGE_DUE_PER_SWEEP`] a sweep.
+async fn dispatch_garbage_due(
+    store: &Store,
+    layout: &KeyLayout,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    deadline: Option<Instant>,
+    report: &mut SweepReport,
+) {
+    let markers = match store.list_sorted(&Path::from(GC_DUE_PREFIX)).await {
+        Ok(markers) => markers,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list the partitions with garbage due");
+            report.failed += 1;
+            return;
+        }
+    };
+    let grace = chrono::Duration::from_std(config.gc_grace).unwrap_or(chrono::Duration::MAX);
+    let due = (markers.iter())
+        .filter(|m| m.last_modified + grace <= now)
+        .filter_map(|m| parse_gc_due_key(m.location.as_ref(), layout).ok())
+        .take(MAX_GARBAGE_DUE_PER_SWEEP);
+    for partition in due {
+        if out_of_time(deadline) {
+            report.complete = false;
+            break;
+        }
+        let outcome = match dispatch_garbage_job(store, &partition, now, config).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                report.failed += 1;
+                PartitionOutcome::failed(&partition, &e)
+            }
+        };
+        report.partitions.push(outcome);
+    }
+}
+
+/// A job record for `partition`, whose garbage is due: created, or replacing a stale one.
+async fn dispatch_garbage_job(
+    store: &Store,
+    partition: &PartitionId,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+) -> Result<PartitionOutcome> {
+    let reason = "garbage due: retired files or orphans past the grace".to_string();
+    let record = JobRecord::new(partition, &reason, now);
+    let written = match job::read_job(store, partition).await? {
+        None => job::create_job(store, &record, partition).await?,
+        Some(stored) => {
+            let lease =
+                chrono::Duration::from_std(config.job_lease).unwrap_or(chrono::Duration::MAX);
+            if stored.written_at + lease > now {
+                WriteOutcome::Lost
+            } else {
+                job::replace_job(store, &record, partition, &stored.version).await?
+            }
+        }
+    };
+    Ok(match written {
+        WriteOutcome::Written => {
+            tracing::info!(partition = %partition, job_id = %record.job_id, reason = %reason, "dispatched a job for due garbage");
+            PartitionOutcome {
+                job_id: Some(record.job_id),
+                ..PartitionOutcome::new(partition, OutcomeDecision::Dispatched, reason)
+            }
+        }
+        WriteOutcome::Lost => PartitionOutcome::new(
+            partition,
+            OutcomeDecision::JobActive,
+            "a job of this partition is at work; its GC takes the garbage".to_string(),
+        ),
+    })
 }
 
 /// The partition the last sweep stopped after; `None` when there is none or it is unreadable

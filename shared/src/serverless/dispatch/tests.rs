@@ -387,6 +387,61 @@ async fn a_finished_job_deletes_its_record() {
     assert!(!job_exists(&store, &p).await);
 }
 
+/// Once an hour's last job is done, the sweep finds its retired inputs past the grace whatever
+/// the hour's age (this one is far outside the sweep's window), and the job it dispatches
+/// deletes them: the hour ends holding its output and manifests only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_collects_an_old_hours_retired_inputs_once_past_the_grace() {
+    let (store, layout, p) = (memory(), KeyLayout::default(), test_partition());
+    land(&store, &p, "f1.parquet", 0, 20).await;
+    land(&store, &p, "f2.parquet", 20, 20).await;
+    dispatch_closed(&store, &p).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let grace = Duration::from_secs(1);
+    let mut options = CompactOptions::new(scratch.path());
+    options.settings.gc_grace = grace;
+    let first = run_job(&store, &p, &options).await;
+    assert_eq!(first.report.status, Status::Compacted);
+    assert_eq!(first.record, RecordAction::Deleted);
+    let ingest_dir = layout.ingest_dir(&p).to_string();
+    let ingest = |keys: &[String]| keys.iter().filter(|k| k.starts_with(&ingest_dir)).count();
+    assert_eq!(
+        ingest(&all_keys(&store).await),
+        2,
+        "retired, within the grace"
+    );
+
+    let config = ReadinessConfig {
+        gc_grace: grace,
+        ..ReadinessConfig::default()
+    };
+    let sweep = || async {
+        sweep_until(&store, &layout, Utc::now(), &config, None)
+            .await
+            .unwrap()
+    };
+    let ours = |report: &SweepReport| {
+        (report.partitions.iter())
+            .find(|o| o.tenant == p.tenant() && o.hour == p.hour_label())
+            .map(|o| o.decision)
+    };
+    assert_eq!(ours(&sweep().await), None, "nothing due within the grace");
+    tokio::time::sleep(grace + Duration::from_millis(200)).await;
+    assert_eq!(ours(&sweep().await), Some(OutcomeDecision::Dispatched));
+
+    let collected = run_job(&store, &p, &options).await;
+    assert_eq!(collected.report.status, Status::Noop);
+    assert_eq!(collected.report.gc_deleted, 2);
+    assert_eq!(collected.record, RecordAction::Deleted);
+    let keys = all_keys(&store).await;
+    assert_eq!(ingest(&keys), 0, "{keys:?}");
+    let left: Vec<&String> = (keys.iter())
+        .filter(|k| !k.starts_with("_compaction/manifests/"))
+        .collect();
+    assert_eq!(left.len(), 1, "the output alone: {left:?}");
+    assert_eq!(ours(&sweep().await), None, "nothing left to collect");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_arriving_during_a_job_re_arm_its_record() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
