@@ -232,20 +232,31 @@ pub async fn dispatch_partition(
             job::replace_job(store, &record, partition, &stored.version).await?
         }
     };
-    Ok(match written {
+    let lost = "another planner dispatched this partition first";
+    Ok(dispatch_outcome(partition, written, record, reason, lost))
+}
+
+/// What writing `record` for `partition` did: `Dispatched` with its job id, or `JobActive`
+/// (`lost` says why) when another record is in place.
+fn dispatch_outcome(
+    partition: &PartitionId,
+    written: WriteOutcome,
+    record: JobRecord,
+    reason: String,
+    lost: &str,
+) -> PartitionOutcome {
+    match written {
         WriteOutcome::Written => {
-            tracing::info!(partition = %partition, job_id = %record.job_id, reason = %reason, "dispatched a compaction");
+            tracing::info!(partition = %partition, job_id = %record.job_id, reason = %reason, "dispatched a job");
             PartitionOutcome {
                 job_id: Some(record.job_id),
                 ..PartitionOutcome::new(partition, OutcomeDecision::Dispatched, reason)
             }
         }
-        WriteOutcome::Lost => PartitionOutcome::new(
-            partition,
-            OutcomeDecision::JobActive,
-            "another planner dispatched this partition first".to_string(),
-        ),
-    })
+        WriteOutcome::Lost => {
+            PartitionOutcome::new(partition, OutcomeDecision::JobActive, lost.to_string())
+        }
+    }
 }
 
 /// Tenants under the ingest prefix (one delimited listing), or the given ones, validated.
@@ -447,20 +458,8 @@ async fn dispatch_garbage_job(
             }
         }
     };
-    Ok(match written {
-        WriteOutcome::Written => {
-            tracing::info!(partition = %partition, job_id = %record.job_id, reason = %reason, "dispatched a job for due garbage");
-            PartitionOutcome {
-                job_id: Some(record.job_id),
-                ..PartitionOutcome::new(partition, OutcomeDecision::Dispatched, reason)
-            }
-        }
-        WriteOutcome::Lost => PartitionOutcome::new(
-            partition,
-            OutcomeDecision::JobActive,
-            "a job of this partition is at work; its GC takes the garbage".to_string(),
-        ),
-    })
+    let lost = "a job of this partition is at work; its GC takes the garbage";
+    Ok(dispatch_outcome(partition, written, record, reason, lost))
 }
 
 /// The partition the last sweep stopped after; `None` when there is none or it is unreadable
