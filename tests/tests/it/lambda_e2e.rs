@@ -16,6 +16,9 @@ use ourios_integration_tests::emulator::{
 use ourios_integration_tests::{assert_exactly_once, live_set, live_tags, s3_url, test_partition};
 use serde_json::Value;
 
+/// The GC grace of the functions: short, so the test sees the steady state after it.
+const GRACE: &str = "2s";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planner_and_compactor_under_cargo_lambda() {
     let url = s3_url("lambda-e2e");
@@ -35,6 +38,7 @@ async fn planner_and_compactor_under_cargo_lambda() {
         ("OURIOS_LOG", "info"),
         ("OURIOS_MEMORY_BUDGET", "16MiB"),
         ("OURIOS_DEADLINE_MARGIN", "1s"),
+        ("OURIOS_GC_GRACE", GRACE),
         ("OURIOS_SCRATCH", &scratch.to_string_lossy()),
     ]
     .iter()
@@ -126,7 +130,41 @@ async fn planner_and_compactor_under_cargo_lambda() {
         "{late}"
     );
 
-    // 5. A hostile key fails the invocation loudly, naming it.
+    // 5. The steady state: with no new ingest, once the grace has passed the scheduled sweep
+    // gives the partition a job whose GC deletes the retired inputs; the bucket holds the
+    // output and manifests only.
+    let retired = ourios_integration_tests::all_keys(&store).await;
+    let ingest_dir = format!("{}/", layout.ingest_dir(&partition));
+    assert_eq!(
+        retired
+            .iter()
+            .filter(|k| k.starts_with(&ingest_dir))
+            .count(),
+        3,
+        "retired inputs wait for the grace: {retired:?}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    let sweep_event = workspace_root().join("events/eventbridge-scheduled-sweep.json");
+    let swept = emulator
+        .invoke("ourios-planner", &sweep_event)
+        .unwrap_or_else(|e| panic!("planner failed: {e}\n{}", emulator.log_tail()));
+    let due: Vec<&Value> = (swept["partitions"].as_array().into_iter().flatten())
+        .filter(|p| p["decision"] == "dispatched")
+        .collect();
+    assert_eq!(due.len(), 1, "one job for the garbage due: {swept}");
+    let collected = emulator
+        .invoke("ourios-compactor", &job_event)
+        .unwrap_or_else(|e| panic!("compactor failed: {e}\n{}", emulator.log_tail()));
+    assert_eq!(collected["status"], "noop", "{collected}");
+    assert_eq!(collected["gc_deleted"], 3, "{collected}");
+    let keys = ourios_integration_tests::all_keys(&store).await;
+    let stray: Vec<&String> = (keys.iter())
+        .filter(|k| !k.starts_with("_compaction/manifests/"))
+        .filter(|k| !files.live.iter().any(|live| live.as_str() == k.as_str()))
+        .collect();
+    assert!(stray.is_empty(), "outputs and manifests only: {stray:?}");
+
+    // 6. A hostile key fails the invocation loudly, naming it.
     let hostile = event_for_store("s3-hostile-keys.json", &bucket, &prefix, work.path());
     let err = emulator
         .invoke("ourios-planner", &hostile)

@@ -416,6 +416,10 @@ async fn dispatch_garbage_due(
             return;
         }
     };
+    // Markers are dated by the store; the event's time may be old (a replayed or delayed
+    // event), so the host's clock counts when it is later. A dispatch a skewed clock makes
+    // early only costs a job whose GC finds nothing due yet (it keeps the marker).
+    let now = now.max(Utc::now());
     let grace = chrono::Duration::from_std(config.gc_grace).unwrap_or(chrono::Duration::MAX);
     let due = (markers.iter())
         .filter(|m| m.last_modified + grace <= now)
