@@ -12,6 +12,7 @@ use crate::compact::job::JobContext;
 use crate::error::{Error, Result};
 use crate::input::CheckedInput;
 use crate::input::schema::UnifiedSchema;
+use crate::manifest::gc::mark_garbage;
 use crate::object_key::ObjectKey;
 use crate::options::{CompactOptions, sort_key_label};
 use crate::output::threshold::{resolve_row_group_bytes, staged_block_bytes};
@@ -153,11 +154,14 @@ pub(crate) async fn sort_and_write(
     // `output_properties`); the name keeps the threshold asked for.
     let row_group_bytes_used = (properties.max_row_group_bytes())
         .map_or(row_group_bytes, |cap| row_group_bytes.min(cap as u64));
-    let (upload, task) = start_upload(
-        Arc::clone(store.object_store()),
-        key.clone(),
-        output_hold(job, &key),
-    );
+    let hold = output_hold(job, &key);
+    if hold.is_some()
+        && let Err(e) = mark_garbage(store, job.partition).await
+    {
+        // An attempt that dies after its upload leaves an orphan, and its hold, to the sweep.
+        tracing::warn!(partition = %job.partition, error = %e, "could not mark garbage due");
+    }
+    let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone(), hold);
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
 
     let sorted = tokio::task::block_in_place(|| {

@@ -442,6 +442,86 @@ async fn the_sweep_collects_an_old_hours_retired_inputs_once_past_the_grace() {
     assert_eq!(ours(&sweep().await), None, "nothing left to collect");
 }
 
+/// Fails every listing of the compacted directory with a 503: a job uploads its output and
+/// dies before its commit (the commit lists that directory first).
+#[derive(Debug)]
+struct UnavailableCompactedListings;
+
+impl crate::store::hooked::StoreHooks for UnavailableCompactedListings {
+    fn list(
+        &self,
+        inner: &crate::store::hooked::Inner,
+        list: crate::store::hooked::ListRequest<'_>,
+    ) -> crate::store::hooked::MetaStream {
+        if list
+            .prefix
+            .is_some_and(|p| p.as_ref().starts_with("compacted/"))
+        {
+            let error = object_store::Error::Generic {
+                store: "UnavailableCompactedListings",
+                source: "503 Slow Down (injected)".into(),
+            };
+            return futures::StreamExt::boxed(futures::stream::once(futures::future::ready(Err(
+                error,
+            ))));
+        }
+        list.forward(inner)
+    }
+}
+
+/// An attempt that uploaded its output and never committed (its job failing for good, its
+/// record going stale) leaves an orphan the sweep finds whatever the hour's age: the job it
+/// dispatches compacts the hour and its GC deletes the orphan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_collects_the_orphan_of_an_attempt_that_never_committed() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = Store::from_object_store(Arc::clone(&inner), "memory://");
+    let (layout, p) = (KeyLayout::default(), test_partition());
+    land(&store, &p, "f1.parquet", 0, 20).await;
+    dispatch_closed(&store, &p).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let grace = Duration::from_secs(1);
+    let mut options = CompactOptions::new(scratch.path());
+    options.settings.gc_grace = grace;
+    let failing =
+        crate::store::hooked::HookedStore::wrap(inner, Arc::new(UnavailableCompactedListings));
+    let failing = Store::from_object_store(Arc::new(failing), "memory://");
+    let failed = run_job(&failing, &p, &options).await;
+    assert_eq!(failed.report.status, Status::Failed);
+    let compacted_dir = format!("{}/", layout.compacted_dir(&p));
+    // Outputs only (the attempt's hold stays in its job directory until GC finds it idle).
+    let orphans = |keys: Vec<String>| -> Vec<String> {
+        (keys.into_iter())
+            .filter(|k| {
+                k.strip_prefix(&compacted_dir)
+                    .is_some_and(|name| !name.contains('/'))
+            })
+            .collect()
+    };
+    let orphan = orphans(all_keys(&store).await);
+    assert_eq!(orphan.len(), 1, "the uploaded output: {orphan:?}");
+
+    // Its record goes stale; once its hold has been idle for twice the grace, the sweep
+    // replaces the record for the garbage due.
+    let config = ReadinessConfig {
+        gc_grace: grace,
+        job_lease: Duration::from_millis(500),
+        ..ReadinessConfig::default()
+    };
+    tokio::time::sleep(grace * 2 + Duration::from_millis(300)).await;
+    let report = sweep_until(&store, &layout, Utc::now(), &config, None)
+        .await
+        .unwrap();
+    let ours = (report.partitions.iter())
+        .find(|o| o.tenant == p.tenant() && o.hour == p.hour_label())
+        .map(|o| o.decision);
+    assert_eq!(ours, Some(OutcomeDecision::Dispatched), "{report:?}");
+    let job = run_job(&store, &p, &options).await;
+    assert_eq!(job.report.status, Status::Compacted);
+    let left = orphans(all_keys(&store).await);
+    assert!(!left.contains(&orphan[0]), "the orphan is gone: {left:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_arriving_during_a_job_re_arm_its_record() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
