@@ -110,8 +110,10 @@ pub(crate) async fn commit_produced(
         commit_by,
     };
     // Marked before the commit: a job killed before its GC still leaves the retired inputs
-    // to the sweep (a marker with nothing due is removed by the GC it dispatches).
+    // to the sweep (a marker with nothing due is removed by the GC it dispatches). An upload
+    // marked it already.
     if !consumed.is_empty()
+        && written.is_empty()
         && !options.settings.gc_grace.is_zero()
         && let Err(e) = mark_garbage(store, partition).await
     {

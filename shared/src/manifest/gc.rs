@@ -238,15 +238,6 @@ pub async fn mark_garbage(store: &Store, partition: &PartitionId) -> Result<()> 
         .map_err(|e| Error::store("put", &key, e))
 }
 
-/// The listing entry of `key`, `None` when absent.
-async fn head_if_present(store: &Store, key: &Path) -> Result<Option<ObjectMeta>> {
-    match store.object_store().head(key).await {
-        Ok(meta) => Ok(Some(meta)),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(Error::store("head", key, e)),
-    }
-}
-
 /// What one GC run did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GcReport {
@@ -328,7 +319,7 @@ pub async fn collect_garbage_with(
     // rewrites it, and the conditional delete below then leaves it.
     let marker = match dry_run {
         true => None,
-        false => head_if_present(store, &gc_due_key(partition)).await?,
+        false => store.head_if_present(&gc_due_key(partition)).await?,
     };
     // INVARIANT: "now" is taken before the manifest is read (module doc).
     let store_now = store.store_now(&layout.clock_key(partition)).await?;

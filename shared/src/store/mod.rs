@@ -343,6 +343,30 @@ impl Store {
         }
     }
 
+    /// The object at `key` with its listing entry, read whole (small records: job records,
+    /// claims); `None` when absent. The store's other answers are the caller's to classify.
+    pub async fn get_if_present(
+        &self,
+        key: &Path,
+    ) -> object_store::Result<Option<(ObjectMeta, bytes::Bytes)>> {
+        let result = match self.inner.get(key).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let meta = result.meta.clone();
+        Ok(Some((meta, result.bytes().await?)))
+    }
+
+    /// The listing entry of `key`; `None` when absent.
+    pub async fn head_if_present(&self, key: &Path) -> Result<Option<ObjectMeta>> {
+        match self.inner.head(key).await {
+            Ok(meta) => Ok(Some(meta)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Error::store("head", key, e)),
+        }
+    }
+
     /// Now on the store's clock: writes a small object at `key`, reads back its Last-Modified
     /// (S3 may round it down to the second, which only makes "now" earlier) and removes it.
     pub async fn store_now(&self, key: &Path) -> Result<chrono::DateTime<chrono::Utc>> {

@@ -71,7 +71,7 @@ impl Hold {
             && self.clock.monotonic_ms().saturating_sub(since) >= lapse_ms
         {
             return Err(Error::Deadline {
-                partition: format!("the hold {} lapsed before its renewal", self.key),
+                partition: format!("{} (the hold lapsed before its renewal)", self.key),
             });
         }
         Ok(start)

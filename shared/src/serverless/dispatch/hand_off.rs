@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -160,16 +160,11 @@ async fn read_claim(
     store: &Store,
     key: &Path,
 ) -> Result<Option<(Option<String>, object_store::ObjectMeta)>> {
-    let result = match store.object_store().get(key).await {
-        Ok(result) => result,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(Error::store("get", key, e)),
+    let Some((meta, bytes)) =
+        (store.get_if_present(key).await).map_err(|e| Error::store("get", key, e))?
+    else {
+        return Ok(None);
     };
-    let meta = result.meta.clone();
-    let bytes = result
-        .bytes()
-        .await
-        .map_err(|e| Error::store("get", key, e))?;
     let holder = serde_json::from_slice::<HandOffClaim>(&bytes)
         .ok()
         .map(|c| c.job);

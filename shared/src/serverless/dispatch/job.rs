@@ -91,9 +91,9 @@ pub enum WriteOutcome {
 /// Reads a partition's job record, if any.
 pub async fn read_job(store: &Store, partition: &PartitionId) -> Result<Option<StoredJob>> {
     let key = Path::from(job_key(partition));
-    let result = match store.object_store().get(&key).await {
-        Ok(result) => result,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+    let (meta, bytes) = match store.get_if_present(&key).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Ok(None),
         // S3 answers a GET of a missing key with 403 to a caller that may read but not list
         // it. The functions may read job records, so a 403 here means "no record"; were it
         // wrong, the create-only write that follows finds the record and changes nothing.
@@ -103,11 +103,6 @@ pub async fn read_job(store: &Store, partition: &PartitionId) -> Result<Option<S
         }
         Err(e) => return Err(Error::store("get", &key, e)),
     };
-    let meta = result.meta.clone();
-    let bytes = result
-        .bytes()
-        .await
-        .map_err(|e| Error::store("get", &key, e))?;
     let record = serde_json::from_slice::<JobRecord>(&bytes).ok();
     if record.is_none() {
         tracing::warn!(key = %key, "job record is not readable; treating it as a lock until stale");
