@@ -115,6 +115,7 @@
 //! | | [`output::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`output::blocks::encode`, `output::blocks::footer`, `output::blocks::page_store`, `output::blocks::staging`) |
 //! | manifest | [`manifest`] | manifest versions (`manifest::commit`), the reader rule (`manifest::live`), releasing quarantined files (`manifest::release`) |
 //! | | [`manifest::gc`] | garbage collection |
+//! | | [`late`] | the late-file policy (when late files are merged into a compacted hour) and the record of the late files checked while they wait |
 //! | read | [`read`] | reading compacted partitions |
 //! | | [`read::query`] | the window query with pruning statistics |
 //! | | [`read::scan`] | the full scan of some columns of a partition |
@@ -178,6 +179,7 @@ pub mod cost;
 pub mod error;
 pub mod gauge;
 pub mod input;
+pub mod late;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod manifest;

@@ -33,6 +33,28 @@ impl Default for KeyColumns {
     }
 }
 
+/// What a job does with the partition's uncompacted files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobMode {
+    /// Merge every live input: a compaction.
+    #[default]
+    Merge,
+    /// Merge nothing: check the uncompacted files no check has passed (the bad quarantined, the
+    /// empty retired) and record the others as checked; they wait for the late-file policy
+    /// ([`crate::late`]).
+    Check,
+    /// Merge and check nothing: only the partition's garbage is collected.
+    Collect,
+}
+
+impl JobMode {
+    /// True for [`JobMode::Merge`] (what a record written before modes existed asks).
+    pub fn is_merge(&self) -> bool {
+        *self == JobMode::Merge
+    }
+}
+
 /// Key-value metadata key naming the sort order of a compacted file.
 pub const SORT_KEY_METADATA: &str = "ourios.sort_key";
 
@@ -175,6 +197,9 @@ pub struct CompactOptions {
     /// --run-local`): its id is `<job id>-local<random>`, which no function attempt takes for
     /// its own, so a function never aborts its upload, however long it runs.
     pub local_attempt: bool,
+    /// What the job does with the uncompacted files: merge them (default), or only check them
+    /// or only collect garbage, as the late-file policy decides.
+    pub mode: JobMode,
 }
 
 impl CompactOptions {
@@ -196,6 +221,7 @@ impl CompactOptions {
             attempt_id: None,
             parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
             local_attempt: false,
+            mode: JobMode::Merge,
         }
     }
 

@@ -183,6 +183,10 @@ pub const JOBS_PREFIX: &str = "_compaction/jobs";
 /// Prefix of the markers of partitions with garbage due (`<partition>.json`, dated when it
 /// was last left): the sweep finds them whatever the hour's age.
 pub const GC_DUE_PREFIX: &str = "_compaction/gc-due";
+/// Prefix of the checked-late records of partitions with late files waiting to be merged
+/// (`<partition>.json`, [`crate::late::CheckedLate`]): the sweep finds them whatever the hour's
+/// age.
+pub const LATE_PREFIX: &str = "_compaction/late";
 /// Where the sweep stopped when it ran out of time; the next sweep starts after it.
 pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
 
@@ -406,6 +410,16 @@ pub fn gc_due_key(partition: &PartitionId) -> Path {
 /// Parses `_compaction/gc-due/<partition>.json` strictly.
 pub fn parse_gc_due_key(key: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
     parse_metadata_key(key, GC_DUE_PREFIX, layout)
+}
+
+/// Key of a partition's checked-late record: late files that wait to be merged.
+pub fn late_key(partition: &PartitionId) -> Path {
+    Path::from(format!("{LATE_PREFIX}/{}.json", partition.relative_dir()))
+}
+
+/// Parses `_compaction/late/<partition>.json` strictly.
+pub fn parse_late_key(key: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
+    parse_metadata_key(key, LATE_PREFIX, layout)
 }
 
 /// Parses `_compaction/jobs/<partition>.json` strictly.

@@ -103,6 +103,15 @@ pub struct OversizedInput {
     pub scratch_bytes: u64,
 }
 
+/// What a job that only checks late files did with them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LateCheck {
+    /// Files checked by this job (bad ones are in `quarantined`).
+    pub checked: usize,
+    /// Late files that passed a check and wait to be merged.
+    pub waiting: usize,
+}
+
 /// The report of one compaction job.
 #[derive(Debug, Clone, Serialize)]
 pub struct CompactionReport {
@@ -152,6 +161,10 @@ pub struct CompactionReport {
     /// The job did not fit one task's scratch space (a fan-out would split it).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub did_not_fit: bool,
+    /// A job that only checked late files (the late-file policy keeps them waiting): how many
+    /// it checked, and how many wait to be merged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late_check: Option<LateCheck>,
     /// `*.parquet` keys in the partition directory the store cannot address (an ASCII control
     /// character, an empty or `.` segment): left in place and in no live set until renamed.
     pub unaddressable: Vec<String>,
@@ -201,6 +214,7 @@ impl CompactionReport {
             quarantined: Vec::new(),
             oversized: Vec::new(),
             did_not_fit: false,
+            late_check: None,
             unaddressable: Vec::new(),
             attempt_id: attempt_id.to_string(),
             manifest_version: 0,

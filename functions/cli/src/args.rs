@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use ourios_compaction::budget::Budget;
+use ourios_compaction::late::{LatePolicy, parse_share};
 use ourios_compaction::options::FanOut;
 use ourios_compaction::partition::DEFAULT_INGEST_PREFIX;
+use ourios_compaction::serverless::function_settings::readiness_from_lookup;
+use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::settings::{
     CompactSettings, parse_count, parse_duration, parse_size, positive,
 };
@@ -280,9 +283,52 @@ pub struct CompactArgs {
     pub partition: PartitionArgs,
     #[command(flatten)]
     pub settings: SettingsArgs,
+    #[command(flatten)]
+    pub late: LateArgs,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The late-file policy of `compact`: applied when a flag or its variable is set, as the
+/// functions apply it; otherwise `compact` merges late files at once.
+#[derive(Debug, Args, Clone)]
+pub struct LateArgs {
+    /// The longest a late file (one that landed after the hour closed, into an hour already
+    /// compacted) waits before it is merged, e.g. 24h (default: OURIOS_LATE_WAIT; with neither
+    /// this nor --late-share set, late files are merged at once).
+    #[arg(long, value_parser = duration)]
+    pub late_wait: Option<Duration>,
+    /// The share of the hour's compacted bytes late files reach to be merged at once, e.g. 0.5
+    /// or 50% (default: OURIOS_LATE_SHARE).
+    #[arg(long, value_parser = share)]
+    pub late_share: Option<f64>,
+}
+
+impl LateArgs {
+    /// The policy to apply, `None` when neither a flag nor a variable sets one. The lateness
+    /// grace that says when an hour closed is `OURIOS_LATENESS_GRACE`'s.
+    pub fn readiness(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> ourios_compaction::Result<Option<ReadinessConfig>> {
+        if self.late_wait.is_none() && self.late_share.is_none() && !LatePolicy::is_set(lookup) {
+            return Ok(None);
+        }
+        let mut config = readiness_from_lookup(lookup)?;
+        if let Some(wait) = self.late_wait {
+            config.late.wait = wait;
+        }
+        if let Some(share) = self.late_share {
+            config.late.share = share;
+        }
+        Ok(Some(config))
+    }
+}
+
+/// A share flag: a fraction or a percentage.
+fn share(raw: &str) -> Result<f64, String> {
+    parse_share(raw).map_err(|e| e.to_string())
 }
 
 /// The arguments of `files`.

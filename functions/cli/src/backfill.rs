@@ -118,6 +118,7 @@ async fn run_locally(
                 ),
                 job_id: None,
                 error_kind: None,
+                late: None,
             };
             if !request.dry_run {
                 // The job runner also ends any job record (a scheduled job this run did).

@@ -15,6 +15,7 @@ use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::inspect::inspect_object;
 use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::report::CompactionReport;
+use ourios_compaction::serverless::dispatch::late_policy_mode;
 use ourios_compaction::serverless::function_settings::DEFAULT_BACKFILL_INTERVAL;
 use ourios_compaction::settings::{CompactSettings, process_env};
 use ourios_compaction::store::Store;
@@ -46,6 +47,14 @@ pub async fn run(command: Command) -> Result<ExitCode> {
 async fn compact(args: CompactArgs) -> Result<ExitCode> {
     let (store, layout, partition) = open(&args.store, &args.partition)?;
     let mut options = args.settings.settings(&process_env)?.options(None);
+    if let Some(config) = args.late.readiness(&process_env)? {
+        let now = chrono::Utc::now();
+        let (mode, verdict) = late_policy_mode(&store, &layout, &partition, now, &config).await?;
+        if let Some(verdict) = verdict {
+            eprintln!("late files: {verdict}");
+        }
+        options.mode = mode;
+    }
     let show_progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     if show_progress {
         options.progress = Some(progress_line(&partition));

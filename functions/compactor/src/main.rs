@@ -29,6 +29,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         settings: CompactSettings::from_lookup(&process_env)?,
         readiness: settings.readiness,
         state_machine: FanOutStateMachine::from_lookup(&process_env)?,
+        clock: ourios_compaction::clock::SystemClock::shared(),
     };
     let compactor = &compactor;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

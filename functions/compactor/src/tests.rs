@@ -65,6 +65,7 @@ async fn setup(scratch: &Path) -> Compactor {
         },
         readiness: ReadinessConfig::default(),
         state_machine: None,
+        clock: ourios_compaction::clock::SystemClock::shared(),
     }
 }
 
@@ -236,6 +237,7 @@ fn options_follow_the_settings_and_the_deadline() {
         },
         readiness: ReadinessConfig::default(),
         state_machine: None,
+        clock: ourios_compaction::clock::SystemClock::shared(),
     };
     let deadline = Instant::now() + Duration::from_secs(900);
     let options = compactor.options(Some(deadline));

@@ -5,6 +5,9 @@
 //!    **size** the job (`sizing`): the scratch space it needs, by the rule every task
 //!    enforces, from the inputs' footers when they could pass it; an input too large for any
 //!    task stays live, uncompacted and reported, and `auto` fans out as the need takes.
+//!    A job that only checks late files (the late-file policy keeps them waiting, [`crate::late`])
+//!    stages and checks those not checked yet (steps 2 and 3), records them, and commits only
+//!    what it quarantined; one that only collects goes straight to step 6.
 //! 2. **Stage** (`staging`): each live input gets a local file (the store's own file for a
 //!    local directory; a streamed download into scratch otherwise), so it can be read page by
 //!    page.
@@ -36,13 +39,14 @@ mod state;
 mod writing;
 
 use crate::error::Result;
-use crate::options::CompactOptions;
+use crate::late::forget_checked;
+use crate::options::{CompactOptions, JobMode};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::report::{CompactionReport, Status};
 use crate::store::Store;
 use committing::{commit_produced, release_holds};
 use job::{JobContext, JobRun};
-use producing::settle_without_rows;
+use producing::{check_late_files, settle_without_rows};
 use sizing::size_job;
 use state::read_partition;
 
@@ -74,12 +78,25 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
         return Ok(());
     };
 
-    // Steps 2 to 4: late files that bring no row to earlier outputs in one piece are settled
-    // reading only them; otherwise in one task or fanned out.
-    // Inputs too large for any task stay live (`sizing`).
+    // Steps 2 to 4: a job that only checks or collects merges nothing; late files that bring no
+    // row to earlier outputs in one piece are settled reading only them; otherwise in one task
+    // or fanned out. Inputs too large for any task stay live (`sizing`).
     let in_one_piece = manifest.compacted_in_one_piece();
-    let produced = match settle_without_rows(job, &wanted, in_one_piece).await? {
+    let settled = match job.options.mode {
+        JobMode::Collect => None,
+        JobMode::Check => {
+            let (settled, checked) = check_late_files(job, &wanted).await?;
+            report.late_check = Some(checked);
+            settled
+        }
+        JobMode::Merge => settle_without_rows(job, &wanted, in_one_piece).await?,
+    };
+    let produced = match settled {
         Some(settled) => settled,
+        None if !job.options.mode.is_merge() => {
+            report.status = Status::Noop;
+            return Ok(());
+        }
         None => {
             let sizing = size_job(job, wanted).await?;
             report.oversized.clone_from(&sizing.oversized);
@@ -91,8 +108,12 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
         }
     };
 
-    // Step 5: commit; the holds on the outputs go, whatever its outcome.
+    // Step 5: commit; the holds on the outputs go, whatever its outcome. Late files merged
+    // leave nothing waiting.
     let committed = commit_produced(job, &manifest, &listing, produced, report).await;
     release_holds(job).await;
+    if job.options.mode.is_merge() && manifest.version > 0 && report.status.is_success() {
+        forget_checked(job.store, job.partition).await;
+    }
     committed
 }

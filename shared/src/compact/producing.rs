@@ -1,7 +1,9 @@
 //! Steps 2 to 4, producing what a commit takes: a group of inputs staged, checked and sorted
 //! into one object (the job's output, or a run of a fanned-out job), restarting without any
-//! input found bad midway; the whole job in one task; and late files that bring no row settled
-//! without rewriting the earlier outputs.
+//! input found bad midway; the whole job in one task; late files that bring no row settled
+//! without rewriting the earlier outputs; and late files that wait only checked.
+
+use std::collections::BTreeSet;
 
 use object_store::path::Path;
 
@@ -14,7 +16,8 @@ use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, output_key, sort_and_write};
 use crate::error::Result;
 use crate::input::schema::unify_weighted;
-use crate::report::{FanOutShape, Quarantined};
+use crate::late::{CheckedFile, read_checked, write_checked};
+use crate::report::{FanOutShape, LateCheck, Quarantined};
 use crate::scratch::ScratchDir;
 use crate::sort::SortStats;
 
@@ -34,6 +37,24 @@ pub(crate) struct Produced {
     pub(crate) fan_out: Option<FanOutShape>,
     /// When the outputs become too old to commit (`None`: no grace, no limit).
     pub(crate) commit_by: Option<Expiry>,
+}
+
+impl Produced {
+    /// What settling inputs without writing anything gives: the empty ones consumed, the bad
+    /// ones quarantined, each in key order.
+    fn settled(mut consumed: Vec<WantedInput>, mut quarantined: Vec<Quarantined>) -> Self {
+        quarantined.sort_by(|a, b| a.file.cmp(&b.file));
+        consumed.sort_by(|a, b| a.key.cmp(&b.key));
+        Produced {
+            consumed,
+            rows: 0,
+            quarantined,
+            outputs: Vec::new(),
+            stats: SortStats::default(),
+            fan_out: None,
+            commit_by: None,
+        }
+    }
 }
 
 /// Steps 2 to 4 in one task: stage, check, sort and write one output. `compacted_in_one_piece`
@@ -122,17 +143,72 @@ pub(crate) async fn settle_without_rows(
         consumed.extend(group.empty.iter().map(consumed_input));
         quarantined.extend(group.quarantined);
     }
-    quarantined.sort_by(|a, b| a.file.cmp(&b.file));
-    consumed.sort_by(|a: &WantedInput, b: &WantedInput| a.key.cmp(&b.key));
-    Ok(Some(Produced {
-        consumed,
-        rows: 0,
-        quarantined,
-        outputs: Vec::new(),
-        stats: SortStats::default(),
-        fan_out: None,
-        commit_by: None,
-    }))
+    Ok(Some(Produced::settled(consumed, quarantined)))
+}
+
+/// A job that only checks ([`JobMode::Check`](crate::options::JobMode::Check)): the
+/// uncompacted inputs among `wanted` no check has passed are staged and checked, as many at
+/// a time as are downloaded at once within the download allowance (one at least); the bad
+/// are quarantined, the empty consumed, and the others recorded in the partition's
+/// checked-late record ([`crate::late`]), where they wait for the late-file policy to merge
+/// them. Nothing is written but that record; `Produced` holds what a commit records (`None`:
+/// nothing).
+pub(crate) async fn check_late_files(
+    job: &JobContext<'_>,
+    wanted: &[WantedInput],
+) -> Result<(Option<Produced>, LateCheck)> {
+    let ingest: Vec<&WantedInput> = wanted.iter().filter(|w| !w.is_compacted).collect();
+    let mut record = read_checked(job.store, job.partition).await?;
+    let entry = |w: &WantedInput| CheckedFile {
+        key: w.key.to_string(),
+        bytes: w.bytes,
+    };
+    let live: BTreeSet<CheckedFile> = ingest.iter().map(|w| entry(w)).collect();
+    record.checked.retain(|c| live.contains(c));
+    let mut unchecked: Vec<WantedInput> = (ingest.iter())
+        .filter(|w| !record.checked.contains(&entry(w)))
+        .map(|w| (*w).clone())
+        .collect();
+    unchecked.sort_by(|a, b| a.bytes.cmp(&b.bytes).then_with(|| a.key.cmp(&b.key)));
+    let checked = unchecked.len();
+    let options = job.options;
+    let allowance = options.budget().shares().download_allowance_bytes;
+    let (mut consumed, mut quarantined) = (Vec::new(), Vec::new());
+    let mut rest = unchecked.as_slice();
+    while !rest.is_empty() {
+        let (mut batch_len, mut bytes) = (1, rest[0].bytes);
+        while batch_len < rest.len().min(options.parallel_downloads.max(1))
+            && bytes + rest[batch_len].bytes <= allowance
+        {
+            bytes += rest[batch_len].bytes;
+            batch_len += 1;
+        }
+        let (batch, tail) = rest.split_at(batch_len);
+        rest = tail;
+        // Each batch in its own scratch directory, gone before the next is staged.
+        let scratch = ScratchDir::create_with_limit(
+            &options.settings.scratch_dir,
+            options.settings.scratch_limit_bytes,
+        )?;
+        let group = stage_and_check(job, batch.to_vec(), &scratch, true, false).await?;
+        consumed.extend(group.empty.iter().map(consumed_input));
+        quarantined.extend(group.quarantined);
+        for good in &group.checked {
+            record.checked.insert(CheckedFile {
+                key: good.staged.key.to_string(),
+                bytes: good.staged.size,
+            });
+        }
+    }
+    write_checked(job.store, job.partition, &record).await?;
+    let outcome = LateCheck {
+        checked,
+        waiting: record.checked.len(),
+    };
+    if consumed.is_empty() && quarantined.is_empty() {
+        return Ok((None, outcome));
+    }
+    Ok((Some(Produced::settled(consumed, quarantined)), outcome))
 }
 
 /// Where a sorted group goes.

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::late::LatePolicy;
 use crate::partition::{DEFAULT_INGEST_PREFIX, KeyLayout};
 use crate::serverless::events::KeyScope;
 use crate::serverless::readiness::ReadinessConfig;
@@ -45,51 +46,7 @@ impl FunctionSettings {
             DEFAULT_INGEST_PREFIX.to_string(),
             |s| Ok(s.to_string()),
         )?;
-        let defaults = ReadinessConfig::default();
-        let readiness = ReadinessConfig {
-            lateness_grace: get_or(
-                lookup,
-                "OURIOS_LATENESS_GRACE",
-                defaults.lateness_grace,
-                parse_duration,
-            )?,
-            pressure_files: get_or(
-                lookup,
-                "OURIOS_PRESSURE_FILES",
-                defaults.pressure_files as u64,
-                parse_count,
-            )? as usize,
-            pressure_bytes: get_or(
-                lookup,
-                "OURIOS_PRESSURE_BYTES",
-                defaults.pressure_bytes,
-                parse_size,
-            )?,
-            sweep_hours: u32::try_from(get_or(
-                lookup,
-                "OURIOS_SWEEP_HOURS",
-                u64::from(defaults.sweep_hours),
-                parse_count,
-            )?)
-            .map_err(|_| Error::Config {
-                message: "OURIOS_SWEEP_HOURS is too large".into(),
-            })?,
-            job_lease: get_or(
-                lookup,
-                "OURIOS_JOB_LEASE",
-                defaults.job_lease,
-                parse_duration,
-            )?,
-            gc_grace: get_or(lookup, "OURIOS_GC_GRACE", defaults.gc_grace, parse_duration)?,
-        };
-        if readiness.pressure_files == 0
-            || readiness.pressure_bytes == 0
-            || readiness.job_lease.is_zero()
-        {
-            return Err(Error::Config {
-                message: "OURIOS_PRESSURE_FILES, OURIOS_PRESSURE_BYTES and OURIOS_JOB_LEASE must be positive".into(),
-            });
-        }
+        let readiness = readiness_from_lookup(lookup)?;
         Ok(Self {
             store_url,
             layout: KeyLayout::new(&prefix)?,
@@ -103,6 +60,60 @@ impl FunctionSettings {
             )?,
         })
     }
+}
+
+/// The readiness thresholds and the late-file policy, read through `lookup` (both functions
+/// and the CLI's `compact` read them so).
+pub fn readiness_from_lookup(lookup: Lookup<'_>) -> Result<ReadinessConfig> {
+    let defaults = ReadinessConfig::default();
+    let readiness = ReadinessConfig {
+        lateness_grace: get_or(
+            lookup,
+            "OURIOS_LATENESS_GRACE",
+            defaults.lateness_grace,
+            parse_duration,
+        )?,
+        pressure_files: get_or(
+            lookup,
+            "OURIOS_PRESSURE_FILES",
+            defaults.pressure_files as u64,
+            parse_count,
+        )? as usize,
+        pressure_bytes: get_or(
+            lookup,
+            "OURIOS_PRESSURE_BYTES",
+            defaults.pressure_bytes,
+            parse_size,
+        )?,
+        sweep_hours: u32::try_from(get_or(
+            lookup,
+            "OURIOS_SWEEP_HOURS",
+            u64::from(defaults.sweep_hours),
+            parse_count,
+        )?)
+        .map_err(|_| Error::Config {
+            message: "OURIOS_SWEEP_HOURS is too large".into(),
+        })?,
+        job_lease: get_or(
+            lookup,
+            "OURIOS_JOB_LEASE",
+            defaults.job_lease,
+            parse_duration,
+        )?,
+        gc_grace: get_or(lookup, "OURIOS_GC_GRACE", defaults.gc_grace, parse_duration)?,
+        late: LatePolicy::from_lookup(lookup, defaults.late)?,
+    };
+    if readiness.pressure_files == 0
+        || readiness.pressure_bytes == 0
+        || readiness.job_lease.is_zero()
+    {
+        return Err(Error::Config {
+            message:
+                "OURIOS_PRESSURE_FILES, OURIOS_PRESSURE_BYTES and OURIOS_JOB_LEASE must be positive"
+                    .into(),
+        });
+    }
+    Ok(readiness)
 }
 
 /// Deadlines below this are not Unix milliseconds (2001-09-09) but a duration: cargo-lambda's
@@ -144,6 +155,8 @@ mod tests {
             ("OURIOS_PRESSURE_BYTES", "1MiB"),
             ("OURIOS_SWEEP_HOURS", "2"),
             ("OURIOS_JOB_LEASE", "5m"),
+            ("OURIOS_LATE_WAIT", "2h"),
+            ("OURIOS_LATE_SHARE", "25%"),
         ]))
         .unwrap();
         assert_eq!(s.layout.ingest_prefix(), "ingest");
@@ -156,6 +169,10 @@ mod tests {
                 sweep_hours: 2,
                 job_lease: Duration::from_secs(300),
                 gc_grace: crate::options::DEFAULT_GC_GRACE,
+                late: LatePolicy {
+                    wait: Duration::from_secs(7200),
+                    share: 0.25,
+                },
             }
         );
     }
@@ -169,6 +186,8 @@ mod tests {
             ("OURIOS_PRESSURE_BYTES", "lots"),
             ("OURIOS_JOB_LEASE", "0s"),
             ("OURIOS_INGEST_PREFIX", "_compaction"),
+            ("OURIOS_LATE_WAIT", "tomorrow"),
+            ("OURIOS_LATE_SHARE", "-5%"),
         ] {
             let err = FunctionSettings::from_lookup(&lookup(&[
                 ("OURIOS_STORE", "memory://"),

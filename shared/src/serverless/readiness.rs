@@ -7,11 +7,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::late::{LateAction, LateFiles, LatePolicy, LateVerdict, decide};
 use crate::manifest::{LiveSet, Manifest};
+use crate::options::JobMode;
 use crate::partition::PartitionId;
 
 /// The readiness thresholds (`OURIOS_LATENESS_GRACE`, `OURIOS_PRESSURE_FILES`, ...).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReadinessConfig {
     /// How long after an hour closes before it is compacted (late files still land).
     pub lateness_grace: Duration,
@@ -27,6 +29,9 @@ pub struct ReadinessConfig {
     /// The GC grace (`OURIOS_GC_GRACE`): a partition's garbage-due marker older than it gets
     /// a job from the sweep, whose GC deletes what is past it.
     pub gc_grace: Duration,
+    /// When late files are merged into a compacted hour (`OURIOS_LATE_WAIT`,
+    /// `OURIOS_LATE_SHARE`).
+    pub late: LatePolicy,
 }
 
 impl Default for ReadinessConfig {
@@ -38,6 +43,7 @@ impl Default for ReadinessConfig {
             sweep_hours: 48,
             job_lease: Duration::from_secs(60 * 60),
             gc_grace: crate::options::DEFAULT_GC_GRACE,
+            late: LatePolicy::default(),
         }
     }
 }
@@ -58,6 +64,13 @@ pub struct PartitionFacts {
     pub compacted_in_one_piece: bool,
     /// Latest manifest version (0: never compacted).
     pub manifest_version: u64,
+    /// Bytes of the live compacted files.
+    pub compacted_bytes: u64,
+    /// When the oldest uncompacted file arrived (the store's date).
+    pub first_uncompacted: Option<DateTime<Utc>>,
+    /// Uncompacted files no check has passed (all of them unless the checked-late record says
+    /// otherwise).
+    pub unchecked_files: usize,
 }
 
 impl PartitionFacts {
@@ -70,7 +83,15 @@ impl PartitionFacts {
             num_compacted_files: live.compacted.len(),
             compacted_in_one_piece: manifest.compacted_in_one_piece(),
             manifest_version: manifest.version,
+            compacted_bytes: manifest.compacted.iter().map(|c| c.bytes).sum(),
+            first_uncompacted: live.ingest.iter().map(|m| m.last_modified).min(),
+            unchecked_files: live.ingest.len(),
         }
+    }
+
+    /// Facts of a partition with nothing live.
+    pub fn empty(partition: &PartitionId) -> Self {
+        Self::new(partition, &LiveSet::default(), &Manifest::empty(""))
     }
 
     /// True when a compaction would change the live set.
@@ -92,16 +113,17 @@ pub enum JobState {
 }
 
 /// Why a partition is ready.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Ready {
-    /// The hour closed and the lateness grace passed.
+    /// The hour closed and the lateness grace passed (files that arrived before it closed
+    /// are uncompacted, or the outputs of several commits are to be merged).
     HourClosed,
-    /// Files landed in an hour that was already compacted.
-    LateFiles {
-        /// Uncompacted files.
-        files: usize,
-    },
+    /// Late files in an hour already compacted are merged, by the late-file policy.
+    LateFiles(LateVerdict),
+    /// Late files in an hour already compacted wait, and some are not checked yet: a job
+    /// checks them and merges nothing.
+    CheckLateFiles(LateVerdict),
     /// The open hour has too many small files.
     SmallFilePressure {
         /// Uncompacted files.
@@ -113,8 +135,26 @@ pub enum Ready {
     Requested,
 }
 
+impl Ready {
+    /// What the job dispatched for this reason does.
+    pub fn mode(&self) -> JobMode {
+        match self {
+            Ready::CheckLateFiles(_) => JobMode::Check,
+            _ => JobMode::Merge,
+        }
+    }
+
+    /// The late-file policy's verdict, when it decided.
+    pub fn late(&self) -> Option<&LateVerdict> {
+        match self {
+            Ready::LateFiles(verdict) | Ready::CheckLateFiles(verdict) => Some(verdict),
+            _ => None,
+        }
+    }
+}
+
 /// Why a partition is left alone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum NotReady {
     /// Nothing uncompacted.
@@ -129,10 +169,22 @@ pub enum NotReady {
         /// When its record was written.
         since: DateTime<Utc>,
     },
+    /// Late files in an hour already compacted wait to be merged, every one checked.
+    LateFilesWait(LateVerdict),
+}
+
+impl NotReady {
+    /// The late-file policy's verdict, when it decided.
+    pub fn late(&self) -> Option<&LateVerdict> {
+        match self {
+            NotReady::LateFilesWait(verdict) => Some(verdict),
+            _ => None,
+        }
+    }
 }
 
 /// What to do with a partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// Create the job record (create-only).
     Dispatch(Ready),
@@ -153,8 +205,16 @@ impl Decision {
         match self {
             Decision::Dispatch(_) | Decision::ReplaceStale { .. } => "dispatch",
             Decision::Skip(NotReady::NothingToCompact) => "nothing_to_compact",
-            Decision::Skip(NotReady::HourOpen { .. }) => "not_ready",
+            Decision::Skip(NotReady::HourOpen { .. } | NotReady::LateFilesWait(_)) => "not_ready",
             Decision::Skip(NotReady::JobActive { .. }) => "job_active",
+        }
+    }
+
+    /// The late-file policy's verdict, when it decided.
+    pub fn late(&self) -> Option<&LateVerdict> {
+        match self {
+            Decision::Dispatch(ready) | Decision::ReplaceStale { ready, .. } => ready.late(),
+            Decision::Skip(not_ready) => not_ready.late(),
         }
     }
 }
@@ -163,8 +223,8 @@ impl fmt::Display for Ready {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Ready::HourClosed => f.write_str("hour closed and lateness grace passed"),
-            Ready::LateFiles { files } => {
-                write!(f, "{files} late file(s) in an already-compacted hour")
+            Ready::LateFiles(verdict) | Ready::CheckLateFiles(verdict) => {
+                write!(f, "{verdict}")
             }
             Ready::SmallFilePressure { files, bytes } => {
                 write!(
@@ -192,6 +252,7 @@ impl fmt::Display for Decision {
                 "hour still open or in its lateness grace until {} and below the pressure thresholds",
                 ready_at.format("%Y-%m-%dT%H:%M:%SZ")
             ),
+            Decision::Skip(NotReady::LateFilesWait(verdict)) => write!(f, "{verdict}"),
             Decision::Skip(NotReady::JobActive { since }) => write!(
                 f,
                 "a job is already scheduled or running (record written at {})",
@@ -213,13 +274,29 @@ pub fn readiness(
     let grace = chrono::Duration::from_std(config.lateness_grace).unwrap_or(chrono::Duration::MAX);
     let ready_at = facts.partition.next_hour().hour_start() + grace;
     if now >= ready_at {
-        return Ok(if facts.manifest_version > 0 {
-            Ready::LateFiles {
-                files: facts.num_uncompacted_files,
-            }
-        } else {
-            Ready::HourClosed
-        });
+        // Files that arrived before the hour closed are its tail, not late: merged now.
+        let tail = facts
+            .first_uncompacted
+            .is_some_and(|first| first < ready_at);
+        let Some(first_arrived) = facts.first_uncompacted.filter(|_| !tail) else {
+            return Ok(Ready::HourClosed);
+        };
+        if facts.manifest_version == 0 {
+            return Ok(Ready::HourClosed);
+        }
+        let late = LateFiles {
+            files: facts.num_uncompacted_files,
+            bytes: facts.uncompacted_bytes,
+            compacted_bytes: facts.compacted_bytes,
+            first_arrived,
+            unchecked: facts.unchecked_files,
+        };
+        let verdict = decide(&config.late, &late, now);
+        return match verdict.action {
+            LateAction::Merge => Ok(Ready::LateFiles(verdict)),
+            LateAction::Check => Ok(Ready::CheckLateFiles(verdict)),
+            LateAction::Wait => Err(NotReady::LateFilesWait(verdict)),
+        };
     }
     if facts.num_uncompacted_files >= config.pressure_files
         || facts.uncompacted_bytes >= config.pressure_bytes
@@ -287,6 +364,9 @@ mod tests {
             num_compacted_files: usize::from(version > 0),
             compacted_in_one_piece: true,
             manifest_version: version,
+            compacted_bytes: 1000 * version,
+            first_uncompacted: (files > 0).then(|| at("2026-11-29T10:30:00Z")),
+            unchecked_files: files,
         }
     }
 
@@ -323,10 +403,11 @@ mod tests {
                 "2026-11-29T11:10:00Z",
                 Decision::Dispatch(Ready::HourClosed),
             ),
+            // Compacted at pressure while open: the files of its tail are merged once it closes.
             (
                 facts(2, 300, 4),
                 "2026-11-29T12:00:00Z",
-                Decision::Dispatch(Ready::LateFiles { files: 2 }),
+                Decision::Dispatch(Ready::HourClosed),
             ),
             (
                 facts(500, 10, 0),
@@ -355,6 +436,59 @@ mod tests {
             let got = plan_partition(facts, JobState::Absent, at(now), &config, false);
             assert_eq!(&got, want, "{facts:?} at {now}: {got}");
         }
+    }
+
+    /// Files that arrive once the hour closed, in an hour already compacted, follow the
+    /// late-file policy: checked at once, merged once they reach the share or waited the wait.
+    #[test]
+    fn late_files_are_checked_at_once_and_merged_by_the_policy() {
+        let config = ReadinessConfig {
+            late: LatePolicy {
+                wait: Duration::from_secs(3600),
+                share: 0.5,
+            },
+            ..ReadinessConfig::default()
+        };
+        let late = |files: usize, bytes: u64, unchecked: usize| PartitionFacts {
+            first_uncompacted: Some(at("2026-11-29T12:00:00Z")),
+            unchecked_files: unchecked,
+            ..facts(files, bytes, 2)
+        };
+        let early = at("2026-11-29T12:20:00Z");
+        let plan = |facts: &PartitionFacts, now| {
+            plan_partition(facts, JobState::Absent, now, &config, false)
+        };
+        let checked = plan(&late(2, 300, 1), early);
+        assert!(
+            matches!(checked, Decision::Dispatch(Ready::CheckLateFiles(_))),
+            "{checked}"
+        );
+        let Decision::Dispatch(ready) = &checked else {
+            unreachable!()
+        };
+        assert_eq!(ready.mode(), JobMode::Check);
+        assert!(checked.to_string().contains("1 checked now"), "{checked}");
+
+        let waiting = plan(&late(2, 300, 0), early);
+        assert_eq!(waiting.label(), "not_ready", "{waiting}");
+        let verdict = waiting.late().copied().unwrap();
+        assert_eq!(verdict.merge_at, at("2026-11-29T13:00:00Z"));
+        assert_eq!(
+            (verdict.files, verdict.bytes, verdict.compacted_bytes),
+            (2, 300, 2000)
+        );
+
+        let share = plan(&late(3, 1000, 0), early);
+        assert!(
+            matches!(&share, Decision::Dispatch(Ready::LateFiles(v)) if v.reason == crate::late::LateReason::ShareReached),
+            "{share}"
+        );
+        let waited = plan(&late(2, 300, 0), at("2026-11-29T13:00:00Z"));
+        assert!(
+            matches!(&waited, Decision::Dispatch(r) if r.mode() == JobMode::Merge),
+            "{waited}"
+        );
+        assert!(waited.to_string().contains("merged now"), "{waited}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("input", &["input"]),
     ("sort", &["sort"]),
     ("output", &["output"]),
-    ("manifest", &["manifest"]),
+    ("manifest", &["manifest", "late"]),
     ("read", &["read"]),
     ("compact", &["compact"]),
     ("serverless", &["serverless"]),

@@ -164,6 +164,7 @@ fn compactor(url: &str, scratch: &std::path::Path, vars: &[(&str, &str)]) -> Com
         settings: CompactSettings::from_lookup(&lookup).expect("valid settings"),
         readiness: ReadinessConfig::default(),
         state_machine: None,
+        clock: ourios_compaction::clock::SystemClock::shared(),
     }
 }
 

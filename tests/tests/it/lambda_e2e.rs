@@ -11,13 +11,16 @@ use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_integration_tests::emulator::{
-    Emulator, FUNCTIONS, event_for_store, land_announced_files, workspace_root,
+    Emulator, FUNCTIONS, event_for_store, land_announced_files, load, move_event, workspace_root,
 };
 use ourios_integration_tests::{assert_exactly_once, live_set, live_tags, s3_url, test_partition};
 use serde_json::Value;
 
 /// The GC grace of the functions: short, so the test sees the steady state after it.
 const GRACE: &str = "2s";
+
+/// The longest a late file waits: short, so the test sees it merged by the sweep.
+const LATE_WAIT: &str = "3s";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planner_and_compactor_under_cargo_lambda() {
@@ -39,6 +42,7 @@ async fn planner_and_compactor_under_cargo_lambda() {
         ("OURIOS_MEMORY_BUDGET", "16MiB"),
         ("OURIOS_DEADLINE_MARGIN", "1s"),
         ("OURIOS_GC_GRACE", GRACE),
+        ("OURIOS_LATE_WAIT", LATE_WAIT),
         ("OURIOS_SCRATCH", &scratch.to_string_lossy()),
     ]
     .iter()
@@ -164,7 +168,82 @@ async fn planner_and_compactor_under_cargo_lambda() {
         .collect();
     assert!(stray.is_empty(), "outputs and manifests only: {stray:?}");
 
-    // 6. A hostile key fails the invocation loudly, naming it.
+    // 6. A late file: checked at once and left live, unmerged; once it has waited the late
+    // wait, the sweep dispatches its merge. It costs one rewrite of the hour.
+    let late_name = "late-0001.parquet";
+    let late_tags =
+        ourios_compaction::testing::land_file(&store, &layout, &partition, late_name, 9_000, 50)
+            .await;
+    let mut late_event = load("eventbridge-object-created.json");
+    late_event["detail"]["object"]["key"] =
+        Value::from(format!("{}/{late_name}", layout.ingest_dir(&partition)));
+    let late_event_file = work.path().join("late-object-created.json");
+    let late_event = move_event(late_event, &bucket, &prefix).to_string();
+    std::fs::write(&late_event_file, late_event).expect("event written");
+    let checked = emulator
+        .invoke("ourios-planner", &late_event_file)
+        .unwrap_or_else(|e| panic!("planner failed: {e}\n{}", emulator.log_tail()));
+    let decided = &checked["partitions"][0];
+    assert_eq!(decided["decision"], "dispatched", "{checked}");
+    assert_eq!(decided["late"]["action"], "check", "{checked}");
+    let check = emulator
+        .invoke("ourios-compactor", &job_event)
+        .unwrap_or_else(|e| panic!("compactor failed: {e}\n{}", emulator.log_tail()));
+    assert_eq!(check["status"], "noop", "{check}");
+    assert_eq!(check["late_check"]["checked"], 1, "{check}");
+    assert_eq!(
+        check["outputs"],
+        Value::Array(Vec::new()),
+        "nothing rewritten: {check}"
+    );
+    let waiting = emulator
+        .invoke("ourios-planner", &late_event_file)
+        .expect("planner answers");
+    assert_eq!(
+        waiting["partitions"][0]["decision"], "not_ready",
+        "{waiting}"
+    );
+    assert_eq!(
+        waiting["partitions"][0]["late"]["action"], "wait",
+        "{waiting}"
+    );
+    let mut all_tags = tags.clone();
+    all_tags.extend(late_tags);
+    let live = live_tags(&store, &layout, &partition).await;
+    assert_exactly_once(&live, &all_tags, "with the late file waiting");
+
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    let swept = emulator
+        .invoke("ourios-planner", &sweep_event)
+        .unwrap_or_else(|e| panic!("planner failed: {e}\n{}", emulator.log_tail()));
+    let merges: Vec<&Value> = (swept["partitions"].as_array().into_iter().flatten())
+        .filter(|p| p["decision"] == "dispatched")
+        .collect();
+    assert_eq!(merges.len(), 1, "one merge of the late file: {swept}");
+    assert_eq!(merges[0]["late"]["reason"], "wait_over", "{swept}");
+    let merged = emulator
+        .invoke("ourios-compactor", &job_event)
+        .unwrap_or_else(|e| panic!("compactor failed: {e}\n{}", emulator.log_tail()));
+    assert_eq!(merged["status"], "compacted", "{merged}");
+    assert_eq!(
+        merged["inputs"]["files"], 2,
+        "the output and the late file: {merged}"
+    );
+    let hour_bytes = report["output"]["bytes"].as_u64().expect("bytes");
+    let rewritten = merged["output"]["bytes"].as_u64().expect("bytes");
+    assert!(
+        rewritten < 2 * hour_bytes,
+        "the late file cost {rewritten} bytes, the hour is {hour_bytes}"
+    );
+    let live = live_tags(&store, &layout, &partition).await;
+    assert_exactly_once(&live, &all_tags, "after the late file's merge");
+    let keys = ourios_integration_tests::all_keys(&store).await;
+    assert!(
+        !keys.iter().any(|k| k.starts_with("_compaction/late/")),
+        "nothing waits: {keys:?}"
+    );
+
+    // 7. A hostile key fails the invocation loudly, naming it.
     let hostile = event_for_store("s3-hostile-keys.json", &bucket, &prefix, work.path());
     let err = emulator
         .invoke("ourios-planner", &hostile)

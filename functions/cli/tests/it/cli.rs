@@ -815,3 +815,53 @@ fn bench_prices_both_sides_next_to_s3_tables() {
         f(&cost["s3_tables_sort_usd_per_gb"]) / f(&cost["sorted_compaction"]["usd_per_gb"]);
     assert!((times - expected).abs() <= 1e-9 * expected, "{result}");
 }
+
+/// `compact` applies the late-file policy when asked (a flag or its variable): a late file
+/// that waits is only checked, and stays live; without the policy, it is merged at once.
+#[test]
+fn compact_applies_the_late_file_policy_only_when_asked() {
+    let dir = tempfile::tempdir().expect("dir");
+    generate(dir.path(), "acme", &["--files", "4", "--rows", "2000"]);
+    let (_, first) = compact(dir.path(), "acme", &[]);
+    assert_eq!(first["status"], "compacted", "{first}");
+    // A late file: the hour closed long ago, and it is a fraction of the hour's bytes.
+    generate(
+        dir.path(),
+        "acme",
+        &["--files", "1", "--rows", "50", "--seed", "99"],
+    );
+
+    let (out, waits) = compact(dir.path(), "acme", &["--late-wait", "1h"]);
+    assert_eq!(waits["status"], "noop", "{waits}");
+    assert_eq!(waits["late_check"]["checked"], 1, "{waits}");
+    assert_eq!(waits["late_check"]["waiting"], 1, "{waits}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("late files: 1 late file(s)"), "{stderr}");
+    let store = dir.path().to_string_lossy().to_string();
+    let files_args = [
+        "files", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--json",
+    ];
+    let live = json(&run_ok(&files_args))["live"].as_array().map(Vec::len);
+    assert_eq!(
+        live,
+        Some(2),
+        "the output and the late file, live while it waits"
+    );
+
+    // The variable alone applies it too; checked once, the late file is not checked again.
+    let store_arg = dir.path().to_string_lossy().to_string();
+    let args = [
+        "compact", "--store", &store_arg, "--tenant", "acme", "--hour", HOUR, "--json",
+    ];
+    let again = json(&run_with_env(&args, &[("OURIOS_LATE_SHARE", "90%")]));
+    assert_eq!(again["status"], "noop", "{again}");
+    assert!(
+        again.get("late_check").is_none(),
+        "nothing left to check: {again}"
+    );
+
+    // A share the late file reaches merges it.
+    let (_, merged) = compact(dir.path(), "acme", &["--late-share", "0.001"]);
+    assert_eq!(merged["status"], "compacted", "{merged}");
+    assert_eq!(merged["inputs"]["files"], 2, "{merged}");
+}

@@ -1,6 +1,7 @@
 //! The compactor's one entry point: an unwrapped invocation in, the jobs it ran (or the
 //! records it ignored) out, with the failure policy that decides whether the invocation failed.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -10,9 +11,10 @@ use super::job;
 use super::job_lifecycle::{
     JobOutcome, RecordAction, end_fanned_out_job, hand_off_if_large, run_compaction_job,
 };
+use crate::clock::Clock;
 use crate::compact::fan_out::{FanOutTask, TaskAnswer, run_fan_out_task};
 use crate::error::{ErrorKind, InvocationError};
-use crate::options::{CompactOptions, FanOut};
+use crate::options::{CompactOptions, FanOut, JobMode};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::report::{CompactionReport, Status};
 use crate::serverless::events::{Classified, Invocation, KeyScope, Record, Watch, classify};
@@ -37,6 +39,8 @@ pub struct Compactor {
     /// The fan-out state machine, when deployed: a job too large for one invocation is
     /// handed to it rather than run here.
     pub state_machine: Option<FanOutStateMachine>,
+    /// The host's clocks (the system's; a test's virtual ones).
+    pub clock: Arc<dyn Clock>,
 }
 
 /// A record the compactor acknowledged without work.
@@ -101,7 +105,9 @@ impl JobOutcome {
 impl Compactor {
     /// Compaction options for an invocation ending at `deadline`.
     pub fn options(&self, deadline: Option<Instant>) -> CompactOptions {
-        self.settings.options(deadline)
+        let mut options = self.settings.options(deadline);
+        options.clock = Arc::clone(&self.clock);
+        options
     }
 
     /// Handles one invocation ending at `deadline`: runs the job of every partition whose job
@@ -120,6 +126,7 @@ impl Compactor {
                 TaskAnswer::Committed(report) => self.end_fanned_out(task, &options, *report).await,
             };
         }
+        let by_hand = matches!(invocation, Invocation::Compact { .. });
         let (partitions, ignored) = self.jobs_of(invocation)?;
         if partitions.is_empty() {
             return Ok(CompactorAnswer::Ignored(ignored));
@@ -133,7 +140,7 @@ impl Compactor {
                 job_id = tracing::field::Empty
             );
             let outcome = self
-                .run_job(partition, &options)
+                .run_job(partition, &options, by_hand)
                 .instrument(span.clone())
                 .await?;
             span.in_scope(|| {
@@ -145,22 +152,27 @@ impl Compactor {
         Ok(CompactorAnswer::Jobs(jobs))
     }
 
-    /// One job: handed to the state machine when it is too large for this invocation,
-    /// otherwise compacted here in one piece.
+    /// One job, doing what its record asks (a merge, by hand): handed to the state machine
+    /// when it merges and is too large for this invocation, otherwise run here in one piece.
     async fn run_job(
         &self,
         partition: &PartitionId,
         options: &CompactOptions,
+        by_hand: bool,
     ) -> crate::error::Result<JobOutcome> {
         let (store, layout) = (&self.store, &self.layout);
-        let Some(machine) = &self.state_machine else {
-            return run_compaction_job(store, layout, partition, options, &self.readiness).await;
+        let record = (job::read_job(store, partition).await?).and_then(|s| s.record);
+        let mut options = options.clone();
+        options.mode = match &record {
+            Some(record) if !by_hand => record.mode,
+            _ => JobMode::Merge,
+        };
+        let Some(machine) = (self.state_machine.as_ref()).filter(|_| options.mode.is_merge())
+        else {
+            return run_compaction_job(store, layout, partition, &options, &self.readiness).await;
         };
         // A job whose earlier attempts ran out of time here is handed off with more ranges.
-        let timed_out = (job::read_job(store, partition).await?)
-            .and_then(|s| s.record)
-            .map_or(0, |r| r.timed_out);
-        let mut options = options.clone();
+        let timed_out = record.map_or(0, |r| r.timed_out);
         options.settings.fan_out = options.settings.fan_out.escalated(timed_out);
         let options = &options;
         if options.settings.fan_out != FanOut::Off

@@ -14,6 +14,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersio
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::options::JobMode;
 use crate::partition::{PartitionId, job_key};
 use crate::store::Store;
 
@@ -41,6 +42,10 @@ pub struct JobRecord {
     /// the fan-out with more ranges ([`FanOut::escalated`](crate::options::FanOut::escalated)).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub timed_out: u32,
+    /// What the job does: `merge` (absent), `check` (late files that wait: checked, not
+    /// merged) or `collect` (garbage only).
+    #[serde(default, skip_serializing_if = "JobMode::is_merge")]
+    pub mode: JobMode,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -59,7 +64,13 @@ impl JobRecord {
             reason: reason.to_string(),
             created_at_ms: now.timestamp_millis(),
             timed_out: 0,
+            mode: JobMode::Merge,
         }
+    }
+
+    /// The record, for a job that does `mode`.
+    pub fn with_mode(self, mode: JobMode) -> Self {
+        Self { mode, ..self }
     }
 
     fn encode(&self) -> PutPayload {

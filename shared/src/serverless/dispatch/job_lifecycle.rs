@@ -150,7 +150,8 @@ async fn end_job_record(
             },
         );
     };
-    let next = JobRecord::new(partition, &format!("after the previous job: {ready}"), now);
+    let next = JobRecord::new(partition, &format!("after the previous job: {ready}"), now)
+        .with_mode(ready.mode());
     let written = match stored {
         Some(s) => job::replace_job(store, &next, partition, &s.version).await?,
         None => job::create_job(store, &next, partition).await?,

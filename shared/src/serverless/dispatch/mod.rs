@@ -20,10 +20,12 @@ use object_store::path::Path;
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::late::{LateVerdict, read_checked};
 use crate::manifest::{LiveSet, live_set, load_latest};
+use crate::options::JobMode;
 use crate::partition::{
     GC_DUE_PREFIX, KeyLayout, PartitionId, SWEEP_CURSOR_KEY, field_value, is_ingest_file_name,
-    parse_gc_due_key, parse_hour, validate_tenant,
+    parse_gc_due_key, parse_hour, parse_late_key, validate_tenant,
 };
 use crate::report::Status;
 use crate::serverless::events::BackfillRequest;
@@ -80,7 +82,7 @@ impl OutcomeDecision {
     fn of_skip(not_ready: &NotReady) -> Self {
         match not_ready {
             NotReady::NothingToCompact => Self::NothingToCompact,
-            NotReady::HourOpen { .. } => Self::NotReady,
+            NotReady::HourOpen { .. } | NotReady::LateFilesWait(_) => Self::NotReady,
             NotReady::JobActive { .. } => Self::JobActive,
         }
     }
@@ -99,7 +101,7 @@ impl PartialEq<&str> for OutcomeDecision {
 }
 
 /// What happened to one partition, as the planner reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PartitionOutcome {
     /// Tenant.
     pub tenant: String,
@@ -115,6 +117,10 @@ pub struct PartitionOutcome {
     /// For `failed`: the kind of the error, as in the reports and metrics.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<ErrorKind>,
+    /// For an hour already compacted with late files: what the late-file policy decided
+    /// (`merge`, `check` or `wait`), why, and the facts it weighed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late: Option<LateVerdict>,
 }
 
 impl PartitionOutcome {
@@ -127,6 +133,7 @@ impl PartitionOutcome {
             reason,
             job_id: None,
             error_kind: None,
+            late: None,
         }
     }
 
@@ -170,20 +177,35 @@ pub async fn partition_facts(
         .any(|m| m.location.filename().is_some_and(is_ingest_file_name));
     if !has_candidates {
         // Nothing could be uncompacted: skip reading the manifest.
-        let live = LiveSet::default();
-        let facts = PartitionFacts {
-            partition: partition.clone(),
-            num_uncompacted_files: 0,
-            uncompacted_bytes: 0,
-            num_compacted_files: 0,
-            compacted_in_one_piece: true,
-            manifest_version: 0,
-        };
-        return Ok((facts, live));
+        return Ok((PartitionFacts::empty(partition), LiveSet::default()));
     }
     let manifest = load_latest(store, layout, partition).await?;
     let live = live_set(&dir, &listing, &manifest);
-    Ok((PartitionFacts::new(partition, &live, &manifest), live))
+    let mut facts = PartitionFacts::new(partition, &live, &manifest);
+    if manifest.version > 0 && !live.ingest.is_empty() {
+        // Files that may be late: those a check passed wait without another.
+        let checked = read_checked(store, partition).await?;
+        facts.unchecked_files = checked.unchecked(&live.ingest).len();
+    }
+    Ok((facts, live))
+}
+
+/// What a job on `partition` started at `now` by hand does under the late-file policy of
+/// `config`: when its late files wait, it checks those not checked yet, or only collects
+/// garbage when every one is checked; otherwise it merges (an open hour too: it was asked).
+pub async fn late_policy_mode(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+) -> Result<(JobMode, Option<LateVerdict>)> {
+    let (facts, _) = partition_facts(store, layout, partition).await?;
+    Ok(match readiness(&facts, now, config) {
+        Ok(ready) => (ready.mode(), ready.late().copied()),
+        Err(NotReady::LateFilesWait(verdict)) => (JobMode::Collect, Some(verdict)),
+        Err(_) => (JobMode::Merge, None),
+    })
 }
 
 /// Plans one partition and carries the decision out: creates (or replaces a stale) job record.
@@ -212,15 +234,26 @@ pub async fn dispatch_partition(
     };
     let decision = plan_partition(&facts, state, now, config, mode.requested);
     let reason = decision.to_string();
-    let record = JobRecord::new(partition, &reason, now);
+    let late = decision.late().copied();
+    let job_mode = match &decision {
+        Decision::Dispatch(ready) | Decision::ReplaceStale { ready, .. } => ready.mode(),
+        Decision::Skip(_) => JobMode::Merge,
+    };
+    let record = JobRecord::new(partition, &reason, now).with_mode(job_mode);
     let written = match (&decision, mode.dry_run) {
         (Decision::Skip(not_ready), _) => {
             let decision = OutcomeDecision::of_skip(not_ready);
-            return Ok(PartitionOutcome::new(partition, decision, reason));
+            return Ok(PartitionOutcome {
+                late,
+                ..PartitionOutcome::new(partition, decision, reason)
+            });
         }
         (_, true) => {
             let decision = OutcomeDecision::WouldDispatch;
-            return Ok(PartitionOutcome::new(partition, decision, reason));
+            return Ok(PartitionOutcome {
+                late,
+                ..PartitionOutcome::new(partition, decision, reason)
+            });
         }
         (Decision::Dispatch(_), false) => job::create_job(store, &record, partition).await?,
         (Decision::ReplaceStale { .. }, false) => {
@@ -233,7 +266,10 @@ pub async fn dispatch_partition(
         }
     };
     let lost = "another planner dispatched this partition first";
-    Ok(dispatch_outcome(partition, written, record, reason, lost))
+    Ok(PartitionOutcome {
+        late,
+        ..dispatch_outcome(partition, written, record, reason, lost)
+    })
 }
 
 /// What writing `record` for `partition` did: `Dispatched` with its job id, or `JobActive`
@@ -388,8 +424,62 @@ pub async fn sweep_until(
         };
         report.partitions.push(outcome);
     }
+    let swept: BTreeSet<PartitionId> = partitions.into_iter().collect();
+    dispatch_late_waiting(store, layout, now, config, deadline, &swept, &mut report).await;
     dispatch_garbage_due(store, layout, now, config, deadline, &mut report).await;
     Ok(report)
+}
+
+/// Most partitions with late files waiting one sweep looks at (the rest wait for the next).
+pub const MAX_LATE_WAITING_PER_SWEEP: usize = 500;
+
+/// Plans each partition with a checked-late record (late files waiting for the late-file
+/// policy) that the window did not cover, whatever its hour's age, so late files are merged
+/// once the policy says, with no new event. A record whose partition has nothing left to
+/// merge is deleted. Failures are counted in the report; at most
+/// [`MAX_LATE_WAITING_PER_SWEEP`] a sweep.
+async fn dispatch_late_waiting(
+    store: &Store,
+    layout: &KeyLayout,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+    deadline: Option<Instant>,
+    swept: &BTreeSet<PartitionId>,
+    report: &mut SweepReport,
+) {
+    let records = match store.list_sorted(&crate::late::records_prefix()).await {
+        Ok(records) => records,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list the partitions with late files waiting");
+            report.failed += 1;
+            return;
+        }
+    };
+    let waiting = (records.iter())
+        .filter_map(|m| Some((m, parse_late_key(m.location.as_ref(), layout).ok()?)))
+        .filter(|(_, partition)| !swept.contains(partition))
+        .take(MAX_LATE_WAITING_PER_SWEEP);
+    for (meta, partition) in waiting {
+        if out_of_time(deadline) {
+            report.complete = false;
+            break;
+        }
+        let mode = DispatchMode::default();
+        let outcome = match dispatch_partition(store, layout, &partition, now, config, mode).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                report.failed += 1;
+                PartitionOutcome::failed(&partition, &e)
+            }
+        };
+        if outcome.decision == OutcomeDecision::NothingToCompact {
+            // Merged (or gone) since: the record is stale, unless rewritten meanwhile.
+            if let Err(e) = store.delete_listed(meta).await {
+                tracing::warn!(partition = %partition, error = %e, "could not delete a stale checked-late record");
+            }
+        }
+        report.partitions.push(outcome);
+    }
 }
 
 /// Most partitions with garbage due one sweep dispatches (the rest wait for the next).
@@ -449,7 +539,8 @@ async fn dispatch_garbage_job(
     config: &ReadinessConfig,
 ) -> Result<PartitionOutcome> {
     let reason = "garbage due: retired files or orphans past the grace".to_string();
-    let record = JobRecord::new(partition, &reason, now);
+    // It only collects: what else the partition needs, the end of the job re-arms it for.
+    let record = JobRecord::new(partition, &reason, now).with_mode(JobMode::Collect);
     let written = match job::read_job(store, partition).await? {
         None => job::create_job(store, &record, partition).await?,
         Some(stored) => {
@@ -629,6 +720,8 @@ pub async fn backfill_until(
     Ok(report)
 }
 
+#[cfg(test)]
+mod late_files;
 #[cfg(test)]
 mod order_properties;
 #[cfg(test)]
