@@ -134,6 +134,7 @@
 //! | | `compact::committing` | step 5: the commit of what was produced, the outputs no commit made live deleted |
 //! | | [`compact::fan_out`] | one partition fanned out into key ranges: the shape, the groups, the tasks run here, the task entry point of the state machine, the commit of a fanned-out job |
 //! | | [`compact::fan_out::tasks`] | the tasks (plan, run, split, merge, gather), each a function of the job's records in the store |
+//! | | `compact::fan_out::into_ranges` | late files into a fanned-out hour merged into only the ranges their keys fall in |
 //! | | `compact::fan_out::range_read` | one range of a run: its row groups by range requests, its rows counted |
 //! | | `compact::fan_out::admission` | the plan's union of columns: every input's footer (those the sizing read reused), the files it refuses quarantined as a one-output job would |
 //! | serverless | [`serverless`] | the functions' library side |

@@ -89,6 +89,7 @@ pub(crate) async fn commit_produced(
                 rows: w.output.rows,
                 bytes: w.output.bytes,
                 input_set: w.input_set.clone(),
+                range: w.range.clone(),
             })
             .collect(),
         quarantined: quarantined

@@ -79,8 +79,9 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
     };
 
     // Steps 2 to 4: a job that only checks or collects merges nothing; late files that bring no
-    // row to earlier outputs in one piece are settled reading only them; otherwise in one task
-    // or fanned out. Inputs too large for any task stay live (`sizing`).
+    // row to earlier outputs in one piece are settled reading only them; late files into a
+    // fanned-out hour are merged into the ranges they touch; otherwise in one task or fanned
+    // out. Inputs too large for any task stay live (`sizing`).
     let in_one_piece = manifest.compacted_in_one_piece();
     let settled = match job.options.mode {
         JobMode::Collect => None,
@@ -97,15 +98,18 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
             report.status = Status::Noop;
             return Ok(());
         }
-        None => {
-            let sizing = size_job(job, wanted).await?;
-            report.oversized.clone_from(&sizing.oversized);
-            if sizing.wanted.iter().all(|w| w.is_compacted) && in_one_piece {
-                report.status = Status::Noop;
-                return Ok(());
+        None => match fan_out::produce_into_ranges(job, &manifest, &wanted).await? {
+            Some(into_ranges) => into_ranges,
+            None => {
+                let sizing = size_job(job, wanted).await?;
+                report.oversized.clone_from(&sizing.oversized);
+                if sizing.wanted.iter().all(|w| w.is_compacted) && in_one_piece {
+                    report.status = Status::Noop;
+                    return Ok(());
+                }
+                fan_out::produce_sized(job, manifest.version, sizing, in_one_piece).await?
             }
-            fan_out::produce_sized(job, manifest.version, sizing, in_one_piece).await?
-        }
+        },
     };
 
     // Step 5: commit; the holds on the outputs go, whatever its outcome. Late files merged

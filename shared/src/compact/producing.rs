@@ -17,6 +17,7 @@ use crate::compact::writing::{WriteJob, Written, output_key, sort_and_write};
 use crate::error::Result;
 use crate::input::schema::unify_weighted;
 use crate::late::{CheckedFile, read_checked, write_checked};
+use crate::manifest::OutputRange;
 use crate::report::{FanOutShape, LateCheck, Quarantined};
 use crate::scratch::ScratchDir;
 use crate::sort::SortStats;
@@ -42,7 +43,10 @@ pub(crate) struct Produced {
 impl Produced {
     /// What settling inputs without writing anything gives: the empty ones consumed, the bad
     /// ones quarantined, each in key order.
-    fn settled(mut consumed: Vec<WantedInput>, mut quarantined: Vec<Quarantined>) -> Self {
+    pub(crate) fn settled(
+        mut consumed: Vec<WantedInput>,
+        mut quarantined: Vec<Quarantined>,
+    ) -> Self {
         quarantined.sort_by(|a, b| a.file.cmp(&b.file));
         consumed.sort_by(|a, b| a.key.cmp(&b.key));
         Produced {
@@ -91,7 +95,13 @@ pub(crate) async fn produce_one(
         rows: sorted.rows,
         quarantined: sorted.quarantined,
         stats: sorted.written.as_ref().map(|w| w.stats).unwrap_or_default(),
-        outputs: sorted.written.into_iter().collect(),
+        // The one output replaces every earlier one: its range is the whole partition.
+        outputs: (sorted.written.into_iter())
+            .map(|w| Written {
+                range: Some(OutputRange { start: None }),
+                ..w
+            })
+            .collect(),
         fan_out: None,
     })
 }

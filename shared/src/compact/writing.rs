@@ -12,6 +12,7 @@ use crate::compact::job::JobContext;
 use crate::error::{Error, Result};
 use crate::input::CheckedInput;
 use crate::input::schema::UnifiedSchema;
+use crate::manifest::OutputRange;
 use crate::manifest::gc::mark_garbage;
 use crate::object_key::ObjectKey;
 use crate::options::{CompactOptions, sort_key_label};
@@ -88,6 +89,8 @@ pub(crate) struct Written {
     /// The start of the last renewal of the output's hold, on the job's monotonic clock
     /// (`None`: no grace, no hold).
     pub(crate) held_from_ms: Option<u64>,
+    /// Its key range in the partition, as the commit records it (`None`: not recorded).
+    pub(crate) range: Option<OutputRange>,
 }
 
 /// What one sort-and-write reads.
@@ -228,6 +231,7 @@ pub(crate) async fn sort_and_write(
                 row_group_bytes: row_group_bytes_used,
                 stats,
                 held_from_ms: uploaded.held_from_ms,
+                range: None,
             }))
         }
         Ok(Err(bad)) => {

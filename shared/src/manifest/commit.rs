@@ -158,7 +158,14 @@ fn apply(base: &Manifest, request: &CommitRequest) -> Manifest {
         next.compacted.push(output.clone());
         next.written_bytes = next.written_bytes.saturating_add(output.bytes);
     }
-    next.compacted.sort_by(|a, b| a.key.cmp(&b.key));
+    // In key order: by range where every file records one, else by name (the ranges of one
+    // fanned-out job are named in range order).
+    if next.compacted.iter().all(|c| c.range.is_some()) {
+        next.compacted
+            .sort_by(|a, b| a.range.cmp(&b.range).then_with(|| a.key.cmp(&b.key)));
+    } else {
+        next.compacted.sort_by(|a, b| a.key.cmp(&b.key));
+    }
     next.ingested_bytes = next.ingested_bytes.saturating_add(request.ingested_bytes);
     let forget: std::collections::HashSet<&str> =
         request.forget.iter().map(|k| k.as_str()).collect();
@@ -324,6 +331,7 @@ mod tests {
             rows: 1,
             bytes: 1,
             input_set: String::new(),
+            range: None,
         });
         let request = CommitRequest {
             inputs: vec![key("compacted/p/old.parquet"), key("data/p/a.parquet")],
@@ -332,6 +340,7 @@ mod tests {
                 rows: 2,
                 bytes: 2,
                 input_set: "h".into(),
+                range: None,
             }],
             quarantined: vec![QuarantinedFile {
                 key: key("data/p/bad.parquet"),
@@ -424,6 +433,7 @@ mod tests {
             rows: 1,
             bytes: 1,
             input_set: "x".into(),
+            range: None,
         });
         let request = CommitRequest {
             inputs: vec![key("data/p/a.parquet")],

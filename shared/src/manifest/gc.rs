@@ -616,6 +616,7 @@ mod tests {
             rows: 1,
             bytes: 1,
             input_set: String::new(),
+            range: None,
         });
         // The committers' clocks say the opposite of the store's: only the store's count.
         m.retired.push(RetiredFile {

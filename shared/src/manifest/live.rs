@@ -14,7 +14,7 @@ use crate::partition::{is_ingest_file_name, is_writer_side_file};
 /// The files a reader must read for a partition right now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveSet {
-    /// Live compacted files (keys).
+    /// Live compacted files (keys), in key order.
     pub compacted: Vec<ObjectKey>,
     /// Live ingest files, sorted by key.
     pub ingest: Vec<ObjectMeta>,
@@ -41,8 +41,8 @@ impl LiveSet {
 
 /// Applies the reader rule to a listing of the partition's ingest directory `dir`.
 pub fn live_set(dir: &Path, ingest_listing: &[ObjectMeta], manifest: &Manifest) -> LiveSet {
-    let mut compacted: Vec<ObjectKey> = manifest.compacted.iter().map(|c| c.key.clone()).collect();
-    compacted.sort();
+    // In the manifest's order: key order (by range where recorded, else by name).
+    let compacted: Vec<ObjectKey> = manifest.compacted.iter().map(|c| c.key.clone()).collect();
     let excluded = manifest.excluded_keys();
     let mut ingest: Vec<ObjectMeta> = ingest_listing
         .iter()

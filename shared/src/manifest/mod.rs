@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::object_key::ObjectKey;
+use crate::sort::key::{KeyPoint, KeyRange};
 
 /// Format version written into every manifest.
 pub const MANIFEST_FORMAT: u32 = 1;
@@ -71,6 +72,17 @@ pub struct CompactedFile {
     /// committed under another name is a `noop` (each attempt names its output uniquely).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub input_set: String,
+    /// Where it sits in the partition's order, when recorded: the live outputs with ranges are
+    /// disjoint key ranges, each from its start to the next one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<OutputRange>,
+}
+
+/// The key range of a compacted file, by its start: the range runs to the next file's start.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OutputRange {
+    /// The lowest key of the range (`None`: open below, the partition's first file).
+    pub start: Option<KeyPoint>,
 }
 
 /// A file a commit took out of the live set.
@@ -152,9 +164,10 @@ impl Manifest {
         self.compacted.iter().any(|c| c.key == key)
     }
 
-    /// True when the live compacted files came out of one commit: one file, or the disjoint key
-    /// ranges of one fanned-out job (they share an input set). Nothing is left to merge among
-    /// them; files of several commits are merged by the next compaction.
+    /// True when the live compacted files are in one piece: one file, the disjoint key ranges
+    /// of one fanned-out job (they share an input set), or files whose recorded ranges follow
+    /// each other from an open start ([`Manifest::ranges`]). Nothing is left to merge among
+    /// them; other files of several commits are merged by the next compaction.
     pub fn compacted_in_one_piece(&self) -> bool {
         match self.compacted.split_first() {
             None => true,
@@ -162,8 +175,38 @@ impl Manifest {
                 rest.is_empty()
                     || (!first.input_set.is_empty()
                         && rest.iter().all(|c| c.input_set == first.input_set))
+                    || self.ranges().is_some()
             }
         }
+    }
+
+    /// The live compacted files as disjoint key ranges in key order, when every one has its
+    /// range recorded, the first open below and the starts strictly increasing; `None`
+    /// otherwise.
+    pub fn ranges(&self) -> Option<Vec<(&CompactedFile, KeyRange)>> {
+        let starts: Vec<&OutputRange> = (self.compacted.iter())
+            .map(|c| c.range.as_ref())
+            .collect::<Option<_>>()?;
+        let first_open = starts.first().is_some_and(|r| r.start.is_none());
+        let increasing = starts.windows(2).all(|w| match (&w[0].start, &w[1].start) {
+            (None, Some(_)) => true,
+            (Some(a), Some(b)) => a < b,
+            _ => false,
+        });
+        if !first_open || !increasing {
+            return None;
+        }
+        let ends = (starts.iter().skip(1).map(|r| r.start.clone())).chain(std::iter::once(None));
+        let ranges = (self.compacted.iter().zip(&starts).zip(ends))
+            .map(|((file, start), end)| {
+                let range = KeyRange {
+                    start: start.start.clone(),
+                    end,
+                };
+                (file, range)
+            })
+            .collect();
+        Some(ranges)
     }
 
     /// Bytes written by compaction per byte ingested, over the partition's history (0 before
@@ -214,6 +257,7 @@ mod tests {
                 rows,
                 bytes,
                 input_set,
+                range: None,
             },
         );
         let retired = (object_key(), any::<i64>(), any::<u64>()).prop_map(
@@ -276,6 +320,7 @@ mod tests {
             rows: 10,
             bytes: 100,
             input_set: "abc".into(),
+            range: None,
         });
         m.retired.push(RetiredFile {
             key: key("data/y.parquet"),

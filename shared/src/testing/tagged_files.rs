@@ -96,6 +96,7 @@ pub fn commit_request(job: &str, input: &str, output: &str) -> CommitRequest {
             rows: 1,
             bytes: 1,
             input_set: String::new(),
+            range: None,
         }],
         quarantined: Vec::new(),
         released: Vec::new(),

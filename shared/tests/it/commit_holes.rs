@@ -141,6 +141,7 @@ fn commit_request(job: &str, inputs: &[&str], output: &str, forget: &[&str]) -> 
             rows: 1,
             bytes: 1,
             input_set: format!("set-of-{job}"),
+            range: None,
         }],
         quarantined: Vec::new(),
         released: Vec::new(),

@@ -687,3 +687,121 @@ fn a_late_file_beyond_the_budget_is_left_to_the_fan_out() {
         assert_eq!(late.quarantined[0].file, garbage);
     });
 }
+
+/// Every row of the live outputs in live-set order: sorted by (service, time) across the
+/// outputs (disjoint ranges in key order), each output holding the rows it says.
+async fn rows_in_order(store: &Store) -> Vec<TestRow> {
+    let live = live_set(store, &KeyLayout::default(), &test_partition()).await;
+    let mut all = Vec::new();
+    for key in &live.live {
+        let rows: Vec<TestRow> = read_parquet(store, key)
+            .await
+            .iter()
+            .flat_map(rows_of)
+            .collect();
+        assert!(!rows.is_empty(), "no empty output: {key}");
+        all.extend(rows);
+    }
+    assert!(
+        all.windows(2).all(|w| key_of(&w[0]) <= key_of(&w[1])),
+        "the outputs are disjoint key ranges in key order"
+    );
+    all
+}
+
+/// A late file into a fanned-out hour is merged into the ranges its keys fall in, and only
+/// those: the other outputs stay as they are, the outputs stay disjoint key ranges in key
+/// order, every row is live once, and the file costs the bytes of the ranges it touched. A
+/// second late file, after the first merge, does the same.
+#[test]
+fn late_files_merge_into_only_the_ranges_their_keys_touch() {
+    multi_thread_runtime(2).block_on(async {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        let layout = KeyLayout::default();
+        let files = inputs(&test_partition());
+        ingest(&store, &layout, &files, 0).await;
+        let scratch = tempfile::tempdir().expect("scratch");
+        let fanned = options(scratch.path(), FanOut::Ranges(4), 1);
+        let first = compact_test_partition(&store, &fanned, Status::Compacted).await;
+        assert!(first.outputs.len() >= 3, "{:?}", first.outputs);
+        let hour_bytes: u64 = first.outputs.iter().map(|o| o.bytes).sum();
+
+        let (start, _) = test_partition().time_range_nanos();
+        let mut expected: Vec<i64> = files.iter().flatten().map(|r| r.2).collect();
+        for (n, service) in ["ads", "search"].into_iter().enumerate() {
+            let before = live_set(&store, &layout, &test_partition()).await.live;
+            let late: Vec<TestRow> = (0..200)
+                .map(|i| {
+                    let time = start + (i % 150) * 1_000_000_000;
+                    (
+                        Some(service.to_string()),
+                        time,
+                        900_000 + n as i64 * 1000 + i,
+                    )
+                })
+                .collect();
+            expected.extend(late.iter().map(|r| r.2));
+            ingest(&store, &layout, &[late], 100 + n).await;
+            // While it waits, a one-service window also scans the late file's row groups.
+            let query = WindowQuery {
+                tenant: "acme".into(),
+                service: Some(service.to_string()),
+                from_nanos: start,
+                to_nanos: start + 3_600_000_000_000,
+                limit: usize::MAX,
+            };
+            let keys = KeyColumns::default();
+            let waiting = query_window(&store, &layout, &keys, &query)
+                .await
+                .expect("query");
+            let mut later = options(scratch.path(), FanOut::Ranges(4), 1);
+            later.attempt_id = Some(format!("late{n}"));
+            let merged = compact_test_partition(&store, &later, Status::Compacted).await;
+            let after_merge = query_window(&store, &layout, &keys, &query)
+                .await
+                .expect("query");
+            assert_eq!(after_merge.stats.rows_matched, waiting.stats.rows_matched);
+            assert!(
+                after_merge.stats.row_groups_scanned < waiting.stats.row_groups_scanned,
+                "merged, the late file's row groups are gone: {:?} then {:?}",
+                waiting.stats,
+                after_merge.stats
+            );
+
+            let touched = merged.outputs.len();
+            assert!(
+                touched >= 1 && touched < before.len(),
+                "{service}: {:?}",
+                merged.outputs
+            );
+            assert_eq!(merged.fan_out.map(|f| f.ranges), Some(touched));
+            assert_eq!(
+                merged.inputs.files,
+                touched as u64 + 1,
+                "its ranges and the late file"
+            );
+            let written: u64 = merged.outputs.iter().map(|o| o.bytes).sum();
+            assert!(
+                written < hour_bytes,
+                "{service}: {written} bytes of the hour's {hour_bytes}"
+            );
+
+            let after = live_set(&store, &layout, &test_partition()).await.live;
+            assert_eq!(after.len(), before.len(), "one output per range still");
+            let kept = before.iter().filter(|k| after.contains(k)).count();
+            assert_eq!(kept, before.len() - touched, "the untouched outputs stay");
+            let mut tags: Vec<i64> = rows_in_order(&store).await.iter().map(|r| r.2).collect();
+            tags.sort_unstable();
+            let mut want = expected.clone();
+            want.sort_unstable();
+            assert_eq!(tags, want, "every row exactly once");
+        }
+        // Nothing is left of the late files' runs.
+        let left = runs_left(&store).await;
+        assert!(
+            left.iter()
+                .all(|m| !m.location.as_ref().ends_with(".parquet")),
+            "{left:?}"
+        );
+    });
+}

@@ -205,6 +205,7 @@ impl Sim {
             rows: rows.len() as u64,
             bytes: 1,
             input_set: format!("{:016x}", fxhash(&set)),
+            range: None,
         });
         self.rows.insert(key, rows);
         self.jobs.push(Job {

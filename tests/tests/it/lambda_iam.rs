@@ -154,6 +154,8 @@ impl IamServer {
             ("OURIOS_SCRATCH", scratch.to_string_lossy().into_owned()),
             // GC deletes retired inputs as soon as it runs, so its deletes are enforced too.
             ("OURIOS_GC_GRACE", "0s".to_string()),
+            // Late files wait two seconds: checked first, merged by the sweep after.
+            ("OURIOS_LATE_WAIT", "2s".to_string()),
             ("AWS_ENDPOINT_URL", self.endpoint()),
             ("AWS_ENDPOINT_URL_S3", self.endpoint()),
             ("AWS_REGION", "us-east-1".to_string()),
@@ -269,7 +271,8 @@ async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
     assert_eq!(report["inputs"]["files"], 3, "{report}");
     assert!(!has_job().await, "job record deleted");
 
-    // 2. A late file; MinIO's webhook posts its notification to each function's URL.
+    // 2. A late file; MinIO's webhook posts its notification to each function's URL. It waits
+    // for the late-file policy: the job checks it and merges nothing.
     tags.extend(land_file(&admin, &layout, &partition, "late-0004.parquet", 5000, 300).await);
     let (status, planned) = planner
         .post_to_url("ourios-planner", minio_webhook_body("minio-put.json"))
@@ -277,6 +280,10 @@ async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
     assert_eq!(status, 200, "{planned}");
     assert_eq!(
         planned["partitions"][0]["decision"], "dispatched",
+        "{planned}"
+    );
+    assert_eq!(
+        planned["partitions"][0]["late"]["action"], "check",
         "{planned}"
     );
     assert!(has_job().await, "job record written");
@@ -287,7 +294,8 @@ async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
         .post_to_url("ourios-compactor", body.to_string())
         .await;
     assert_eq!(status, 200, "{report}");
-    assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(report["status"], "noop", "{report}");
+    assert_eq!(report["late_check"]["checked"], 1, "{report}");
     assert!(!has_job().await, "job record deleted");
 
     // 3. Another late file; recorded function-URL requests (a base64 S3 notification, a MinIO
@@ -311,13 +319,40 @@ async fn functions_work_end_to_end_with_exactly_their_roles_permissions() {
         );
     }
     let report = invoke(&compactor, "ourios-compactor", "compactor-job-created.json");
+    assert_eq!(report["status"], "noop", "{report}");
+    assert_eq!(
+        report["late_check"]["checked"], 1,
+        "the new late file only: {report}"
+    );
+    // Once the first has waited, the sweep (listing the partitions with late files waiting)
+    // dispatches their merge.
+    tokio::time::sleep(std::time::Duration::from_millis(2_200)).await;
+    let swept = invoke(
+        &planner,
+        "ourios-planner",
+        "eventbridge-scheduled-sweep.json",
+    );
+    let merges: Vec<&Value> = (swept["partitions"].as_array().into_iter().flatten())
+        .filter(|p| p["decision"] == "dispatched")
+        .collect();
+    assert_eq!(merges.len(), 1, "{swept}");
+    assert_eq!(merges[0]["late"]["action"], "merge", "{swept}");
+    let report = invoke(&compactor, "ourios-compactor", "compactor-job-created.json");
     assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(
+        report["inputs"]["files"], 3,
+        "the output and both late files: {report}"
+    );
 
     // 4. Every row live exactly once, in one compacted file; no job record left.
     let files = live_set(&admin, &layout, &partition).await;
     assert_eq!(files.live.len(), 1, "one compacted file: {:?}", files.live);
     let live = live_tags(&admin, &layout, &partition).await;
-    assert_exactly_once(&live, &tags, "after three compactions under IAM");
+    assert_exactly_once(
+        &live,
+        &tags,
+        "after two compactions and two checks under IAM",
+    );
     assert!(!has_job().await, "no job record left");
     // GC (grace 0s) deleted every retired input and replaced output under the compactor's role.
     let keys = all_keys(&admin).await;

@@ -18,6 +18,7 @@
 //! is by input.
 
 mod admission;
+mod into_ranges;
 mod range_read;
 pub mod tasks;
 
@@ -27,6 +28,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+pub(crate) use into_ranges::{merges_into_ranges, produce_into_ranges};
 
 use crate::compact::committing::{commit_produced, release_holds};
 use crate::compact::job::{JobContext, JobRun};
@@ -313,6 +316,10 @@ pub async fn estimate(
         return Ok(None);
     }
     let in_one_piece = state.manifest.compacted_in_one_piece();
+    if merges_into_ranges(&state.manifest, &wanted) {
+        // Late files into a fanned-out hour: only the ranges they touch, here.
+        return Ok(None);
+    }
     let sizing = size_job(&job, wanted.clone()).await?;
     let Some(shape) = shape(&sizing, options) else {
         return Ok(None);

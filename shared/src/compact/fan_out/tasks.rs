@@ -31,6 +31,7 @@ use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write}
 use crate::error::{Error, Result};
 use crate::input::StagedInput;
 use crate::input::schema::unify;
+use crate::manifest::OutputRange;
 use crate::object_key::ObjectKey;
 use crate::output::threshold::resolve_row_group_bytes;
 use crate::read::planned_reader::PlannedReader;
@@ -446,10 +447,15 @@ pub(crate) async fn recorded(job: &JobContext<'_>) -> Result<(Produced, Refusals
         let output: RangeOutput = read_state(job, &range_name(range)).await?;
         add_stats(&mut stats, &output.stats);
         if let Some(file) = output.output {
-            outputs.push((file, output.row_group_bytes));
+            // The first output's range is open below; a range without rows joins the one
+            // before it.
+            let start = KeyRange::of_split(&split.points, range)
+                .start
+                .filter(|_| !outputs.is_empty());
+            outputs.push((file, output.row_group_bytes, OutputRange { start }));
         }
     }
-    let written_rows: u64 = outputs.iter().map(|(o, _)| o.rows).sum();
+    let written_rows: u64 = outputs.iter().map(|(o, _, _)| o.rows).sum();
     if written_rows != rows {
         return Err(Error::invariant(format!(
             "the ranges hold {written_rows} rows but the inputs hold {rows}"
@@ -457,12 +463,13 @@ pub(crate) async fn recorded(job: &JobContext<'_>) -> Result<(Produced, Refusals
     }
     let written = outputs
         .into_iter()
-        .map(|(output, row_group_bytes)| Written {
+        .map(|(output, row_group_bytes, range)| Written {
             output,
             input_set: split.input_set.clone(),
             row_group_bytes,
             stats: SortStats::default(),
             held_from_ms: None,
+            range: Some(range),
         })
         .collect();
     let produced = Produced {

@@ -62,6 +62,7 @@ fn manifest(partition: &PartitionId, listed: &[ObjectMeta], num_compacted: usize
             rows: 1,
             bytes: 1,
             input_set: String::new(),
+            range: None,
         });
     }
     for (i, meta) in listed.iter().enumerate() {
