@@ -48,6 +48,25 @@ LOG_DELIVERY_ACTIONS = {
 # The fan-out state machine's definition.
 FAN_OUT_DEFINITION = INFRA / "fan-out.asl.json"
 
+# The errors of the Lambda service itself, throttling among them, as Step Functions names them.
+LAMBDA_SERVICE_ERRORS = {
+    "Lambda.TooManyRequestsException",
+    "Lambda.ServiceException",
+    "Lambda.SdkClientException",
+    "Lambda.AWSLambdaException",
+}
+
+
+def retry_span_seconds(retrier):
+    """The longest a retrier keeps retrying: the sum of its delays before jitter."""
+    interval = retrier.get("IntervalSeconds", 1)
+    cap = retrier.get("MaxDelaySeconds", float("inf"))
+    rate = retrier.get("BackoffRate", 2.0)
+    total = 0.0
+    for attempt in range(retrier.get("MaxAttempts", 3)):
+        total += min(interval * rate ** attempt, cap)
+    return total
+
 # Lambda's quota on a function's deployment package, unzipped (250 MB).
 LAMBDA_UNZIPPED_LIMIT_BYTES = 262_144_000
 # ELF e_machine of each Lambda architecture.
@@ -569,6 +588,13 @@ class TemplateTest(unittest.TestCase):
             self.assertEqual(state["Resource"], "arn:aws:states:::lambda:invoke", name)
             self.assertEqual(state["Parameters"]["FunctionName"], "${CompactorFunctionArn}", name)
             self.assertTrue(state["Retry"], f"{name}: a task's failure retries that task")
+            # Throttling at the compactor's reserved concurrency and Lambda's service errors
+            # are retried with backoff for tens of minutes (a task lasts minutes), before the
+            # catch-all, which gives a failing task three attempts.
+            throttled, *rest = state["Retry"]
+            self.assertEqual(set(throttled["ErrorEquals"]), LAMBDA_SERVICE_ERRORS, name)
+            self.assertGreaterEqual(retry_span_seconds(throttled), 20 * 60, name)
+            self.assertEqual(rest[-1]["ErrorEquals"], ["States.ALL"], name)
         # Its own role: it may invoke the compactor and deliver its logs, nothing else.
         self.assertEqual(machine["Role"], {"Fn::GetAtt": ["FanOutRole", "Arn"]})
         role = self.resources["FanOutRole"]["Properties"]

@@ -154,8 +154,10 @@ impl IamServer {
             ("OURIOS_SCRATCH", scratch.to_string_lossy().into_owned()),
             // GC deletes retired inputs as soon as it runs, so its deletes are enforced too.
             ("OURIOS_GC_GRACE", "0s".to_string()),
-            // Late files wait two seconds: checked first, merged by the sweep after.
+            // Late files wait two seconds whatever their size: checked first, merged by the
+            // sweep after.
             ("OURIOS_LATE_WAIT", "2s".to_string()),
+            ("OURIOS_LATE_SHARE", "10".to_string()),
             ("AWS_ENDPOINT_URL", self.endpoint()),
             ("AWS_ENDPOINT_URL_S3", self.endpoint()),
             ("AWS_REGION", "us-east-1".to_string()),
