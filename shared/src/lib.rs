@@ -91,6 +91,7 @@
 //! | | `logging` | the tracing subscriber the binaries install (feature `logging`) |
 //! | store | [`store`] | store URLs and object-store helpers |
 //! | | [`store::aws_env`] | the S3 endpoint, region and object_store builder from the AWS environment, empty variables unset |
+//! | | [`store::credentials`] | the credentials of every AWS client: the environment's keys, else the standard AWS chain (feature `credential-chain`) |
 //! | | [`store::raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
 //! | | [`store::upload`] | streaming multipart upload |
 //! | | [`store::hooked`] | the one store wrapper: a hook per operation, passing through by default; every wrapper below and in `testing` is a set of hooks |

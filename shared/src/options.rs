@@ -197,9 +197,10 @@ pub struct CompactOptions {
     /// --run-local`): its id is `<job id>-local<random>`, which no function attempt takes for
     /// its own, so a function never aborts its upload, however long it runs.
     pub local_attempt: bool,
-    /// What the job does with the uncompacted files: merge them (default), or only check them
-    /// or only collect garbage, as the late-file policy decides.
-    pub mode: JobMode,
+    /// What the job does with the uncompacted files: merge them, or only check them or only
+    /// collect garbage, as the late-file policy decides; `None`: what the partition's job record
+    /// asks of a dispatched job ([`JobMode::Merge`] without one).
+    pub mode: Option<JobMode>,
 }
 
 impl CompactOptions {
@@ -221,8 +222,13 @@ impl CompactOptions {
             attempt_id: None,
             parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
             local_attempt: false,
-            mode: JobMode::Merge,
+            mode: None,
         }
+    }
+
+    /// What the job does: [`CompactOptions::mode`], a merge when nothing says.
+    pub fn job_mode(&self) -> JobMode {
+        self.mode.unwrap_or_default()
     }
 
     /// The decoded-row budget B, whose plan says what each step may spend.

@@ -10,6 +10,7 @@ use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
 use ourios_compaction::manifest::{partition_files, release_quarantined};
 use ourios_compaction::object_key::ObjectKey;
+use ourios_compaction::options::JobMode;
 use ourios_compaction::options::{DEFAULT_GC_GRACE, Progress};
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::inspect::inspect_object;
@@ -53,7 +54,7 @@ async fn compact(args: CompactArgs) -> Result<ExitCode> {
         if let Some(verdict) = verdict {
             eprintln!("late files: {verdict}");
         }
-        options.mode = mode;
+        options.mode = Some(mode);
     }
     let show_progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     if show_progress {
@@ -238,6 +239,8 @@ async fn backfill(args: BackfillArgs) -> Result<ExitCode> {
                     let mut options = s.options(None);
                     // A function never takes this run's uploads for a killed attempt's.
                     options.local_attempt = true;
+                    // Asked for: late files are merged, whatever a job record says.
+                    options.mode = Some(JobMode::Merge);
                     options
                 })
             })

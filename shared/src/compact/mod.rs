@@ -83,7 +83,8 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
     // fanned-out hour are merged into the ranges they touch; otherwise in one task or fanned
     // out. Inputs too large for any task stay live (`sizing`).
     let in_one_piece = manifest.compacted_in_one_piece();
-    let settled = match job.options.mode {
+    let mode = job.options.job_mode();
+    let settled = match mode {
         JobMode::Collect => None,
         JobMode::Check => {
             let (settled, checked) = check_late_files(job, &wanted).await?;
@@ -94,7 +95,7 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
     };
     let produced = match settled {
         Some(settled) => settled,
-        None if !job.options.mode.is_merge() => {
+        None if !mode.is_merge() => {
             report.status = Status::Noop;
             return Ok(());
         }
@@ -116,7 +117,7 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
     // leave nothing waiting.
     let committed = commit_produced(job, &manifest, &listing, produced, report).await;
     release_holds(job).await;
-    if job.options.mode.is_merge() && manifest.version > 0 && report.status.is_success() {
+    if mode.is_merge() && manifest.version > 0 && report.status.is_success() {
         forget_checked(job.store, job.partition).await;
     }
     committed

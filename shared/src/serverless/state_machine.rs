@@ -3,7 +3,7 @@
 //! invocation does not start a second one.
 
 use aws_sdk_sfn::Client;
-use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sfn::config::{BehaviorVersion, Region};
 use aws_sdk_sfn::error::{DisplayErrorContext, SdkError};
 use aws_sdk_sfn::operation::start_execution::StartExecutionError;
 use serde_json::{Value, json};
@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use crate::error::{Error, Result};
 use crate::partition::PartitionId;
 use crate::report::FanOutShape;
+use crate::store::credentials;
 
 /// The setting naming the state machine's ARN; unset, the compactor never hands a job off.
 pub const STATE_MACHINE_SETTING: &str = "OURIOS_FAN_OUT_STATE_MACHINE";
@@ -32,10 +33,10 @@ pub struct Execution {
 }
 
 impl FanOutStateMachine {
-    /// The state machine named by [`STATE_MACHINE_SETTING`], called with the credentials and
-    /// region of the function's environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-    /// `AWS_SESSION_TOKEN`, `AWS_REGION`; `AWS_ENDPOINT_URL_SFN` or `AWS_ENDPOINT_URL` for
-    /// another endpoint). `None` when the setting is unset or empty.
+    /// The state machine named by [`STATE_MACHINE_SETTING`], called with the credentials of
+    /// every AWS client ([`credentials::provider`]) and the region of the function's environment
+    /// (`AWS_REGION`; `AWS_ENDPOINT_URL_SFN` or `AWS_ENDPOINT_URL` for another endpoint). `None`
+    /// when the setting is unset or empty.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Option<Self>> {
         let var = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let Some(arn) = var(STATE_MACHINE_SETTING) else {
@@ -50,13 +51,12 @@ impl FanOutStateMachine {
                 ),
             });
         }
-        let missing = |name: &str| Error::Config {
-            message: format!("{STATE_MACHINE_SETTING} is set but {name} is not"),
-        };
-        let key_id = var("AWS_ACCESS_KEY_ID").ok_or_else(|| missing("AWS_ACCESS_KEY_ID"))?;
-        let secret =
-            var("AWS_SECRET_ACCESS_KEY").ok_or_else(|| missing("AWS_SECRET_ACCESS_KEY"))?;
-        let credentials = Credentials::new(key_id, secret, var("AWS_SESSION_TOKEN"), None, "env");
+        let credentials = credentials::provider(lookup).ok_or_else(|| Error::Config {
+            message: format!(
+                "{STATE_MACHINE_SETTING} is set but AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+                 are not (and this build has no credential chain)"
+            ),
+        })?;
         let region = var("AWS_REGION")
             .or_else(|| var("AWS_DEFAULT_REGION"))
             .unwrap_or_else(|| "us-east-1".to_string());
@@ -225,9 +225,14 @@ mod tests {
             .expect_err("not an ARN");
         assert!(err.to_string().contains(STATE_MACHINE_SETTING), "{err}");
         const ARN: &str = "arn:aws:states:us-east-1:123456789012:stateMachine:ourios-fan-out";
-        let err = FanOutStateMachine::from_lookup(&lookup(&[(STATE_MACHINE_SETTING, ARN)]))
-            .expect_err("no credentials");
-        assert!(err.to_string().contains("AWS_ACCESS_KEY_ID"), "{err}");
+        // Without keys: the standard chain's, when built with it.
+        let keyless = FanOutStateMachine::from_lookup(&lookup(&[(STATE_MACHINE_SETTING, ARN)]));
+        if cfg!(feature = "credential-chain") {
+            assert!(keyless.is_ok_and(|m| m.is_some()));
+        } else {
+            let err = keyless.expect_err("no credentials");
+            assert!(err.to_string().contains("AWS_ACCESS_KEY_ID"), "{err}");
+        }
         let machine = FanOutStateMachine::from_lookup(&lookup(&[
             (STATE_MACHINE_SETTING, ARN),
             ("AWS_ACCESS_KEY_ID", "k"),

@@ -5,6 +5,7 @@
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
 use crate::settings::{Lookup, process_env};
+use crate::store::credentials;
 
 /// The region used when neither `AWS_REGION` nor `AWS_DEFAULT_REGION` is set.
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -32,7 +33,8 @@ pub fn region(lookup: Lookup<'_>) -> String {
 /// `AmazonS3Builder::from_env` but with variables set to the empty string left out (an exported
 /// empty `AWS_SESSION_TOKEN` or `AWS_ENDPOINT_URL_S3` would otherwise be sent or win over the set
 /// one), then with [`region`] and [`endpoint`]. An endpoint is addressed path-style, over
-/// plain HTTP when its URL says so.
+/// plain HTTP when its URL says so. Without keys in the environment, the credentials come from
+/// the standard chain when built with it ([`credentials`]).
 pub fn object_store_builder() -> AmazonS3Builder {
     let mut builder = AmazonS3Builder::new();
     for (name, value) in std::env::vars_os() {
@@ -47,6 +49,12 @@ pub fn object_store_builder() -> AmazonS3Builder {
         }
     }
     let env: Lookup<'_> = &process_env;
+    if !credentials::in_environment(env)
+        && let Some(chain) = credentials::chain()
+    {
+        let chain = credentials::ObjectStoreCredentials::new(chain);
+        builder = builder.with_credentials(std::sync::Arc::new(chain));
+    }
     builder = builder.with_region(region(env));
     if let Some(endpoint) = endpoint(env) {
         builder = builder

@@ -2,6 +2,7 @@
 
 pub mod aws_env;
 pub mod counting;
+pub mod credentials;
 pub mod hooked;
 pub mod raw_s3;
 pub mod request_counts;

@@ -9,7 +9,7 @@
 //! endpoint come from the same environment variables object_store reads (`store::aws_env`).
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::config::{BehaviorVersion, Region};
 use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
 use aws_sdk_s3::types::EncodingType;
 use object_store::ObjectMeta;
@@ -18,7 +18,7 @@ use object_store::path::Path;
 use crate::error::{Error, Result};
 use crate::object_key::ObjectKey;
 use crate::settings::{Lookup, process_env};
-use crate::store::aws_env;
+use crate::store::{aws_env, credentials};
 
 /// A listing taken by raw key: what can be addressed, and the keys skipped.
 #[derive(Debug, Default)]
@@ -62,15 +62,13 @@ pub struct RawS3 {
 }
 
 impl RawS3 {
-    /// A client from the standard AWS environment (`AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL[_S3]`), or
-    /// `None` when no credentials are in the environment (then only object_store is used).
+    /// A client from the standard AWS environment (`AWS_REGION`, `AWS_ENDPOINT_URL[_S3]`) with
+    /// the credentials of every AWS client ([`credentials::provider`]: the environment's keys,
+    /// else the standard chain when built with it), or `None` when there are none (then only
+    /// object_store is used).
     pub fn from_env(bucket: &str, prefix: &str) -> Option<Self> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let key_id = var("AWS_ACCESS_KEY_ID")?;
-        let secret = var("AWS_SECRET_ACCESS_KEY")?;
-        let credentials = Credentials::new(key_id, secret, var("AWS_SESSION_TOKEN"), None, "env");
         let env: Lookup<'_> = &process_env;
+        let credentials = credentials::provider(env)?;
         let region = aws_env::region(env);
         let mut config = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())

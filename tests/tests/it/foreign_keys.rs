@@ -13,8 +13,8 @@ use ourios_compaction::serverless::dispatch::sweep;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
 use ourios_integration_tests::{
-    assert_exactly_once, cli_json, dispatched, land_file, land_files, live_set, live_tags,
-    query_hour_args, s3_url, test_hour_closed,
+    assert_exactly_once, cli_json, cli_json_with_env, dispatched, land_file, land_files, live_set,
+    live_tags, query_hour_args, s3_url, test_hour_closed,
 };
 
 const HOUR: &str = "2026-11-29T10";
@@ -135,4 +135,55 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
             "{key:?} is gone: {skipped:?}"
         );
     }
+}
+
+/// With no keys in the environment, the CLI takes its credentials from the standard chain (here
+/// a shared credentials file and a profile, as on a laptop with `aws configure` or SSO), its raw
+/// S3 calls included: a partition holding keys object_store cannot address is listed and
+/// compacted, those keys reported, as with keys in the environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_alone_lists_and_compacts_a_partition_holding_foreign_keys() {
+    let url = s3_url("profile-only");
+    let store = Store::open(&url).expect("store");
+    let layout = KeyLayout::default();
+    let acme = PartitionId::parse("acme", HOUR).expect("partition");
+    let tags = land_files(&store, &layout, &acme, 2, 300).await;
+    let raw = store.raw_s3().expect("the S3 test store has raw S3 access");
+    let foreign = foreign_in_partition(&layout, &acme);
+    for key in &foreign {
+        raw.put_raw(key, Bytes::from_static(b"not addressable"))
+            .await
+            .expect("a foreign key lands");
+    }
+
+    let dir = tempfile::tempdir().expect("dir");
+    let key = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
+    let credentials = dir.path().join("credentials");
+    let profile = format!(
+        "[ourios-test]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+        key("AWS_ACCESS_KEY_ID"),
+        key("AWS_SECRET_ACCESS_KEY")
+    );
+    std::fs::write(&credentials, profile).expect("credentials file");
+    let config = dir.path().join("config");
+    std::fs::write(&config, "[profile ourios-test]\n").expect("config file");
+    let (credentials, config) = (credentials.to_string_lossy(), config.to_string_lossy());
+    let env = [
+        ("AWS_ACCESS_KEY_ID", ""),
+        ("AWS_SECRET_ACCESS_KEY", ""),
+        ("AWS_SESSION_TOKEN", ""),
+        ("AWS_PROFILE", "ourios-test"),
+        ("AWS_SHARED_CREDENTIALS_FILE", credentials.as_ref()),
+        ("AWS_CONFIG_FILE", config.as_ref()),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    let base = ["--store", url.as_str(), "--tenant", "acme", "--hour", HOUR];
+    let files = cli_json_with_env(&[&["files"], &base[..], &["--json"]].concat(), &env);
+    assert_eq!(files["live"].as_array().map(Vec::len), Some(2), "{files}");
+    assert_eq!(files["unaddressable"], serde_json::json!(foreign));
+    let report = cli_json_with_env(&[&["compact"], &base[..], &["--json"]].concat(), &env);
+    assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(report["unaddressable"], serde_json::json!(foreign));
+    let live = live_tags(&store, &layout, &acme).await;
+    assert_exactly_once(&live, &tags, "compacted with a profile's credentials");
 }

@@ -163,12 +163,12 @@ impl Compactor {
         let (store, layout) = (&self.store, &self.layout);
         let record = (job::read_job(store, partition).await?).and_then(|s| s.record);
         let mut options = options.clone();
-        options.mode = match &record {
-            Some(record) if !by_hand => record.mode,
-            _ => JobMode::Merge,
-        };
-        let Some(machine) = (self.state_machine.as_ref()).filter(|_| options.mode.is_merge())
-        else {
+        if by_hand {
+            options.mode = Some(JobMode::Merge);
+        }
+        let mode = (options.mode)
+            .unwrap_or_else(|| record.as_ref().map_or_else(JobMode::default, |r| r.mode));
+        let Some(machine) = (self.state_machine.as_ref()).filter(|_| mode.is_merge()) else {
             return run_compaction_job(store, layout, partition, &options, &self.readiness).await;
         };
         // A job whose earlier attempts ran out of time here is handed off with more ranges.

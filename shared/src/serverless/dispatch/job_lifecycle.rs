@@ -72,6 +72,15 @@ pub async fn run_compaction_job(
         tracing::Span::current().record("job_id", job.as_str());
     }
     let mut options = options.clone();
+    if options.mode.is_none() {
+        // A dispatched job does what its record asks: a merge, a check of late files that
+        // wait, or only GC.
+        let asked = stored
+            .as_ref()
+            .and_then(|s| s.record.as_ref())
+            .map(|r| r.mode);
+        options.mode = Some(asked.unwrap_or_default());
+    }
     let mut aborted_uploads = 0;
     if let Some(job) = &dispatch_job_id
         && options.attempt_id.is_none()

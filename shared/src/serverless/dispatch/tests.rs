@@ -471,7 +471,8 @@ impl crate::store::hooked::StoreHooks for UnavailableCompactedListings {
 
 /// An attempt that uploaded its output and never committed (its job failing for good, its
 /// record going stale) leaves an orphan the sweep finds whatever the hour's age: the job it
-/// dispatches compacts the hour and its GC deletes the orphan.
+/// dispatches deletes the orphan, and its end re-arms the record for the job that compacts
+/// the hour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_collects_the_orphan_of_an_attempt_that_never_committed() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -516,10 +517,14 @@ async fn the_sweep_collects_the_orphan_of_an_attempt_that_never_committed() {
         .find(|o| o.tenant == p.tenant() && o.hour == p.hour_label())
         .map(|o| o.decision);
     assert_eq!(ours, Some(OutcomeDecision::Dispatched), "{report:?}");
-    let job = run_job(&store, &p, &options).await;
-    assert_eq!(job.report.status, Status::Compacted);
+    // That job only collects; its end re-arms the record for the hour, still to compact.
+    let collected = run_job(&store, &p, &options).await;
+    assert_eq!(collected.report.status, Status::Noop);
+    assert_eq!(collected.record, RecordAction::ReArmed);
     let left = orphans(all_keys(&store).await);
     assert!(!left.contains(&orphan[0]), "the orphan is gone: {left:?}");
+    let job = run_job(&store, &p, &options).await;
+    assert_eq!(job.report.status, Status::Compacted);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,9 @@
 //! planner (`dispatch_partition`: readiness, job
 //! records created, replaced when stale) and the compactor's jobs it dispatches
 //! (`run_compaction_job`, started when a job record is written, delivered at least once and
-//! retried when they fail, re-arming their record by readiness), real GC
+//! retried when they fail, re-arming their record by readiness; each doing what its record
+//! asks, so late files in a compacted hour are first only checked and merged once they have
+//! waited the late-file policy's wait), real GC
 //! (`collect_garbage_with`), late ingest of real Parquet files (some of them corrupt, some
 //! named with characters a URL encoding would change, beside their encoded twins) and readers
 //! of the live set (`partition_files`, then every live file decoded) run as tasks against an
@@ -48,6 +50,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutOptions};
 use ourios_compaction::clock::Clock;
 use ourios_compaction::compact::compact_partition;
+use ourios_compaction::late::LatePolicy;
 use ourios_compaction::manifest::gc::collect_garbage_with;
 use ourios_compaction::manifest::{live_set, load_latest, partition_files, release_quarantined};
 use ourios_compaction::options::CompactOptions;
@@ -82,6 +85,12 @@ fn readiness_config() -> ReadinessConfig {
         lateness_grace: Duration::from_secs(30),
         pressure_files: PRESSURE_FILES,
         job_lease: LEASE,
+        // Late files in a compacted hour wait whatever their size (the hours are small): jobs
+        // check them, and merge them once waited.
+        late: LatePolicy {
+            wait: 2 * GRACE,
+            share: 10.0,
+        },
         ..ReadinessConfig::default()
     }
 }
