@@ -2,7 +2,9 @@
 //! invariants 1-4, 6, 7 and 11).
 //!
 //! Real compactions (`compact_partition`, several at once on the same partitions, as the CLI
-//! and local backfills run them), operators releasing quarantined files (`release`), the real
+//! and local backfills run them), fanned-out jobs whose tasks (plan, runs, split, merges,
+//! commit) run as the fan-out state machine runs them, retried as it retries them, operators
+//! releasing quarantined files (`release`), the real
 //! planner (`dispatch_partition`: readiness, job
 //! records created, replaced when stale) and the compactor's jobs it dispatches
 //! (`run_compaction_job`, started when a job record is written, delivered at least once and
@@ -50,6 +52,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutOptions};
 use ourios_compaction::clock::Clock;
 use ourios_compaction::compact::compact_partition;
+use ourios_compaction::compact::fan_out::{FanOutStep, FanOutTask, TaskAnswer, run_fan_out_task};
 use ourios_compaction::late::LatePolicy;
 use ourios_compaction::manifest::gc::collect_garbage_with;
 use ourios_compaction::manifest::{live_set, load_latest, partition_files, release_quarantined};
@@ -136,6 +139,10 @@ enum TaskKind {
     Gc,
     /// An operator releasing every quarantined file of the partition (`release`).
     Release,
+    /// A fanned-out job in two ranges, its tasks run one after another as the fan-out state
+    /// machine runs them (plan, each group's run, split, each range's merge, commit), each
+    /// task retried up to three times as the state machine retries it.
+    FanOut,
     Read {
         started_ms: i64,
         /// Tags of the good files ingested before the reader started.
@@ -352,6 +359,7 @@ impl Sim {
             TaskKind::Job { .. } => "job",
             TaskKind::Gc => "gc",
             TaskKind::Release => "release",
+            TaskKind::FanOut => "fan-out",
             TaskKind::Read { .. } => "read",
         };
         self.record(format!("start {id} {label} {partition}"));
@@ -414,6 +422,15 @@ impl Sim {
                     let _done = done;
                     let now_ms = clock.now_ms();
                     let _ = release_quarantined(&store, &layout, &p, &[], now_ms).await;
+                    Outcome::Nothing
+                })
+            }
+            TaskKind::FanOut => {
+                let options = self.compact_options(id);
+                let job = format!("s{}f{id}", self.seed);
+                self.runtime.spawn(async move {
+                    let _done = done;
+                    let _ = run_fan_out(&store, &layout, &options, &p, &job).await;
                     Outcome::Nothing
                 })
             }
@@ -789,6 +806,7 @@ impl Sim {
             8..=10 => TaskKind::Plan,
             11..=13 => TaskKind::Compact,
             14..=16 => TaskKind::Gc,
+            17 => TaskKind::FanOut,
             20 => TaskKind::Release,
             _ => TaskKind::Read {
                 started_ms: self.state.now(),
@@ -866,7 +884,8 @@ impl Sim {
         self.trace
     }
 
-    /// One compacted file (when any good row landed), no ingest file but the quarantined, and
+    /// One compacted file or the ranges of one fanned-out job (when any good row landed), no
+    /// ingest file but the quarantined, and
     /// no job record written since faults stopped (`quiet_ms`). A record an earlier job left
     /// when Lambda's retries ran out may stay: the planner deletes nothing and reads no record
     /// for a partition with nothing to compact; it is stale by now, so the partition's next
@@ -920,17 +939,67 @@ impl Sim {
                 self.replay()
             );
         }
+        // One piece: one file, or the key ranges of a fanned-out job.
+        let live = manifest.compacted.len();
+        let in_one_piece =
+            (live == expected || (expected == 1 && live > 1)) && manifest.compacted_in_one_piece();
         assert!(
-            manifest.compacted.len() == expected
-                && compacted.len() == expected
-                && ingest_left == quarantined,
-            "seed {}: {partition} converges to {expected} compacted file(s) beside its \
-             quarantined ones: compacted {compacted:?}, ingest left {ingest_left:?}, \
+            in_one_piece && compacted.len() == live && ingest_left == quarantined,
+            "seed {}: {partition} converges to {expected} piece(s) of compacted files beside \
+             its quarantined ones: compacted {compacted:?}, ingest left {ingest_left:?}, \
              quarantined {quarantined:?}; {}",
             self.seed,
             self.replay()
         );
     }
+}
+
+/// A fanned-out job of `partition` in two ranges, as the state machine runs it: each task after
+/// the one before, retried up to three times; the first task that fails three times ends the
+/// execution (it commits nothing; GC takes what it left).
+async fn run_fan_out(
+    store: &Store,
+    layout: &KeyLayout,
+    options: &CompactOptions,
+    partition: &PartitionId,
+    job: &str,
+) -> Option<()> {
+    let task = |step: FanOutStep, index: Option<usize>| FanOutTask {
+        step,
+        tenant: partition.tenant().to_string(),
+        hour: partition.hour_label(),
+        job: Some(job.to_string()),
+        index,
+        ranges: Some(2),
+    };
+    let run = |task: FanOutTask| async move {
+        for _ in 0..3 {
+            if let Ok(answer) = run_fan_out_task(store, layout, options, &task).await {
+                return Some(answer);
+            }
+        }
+        None
+    };
+    let indexes = |answer: &TaskAnswer, field: &str| -> Vec<usize> {
+        let TaskAnswer::Next(value) = answer else {
+            return Vec::new();
+        };
+        (value[field].as_array().into_iter().flatten())
+            .filter_map(|i| i.as_u64().map(|i| i as usize))
+            .collect()
+    };
+    let plan = run(task(FanOutStep::Plan, None)).await?;
+    if matches!(&plan, TaskAnswer::Next(value) if value["job"].is_null()) {
+        return Some(()); // Nothing to compact.
+    }
+    for group in indexes(&plan, "groups") {
+        run(task(FanOutStep::Run, Some(group))).await?;
+    }
+    let split = run(task(FanOutStep::Split, None)).await?;
+    for range in indexes(&split, "ranges") {
+        run(task(FanOutStep::Merge, Some(range))).await?;
+    }
+    run(task(FanOutStep::Commit, None)).await.map(drop)
 }
 
 fn seeds(default: u64) -> Vec<u64> {
