@@ -318,9 +318,14 @@ pub fn plan_partition(
     config: &ReadinessConfig,
     requested: bool,
 ) -> Decision {
+    // A request merges what is there: an open hour, and late files the policy would keep
+    // waiting.
     let ready = match readiness(facts, now, config) {
+        Ok(Ready::CheckLateFiles(_)) if requested => Ready::Requested,
         Ok(ready) => ready,
-        Err(NotReady::HourOpen { .. }) if requested => Ready::Requested,
+        Err(NotReady::HourOpen { .. } | NotReady::LateFilesWait(_)) if requested => {
+            Ready::Requested
+        }
         Err(not_ready) => return Decision::Skip(not_ready),
     };
     match job {
@@ -542,6 +547,23 @@ mod tests {
             plan_partition(&facts(1, 1, 0), active, open, &config, true).label(),
             "job_active"
         );
+        // Late files the policy keeps waiting (checked or not) are merged when asked.
+        for unchecked in [0, 1] {
+            let waiting = PartitionFacts {
+                first_uncompacted: Some(at("2026-11-29T12:00:00Z")),
+                unchecked_files: unchecked,
+                ..facts(1, 1, 2)
+            };
+            let later = at("2026-11-29T12:05:00Z");
+            let asked = plan_partition(&waiting, JobState::Absent, later, &config, true);
+            assert_eq!(asked, Decision::Dispatch(Ready::Requested));
+            assert_eq!(
+                plan_partition(&waiting, JobState::Absent, later, &config, false).label()
+                    == "dispatch",
+                unchecked == 1,
+                "unasked, only a check is dispatched"
+            );
+        }
     }
 
     #[test]

@@ -219,8 +219,12 @@ pub async fn dispatch_partition(
 ) -> Result<PartitionOutcome> {
     let (facts, _) = partition_facts(store, layout, partition).await?;
     let ready = readiness(&facts, now, config);
-    let needs_job_state =
-        ready.is_ok() || (mode.requested && matches!(ready, Err(NotReady::HourOpen { .. })));
+    let needs_job_state = ready.is_ok()
+        || (mode.requested
+            && matches!(
+                ready,
+                Err(NotReady::HourOpen { .. } | NotReady::LateFilesWait(_))
+            ));
     let stored = if needs_job_state {
         job::read_job(store, partition).await?
     } else {
