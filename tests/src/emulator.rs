@@ -206,6 +206,25 @@ impl Drop for Emulator {
     }
 }
 
+/// Whether cargo sets variable `name` for the tests it runs (not for the builds the test
+/// command starts itself).
+fn is_set_by_cargo_for_tests(name: &str) -> bool {
+    const EXACT: [&str; 8] = [
+        "CARGO",
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+    ];
+    EXACT.contains(&name)
+        || ["CARGO_PKG_", "CARGO_BIN_EXE_", "CARGO_CFG_"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+}
+
 /// Builds the workspace's binaries and test targets in this test's profile and returns the
 /// directory of the binaries (this test executable's `target/<profile dir>`).
 fn build_function_binaries() -> PathBuf {
@@ -221,17 +240,23 @@ fn build_function_binaries() -> PathBuf {
         Some(dir) => dir.to_string(),
         None => panic!("no profile directory in {}", exe.display()),
     };
-    let status = Command::new("cargo")
-        .current_dir(workspace_root())
-        .args([
-            "build",
-            "--workspace",
-            "--all-targets",
-            "--profile",
-            &profile,
-        ])
-        .status()
-        .expect("cargo build runs");
+    let mut build = Command::new("cargo");
+    build.current_dir(workspace_root()).args([
+        "build",
+        "--workspace",
+        "--all-targets",
+        "--profile",
+        &profile,
+    ]);
+    // Without the variables cargo set for this test (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`,
+    // ...): build scripts that watch them (ring's) would see them changed since the test
+    // command's own build and rebuild, with everything above them, twice a run.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(is_set_by_cargo_for_tests) {
+            build.env_remove(&name);
+        }
+    }
+    let status = build.status().expect("cargo build runs");
     assert!(
         status.success(),
         "cargo build --workspace --all-targets failed"
