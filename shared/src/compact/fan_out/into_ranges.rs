@@ -5,13 +5,9 @@
 //! the same range; the other outputs stay as they are, unread. The outputs stay disjoint key
 //! ranges in key order, and a late file costs the bytes of the ranges it touches.
 
-use std::sync::Arc;
-
 use arrow::datatypes::Schema;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::file::metadata::ParquetMetaData;
 
-use super::range_read::{range_input, stage_row_groups};
+use super::range_read::{footer, stage_range};
 use crate::clock::Expiry;
 use crate::compact::committing::delete_quietly;
 use crate::compact::job::JobContext;
@@ -20,11 +16,8 @@ use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
 use crate::error::{Error, Result};
 use crate::input::schema::unify;
-use crate::input::{CheckedInput, StagedInput};
 use crate::manifest::{CompactedFile, Manifest, OutputRange};
-use crate::object_key::ObjectKey;
 use crate::output::threshold::resolve_row_group_bytes;
-use crate::read::planned_reader::PlannedReader;
 use crate::read::split::row_groups_in_range;
 use crate::report::{FanOutShape, OutputFile};
 use crate::scratch::ScratchDir;
@@ -219,46 +212,4 @@ async fn merge_touched(
         touched.outputs.push(((*file).clone(), range.clone()));
     }
     Ok(Some(touched))
-}
-
-/// The footer of a sorted file of the job (an output or its run).
-async fn footer(
-    job: &JobContext<'_>,
-    key: &object_store::path::Path,
-    name: &ObjectKey,
-) -> Result<(Arc<ParquetMetaData>, ArrowReaderMetadata)> {
-    let metadata = PlannedReader::new(Arc::clone(job.store.object_store()), key.clone())
-        .load_metadata()
-        .await?;
-    let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
-        .map_err(|e| Error::parquet(name.to_string(), e))?;
-    Ok((metadata, arrow))
-}
-
-/// The rows of `range` in row groups `groups` of a sorted file, staged by range requests.
-#[allow(clippy::too_many_arguments)]
-async fn stage_range(
-    job: &JobContext<'_>,
-    file: &OutputFile,
-    metadata: &ParquetMetaData,
-    arrow: &ArrowReaderMetadata,
-    groups: Vec<usize>,
-    range: &KeyRange,
-    scratch: &ScratchDir,
-    ordinal: usize,
-) -> Result<CheckedInput> {
-    let key = file.key.location().clone();
-    let piece = job.options.budget().shares().range_piece_bytes;
-    let local = stage_row_groups(
-        job.store, &key, file.bytes, metadata, &groups, scratch, ordinal, piece,
-    )
-    .await?;
-    let staged = StagedInput {
-        name: key.filename().unwrap_or_default().to_string(),
-        key,
-        size: file.bytes,
-        local,
-        is_compacted: true,
-    };
-    range_input(staged, metadata, arrow, groups, &job.options.keys, range)
 }

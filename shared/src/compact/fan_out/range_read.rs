@@ -11,13 +11,19 @@ use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use parquet::file::metadata::ParquetMetaData;
 
+use crate::compact::job::JobContext;
 use crate::error::{Error, Result};
 use crate::input::type_union::time_nanos;
 use crate::input::{CheckedInput, READER_BYTES_PER_COLUMN, StagedInput};
+use crate::object_key::ObjectKey;
 use crate::options::{KeyColumns, SORT_KEY_METADATA};
+use crate::read::planned_reader::PlannedReader;
+use crate::report::OutputFile;
 use crate::scratch::ScratchDir;
 use crate::sort::key::KeyRange;
 use crate::store::Store;
@@ -217,6 +223,48 @@ fn pieces(mut ranges: Vec<std::ops::Range<u64>>, piece_bytes: u64) -> Vec<std::o
         }
     }
     cut
+}
+
+/// The footer of a sorted file of the job (an output or its run).
+pub(super) async fn footer(
+    job: &JobContext<'_>,
+    key: &object_store::path::Path,
+    name: &ObjectKey,
+) -> Result<(Arc<ParquetMetaData>, ArrowReaderMetadata)> {
+    let metadata = PlannedReader::new(Arc::clone(job.store.object_store()), key.clone())
+        .load_metadata()
+        .await?;
+    let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
+        .map_err(|e| Error::parquet(name.to_string(), e))?;
+    Ok((metadata, arrow))
+}
+
+/// The rows of `range` in row groups `groups` of a sorted file, staged by range requests.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn stage_range(
+    job: &JobContext<'_>,
+    file: &OutputFile,
+    metadata: &ParquetMetaData,
+    arrow: &ArrowReaderMetadata,
+    groups: Vec<usize>,
+    range: &KeyRange,
+    scratch: &ScratchDir,
+    ordinal: usize,
+) -> Result<CheckedInput> {
+    let key = file.key.location().clone();
+    let piece = job.options.budget().shares().range_piece_bytes;
+    let local = stage_row_groups(
+        job.store, &key, file.bytes, metadata, &groups, scratch, ordinal, piece,
+    )
+    .await?;
+    let staged = StagedInput {
+        name: key.filename().unwrap_or_default().to_string(),
+        key,
+        size: file.bytes,
+        local,
+        is_compacted: true,
+    };
+    range_input(staged, metadata, arrow, groups, &job.options.keys, range)
 }
 
 #[cfg(test)]

@@ -14,12 +14,11 @@ use std::time::Duration;
 use arrow::datatypes::Schema;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::admission::admit;
-use super::range_read::{range_input, stage_row_groups};
+use super::range_read::{footer, stage_range};
 use crate::clock::Expiry;
 use crate::compact::committing::delete_quietly;
 use crate::compact::job::JobContext;
@@ -29,7 +28,6 @@ pub use crate::compact::staging::Refusals;
 use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
 use crate::error::{Error, Result};
-use crate::input::StagedInput;
 use crate::input::schema::unify;
 use crate::manifest::OutputRange;
 use crate::object_key::ObjectKey;
@@ -317,36 +315,16 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
     let mut inputs = Vec::new();
     let mut schemas = Vec::new();
     for (ordinal, run) in split.runs.iter().enumerate() {
-        let key = run.key.location().clone();
-        let metadata = PlannedReader::new(Arc::clone(job.store.object_store()), key.clone())
-            .load_metadata()
-            .await?;
-        let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
-            .map_err(|e| Error::parquet(run.key.to_string(), e))?;
+        let (metadata, arrow) = footer(job, run.key.location(), &run.key).await?;
         schemas.push((run.key.clone(), Arc::clone(arrow.schema())));
         let row_groups = row_groups_in_range(&metadata, keys, &key_range);
         if row_groups.is_empty() {
             continue;
         }
-        let local = stage_row_groups(
-            job.store,
-            &key,
-            run.bytes,
-            &metadata,
-            &row_groups,
-            &scratch,
-            ordinal,
-            job.options.budget().shares().range_piece_bytes,
+        let input = stage_range(
+            job, run, &metadata, &arrow, row_groups, &key_range, &scratch, ordinal,
         )
         .await?;
-        let staged = StagedInput {
-            name: key.filename().unwrap_or_default().to_string(),
-            key,
-            size: run.bytes,
-            local,
-            is_compacted: true,
-        };
-        let input = range_input(staged, &metadata, &arrow, row_groups, keys, &key_range)?;
         if input.rows > 0 {
             inputs.push(input);
         }
