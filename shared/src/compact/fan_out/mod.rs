@@ -23,7 +23,6 @@ mod range_read;
 pub mod tasks;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -595,7 +594,9 @@ fn elapsed_ms(since: Instant) -> u64 {
 }
 
 /// Runs `task` on each input, at most `workers` at once, each on a Tokio task of its own;
-/// results in input order. The first failure aborts the tasks not yet finished.
+/// results in input order. Tasks start in input order (the next once one has finished), so
+/// with one worker they run one after another as listed. The first failure aborts the tasks
+/// not yet finished.
 async fn run_tasks<T, R, F, Fut>(
     workers: usize,
     inputs: impl IntoIterator<Item = T>,
@@ -606,28 +607,31 @@ where
     F: Fn(T) -> Fut,
     Fut: Future<Output = Result<R>> + Send + 'static,
 {
-    let permits = Arc::new(tokio::sync::Semaphore::new(workers.max(1)));
     let mut set = tokio::task::JoinSet::new();
-    let mut count = 0;
+    let mut results: Vec<Option<R>> = Vec::new();
     for (i, input) in inputs.into_iter().enumerate() {
-        let permits = Arc::clone(&permits);
+        if set.len() >= workers.max(1)
+            && let Some(joined) = set.join_next().await
+        {
+            let (at, result) = joined_task(joined)?;
+            results[at] = Some(result);
+        }
         let work = task(input);
-        set.spawn(async move {
-            let _permit = permits
-                .acquire_owned()
-                .await
-                .map_err(|e| Error::invariant(format!("task permits: {e}")))?;
-            work.await.map(|r| (i, r))
-        });
-        count += 1;
+        results.push(None);
+        set.spawn(async move { work.await.map(|r| (i, r)) });
     }
-    let mut results: Vec<Option<R>> = (0..count).map(|_| None).collect();
     while let Some(joined) = set.join_next().await {
-        let (i, result) =
-            joined.map_err(|e| Error::invariant(format!("a fan-out task failed: {e}")))??;
-        results[i] = Some(result);
+        let (at, result) = joined_task(joined)?;
+        results[at] = Some(result);
     }
     Ok(results.into_iter().flatten().collect())
+}
+
+/// A finished task's index and result, or its failure (a panic or cancellation included).
+fn joined_task<R>(
+    joined: std::result::Result<Result<(usize, R)>, tokio::task::JoinError>,
+) -> Result<(usize, R)> {
+    joined.map_err(|e| Error::invariant(format!("a fan-out task failed: {e}")))?
 }
 
 #[cfg(test)]

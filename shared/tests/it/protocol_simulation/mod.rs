@@ -537,9 +537,12 @@ impl Sim {
                 .collect()
         };
         for id in finished {
-            self.gate.tasks.lock().expect("lock").remove(&id);
+            let state = self.gate.tasks.lock().expect("lock").remove(&id);
             let task = self.tasks.remove(&id).expect("a task");
+            // A crashed process reports nothing, whether its abort or its end came first.
+            let crashed = state.is_some_and(|s| s.crashed);
             let outcome = match self.runtime.block_on(task.handle) {
+                Ok(_) if crashed => Outcome::Nothing,
                 Ok(outcome) => outcome,
                 Err(e) if e.is_cancelled() => Outcome::Nothing,
                 Err(e) => panic!(
@@ -1037,11 +1040,18 @@ fn a_seed_replays_the_same_schedule() {
             first.len()
         );
         let diverged = first.iter().zip(&second).position(|(a, b)| a != b);
+        let around = |run: &[String]| {
+            let at = diverged.unwrap_or(first.len().min(second.len()));
+            run[at.saturating_sub(3)..(at + 2).min(run.len())].join("\n  ")
+        };
         assert!(
             first == second,
-            "seed {seed}: the schedule diverged at decision {diverged:?} ({} vs {} decisions)",
+            "seed {seed}: the schedule diverged at decision {diverged:?} ({} vs {} decisions)\n\
+             first:\n  {}\nsecond:\n  {}",
             first.len(),
-            second.len()
+            second.len(),
+            around(&first),
+            around(&second)
         );
     }
 }
