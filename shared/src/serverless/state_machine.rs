@@ -19,9 +19,22 @@ pub const STATE_MACHINE_SETTING: &str = "OURIOS_FAN_OUT_STATE_MACHINE";
 /// A client of the fan-out state machine.
 #[derive(Debug, Clone)]
 pub struct FanOutStateMachine {
-    client: Client,
+    starter: Starter,
     arn: String,
 }
+
+/// What starts executions: Step Functions, or (for simulations) a list of requests.
+#[derive(Debug, Clone)]
+enum Starter {
+    Sfn(Client),
+    #[cfg(feature = "testing")]
+    Recorded(StartRequests),
+}
+
+/// The executions a recording state machine was asked to start, by name, with their input:
+/// a simulation runs them as the state machine would.
+#[cfg(feature = "testing")]
+pub type StartRequests = std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>;
 
 /// An execution the compactor asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,9 +81,21 @@ impl FanOutStateMachine {
             config = config.endpoint_url(endpoint);
         }
         Ok(Some(Self {
-            client: Client::from_conf(config.build()),
+            starter: Starter::Sfn(Client::from_conf(config.build())),
             arn,
         }))
+    }
+
+    /// A state machine that records each execution it is asked to start (a second one of the
+    /// same name exists already, as in Step Functions) instead of calling AWS.
+    #[cfg(feature = "testing")]
+    pub fn recording(arn: &str) -> (Self, StartRequests) {
+        let requests = StartRequests::default();
+        let machine = Self {
+            starter: Starter::Recorded(std::sync::Arc::clone(&requests)),
+            arn: arn.to_string(),
+        };
+        (machine, requests)
     }
 
     /// The state machine's ARN.
@@ -87,9 +112,23 @@ impl FanOutStateMachine {
         shape: FanOutShape,
     ) -> Result<Execution> {
         let name = execution_name(partition, job);
+        let client = match &self.starter {
+            Starter::Sfn(client) => client,
+            #[cfg(feature = "testing")]
+            Starter::Recorded(requests) => {
+                let mut requests = requests
+                    .lock()
+                    .map_err(|_| Error::invariant("recorded executions: a poisoned lock"))?;
+                let exists = requests.iter().any(|(n, _)| *n == name);
+                let arn = (!exists).then(|| format!("{}:{name}", self.arn));
+                if !exists {
+                    requests.push((name.clone(), execution_input(partition, job, shape)));
+                }
+                return Ok(Execution { name, arn });
+            }
+        };
         let input = execution_input(partition, job, shape).to_string();
-        let started = self
-            .client
+        let started = client
             .start_execution()
             .state_machine_arn(&self.arn)
             .name(&name)

@@ -7,6 +7,7 @@ mod bad_inputs;
 mod blocks;
 mod budget_release;
 mod commit_holes;
+mod deployment_week;
 mod determinism;
 mod fan_out;
 mod fan_out_tasks;

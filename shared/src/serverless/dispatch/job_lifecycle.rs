@@ -95,6 +95,10 @@ pub async fn run_compaction_job(
     if report.status == Status::Timeout || report.did_not_fit {
         note_timeout(store, partition, stored.as_ref()).await;
     }
+    // A merge that found nothing it could merge (inputs too large for any task stay live)
+    // would find the same again: its partition is not re-armed at once, or jobs would chase
+    // each other without end.
+    let stalled = report.status == Status::Noop && options.job_mode().is_merge();
     let record = if finished {
         end_job_record(
             store,
@@ -103,6 +107,7 @@ pub async fn run_compaction_job(
             stored.as_ref(),
             options,
             readiness_config,
+            stalled,
         )
         .await?
     } else {
@@ -130,7 +135,7 @@ pub async fn run_compaction_job(
 }
 
 /// Ends a finished job's record: re-armed when `readiness` says the partition is ready
-/// again, deleted otherwise.
+/// again (for another mode only, after a merge that `stalled`), deleted otherwise.
 async fn end_job_record(
     store: &Store,
     layout: &KeyLayout,
@@ -138,13 +143,17 @@ async fn end_job_record(
     stored: Option<&StoredJob>,
     options: &CompactOptions,
     readiness_config: &ReadinessConfig,
+    stalled: bool,
 ) -> Result<RecordAction> {
     let (facts, _) = partition_facts(store, layout, partition).await?;
     let now = Utc
         .timestamp_millis_opt(options.clock.now_ms())
         .single()
         .unwrap_or_else(Utc::now);
-    let Ok(ready) = readiness(&facts, now, readiness_config) else {
+    let ready = readiness(&facts, now, readiness_config)
+        .ok()
+        .filter(|ready| !(stalled && ready.mode().is_merge()));
+    let Some(ready) = ready else {
         // Only our own record: one that replaced it is another job's to end.
         let Some(ours) = stored else {
             return Ok(match job::read_job(store, partition).await? {
@@ -295,6 +304,7 @@ pub async fn end_fanned_out_job(
         stored.as_ref(),
         options,
         readiness_config,
+        false,
     )
     .await?;
     Ok(Some(action))
@@ -377,9 +387,17 @@ mod tests {
             let (store, layout, partition) = (&store, &layout, &partition);
             let (options, config) = (&options, &config);
             async move {
-                end_job_record(store, layout, partition, read.as_ref(), options, config)
-                    .await
-                    .unwrap()
+                end_job_record(
+                    store,
+                    layout,
+                    partition,
+                    read.as_ref(),
+                    options,
+                    config,
+                    false,
+                )
+                .await
+                .unwrap()
             }
         };
         let ours = JobRecord::new(&partition, "ours", Utc::now());

@@ -808,3 +808,28 @@ fn outcome_decisions_are_written_by_their_names() {
         assert_eq!(format!("{decision:<16}|"), format!("{name:<16}|"));
     }
 }
+
+/// A merge that can merge nothing (its only input is too large for any task's scratch space,
+/// so it stays live) ends its record rather than re-arming it: each re-armed record is an
+/// event, and the jobs would chase each other without end.
+#[tokio::test]
+async fn a_merge_that_merges_nothing_does_not_re_arm_its_record() {
+    let store = memory();
+    let p = test_partition();
+    land(&store, &p, "big.parquet", 0, 2_000).await;
+    assert_eq!(dispatch_closed(&store, &p).await.decision, "dispatched");
+    let scratch = tempfile::tempdir().unwrap();
+    let mut options = CompactOptions::new(scratch.path());
+    options.settings.budget_bytes = 64 << 10;
+    options.settings.scratch_limit_bytes = Some(16 << 10);
+    let job = run_job(&store, &p, &options).await;
+    assert_eq!(job.report.status, Status::Noop, "{:?}", job.report);
+    assert_eq!(job.report.oversized.len(), 1, "{:?}", job.report);
+    assert_eq!(job.record, RecordAction::Deleted);
+    assert!(!job_exists(&store, &p).await);
+    // The file stays live, and the next event or sweep may try again.
+    let files = partition_files(&store, &KeyLayout::default(), &p)
+        .await
+        .unwrap();
+    assert_eq!(files.live.len(), 1, "{files:?}");
+}

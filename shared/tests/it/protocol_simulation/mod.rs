@@ -166,8 +166,8 @@ struct Task {
     handle: tokio::task::JoinHandle<Outcome>,
 }
 
-/// Tags of a Parquet object's rows; None when it does not decode.
-fn decode_tags(bytes: Bytes) -> Option<Vec<i64>> {
+/// The `tag` column of a Parquet file's rows; `None` when it does not decode.
+pub(crate) fn decode_tags(bytes: Bytes) -> Option<Vec<i64>> {
     let reader =
         parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(bytes, 1024).ok()?;
     let mut tags = Vec::new();
