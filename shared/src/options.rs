@@ -46,12 +46,22 @@ pub enum JobMode {
     Check,
     /// Merge and check nothing: only the partition's garbage is collected.
     Collect,
+    /// Merge only the uncompacted files, into a piece of their own beside the earlier ones,
+    /// which stay as they are: an open hour under small-file pressure. The hour is merged
+    /// whole once, when it closes, so each byte is written about twice however often the
+    /// pressure fires.
+    Append,
 }
 
 impl JobMode {
     /// True for [`JobMode::Merge`] (what a record written before modes existed asks).
     pub fn is_merge(&self) -> bool {
         *self == JobMode::Merge
+    }
+
+    /// True for the modes that write an output: [`JobMode::Merge`] and [`JobMode::Append`].
+    pub fn writes(&self) -> bool {
+        matches!(self, JobMode::Merge | JobMode::Append)
     }
 }
 

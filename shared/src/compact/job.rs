@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
 use crate::manifest::gc::collect_garbage_with;
 use crate::options::CompactOptions;
-use crate::partition::{KeyLayout, PartitionId};
+use crate::partition::{KeyLayout, PartitionId, gc_due_key};
 use crate::report::{CompactionReport, Status};
 use crate::sort::resources::{peak_rss_bytes, process_cpu_time};
 use crate::store::Store;
@@ -122,7 +122,7 @@ impl<'a> JobRun<'a> {
                 other => other.to_string(),
             });
         }
-        if report.status.is_success() {
+        if report.status.is_success() && garbage_may_be_due(store, partition, options).await {
             let gc = collect_garbage_with(
                 store,
                 layout,
@@ -162,5 +162,34 @@ impl<'a> JobRun<'a> {
             "compaction finished"
         );
         report
+    }
+}
+
+/// Whether step 6 may find garbage due: always without a grace; otherwise when the
+/// partition's garbage-due marker is older than the grace on this host's clock. Skipping
+/// deletes nothing: a skewed clock only leaves the garbage to the sweep's GC job, or lets
+/// GC, which dates everything by the store, find nothing due. One HEAD instead of GC's
+/// listings and manifest reads after most commits, whose inputs are not due yet.
+async fn garbage_may_be_due(
+    store: &Store,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> bool {
+    let grace = options.settings.gc_grace;
+    if grace.is_zero() {
+        return true;
+    }
+    let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    match store.head_if_present(&gc_due_key(partition)).await {
+        Ok(Some(marker)) => {
+            marker
+                .last_modified
+                .timestamp_millis()
+                .saturating_add(grace_ms)
+                <= options.clock.now_ms()
+        }
+        Ok(None) => false,
+        // GC reads the marker again and reports what fails.
+        Err(_) => true,
     }
 }

@@ -68,12 +68,29 @@ pub async fn compact_partition(
 
 /// Steps 1 to 5 of one job; [`JobRun::finish`] collects the garbage and prices the report.
 async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<()> {
+    // A job that only collects reads nothing here: its GC (step 6) reads what it needs.
+    let mode = job.options.job_mode();
+    if mode == JobMode::Collect {
+        report.status = Status::Noop;
+        return Ok(());
+    }
     // Step 1: read the state.
     let state = read_partition(job.store, job.layout, job.partition).await?;
     report.manifest_version = state.manifest.version;
     report.unaddressable = state.unaddressable;
     let (manifest, listing) = (state.manifest, state.listing);
-    let Some(wanted) = state.wanted else {
+    // An append merges the uncompacted files alone.
+    let wanted = match (state.wanted, mode) {
+        (Some(wanted), JobMode::Append) => Some(wanted)
+            .map(|w| {
+                w.into_iter()
+                    .filter(|w| !w.is_compacted)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|w| !w.is_empty()),
+        (wanted, _) => wanted,
+    };
+    let Some(wanted) = wanted else {
         report.status = Status::Noop;
         return Ok(());
     };
@@ -83,9 +100,8 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
     // fanned-out hour are merged into the ranges they touch; otherwise in one task or fanned
     // out. Inputs too large for any task stay live (`sizing`).
     let in_one_piece = manifest.compacted_in_one_piece();
-    let mode = job.options.job_mode();
     let settled = match mode {
-        JobMode::Collect => None,
+        JobMode::Collect | JobMode::Append => None,
         JobMode::Check => {
             let (settled, checked) = check_late_files(job, &wanted).await?;
             report.late_check = Some(checked);
@@ -95,9 +111,17 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
     };
     let produced = match settled {
         Some(settled) => settled,
-        None if !mode.is_merge() => {
+        None if !mode.writes() => {
             report.status = Status::Noop;
             return Ok(());
+        }
+        None if mode == JobMode::Append => {
+            let sizing = size_job(job, wanted).await?;
+            report.oversized.clone_from(&sizing.oversized);
+            let mut piece = fan_out::produce_sized(job, manifest.version, sizing, false).await?;
+            // A piece beside the others: no range of the partition's is its alone.
+            piece.outputs.iter_mut().for_each(|w| w.range = None);
+            piece
         }
         None => match fan_out::produce_into_ranges(job, &manifest, &wanted).await? {
             Some(into_ranges) => into_ranges,

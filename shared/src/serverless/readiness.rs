@@ -39,7 +39,7 @@ impl Default for ReadinessConfig {
         Self {
             lateness_grace: Duration::from_secs(10 * 60),
             pressure_files: 500,
-            pressure_bytes: 256 << 20,
+            pressure_bytes: 1 << 30,
             sweep_hours: 48,
             job_lease: Duration::from_secs(60 * 60),
             gc_grace: crate::options::DEFAULT_GC_GRACE,
@@ -140,6 +140,7 @@ impl Ready {
     pub fn mode(&self) -> JobMode {
         match self {
             Ready::CheckLateFiles(_) => JobMode::Check,
+            Ready::SmallFilePressure { .. } => JobMode::Append,
             _ => JobMode::Merge,
         }
     }
@@ -281,7 +282,8 @@ pub fn readiness(
         let Some(first_arrived) = facts.first_uncompacted.filter(|_| !tail) else {
             return Ok(Ready::HourClosed);
         };
-        if facts.manifest_version == 0 {
+        // Pieces the open hour was compacted into are merged at its close, late files or not.
+        if facts.manifest_version == 0 || !facts.compacted_in_one_piece {
             return Ok(Ready::HourClosed);
         }
         let late = LateFiles {
@@ -423,12 +425,22 @@ mod tests {
                 }),
             ),
             (
-                facts(1, 256 << 20, 0),
+                facts(1, 1 << 30, 0),
                 "2026-11-29T10:30:00Z",
                 Decision::Dispatch(Ready::SmallFilePressure {
                     files: 1,
-                    bytes: 256 << 20,
+                    bytes: 1 << 30,
                 }),
+            ),
+            // Pieces appended while the hour was open, then a late file: the close merges all.
+            (
+                PartitionFacts {
+                    compacted_in_one_piece: false,
+                    first_uncompacted: Some(at("2026-11-29T13:00:00Z")),
+                    ..facts(1, 10, 3)
+                },
+                "2026-11-29T14:00:00Z",
+                Decision::Dispatch(Ready::HourClosed),
             ),
             // Compacted and nothing new: nothing to do, however late.
             (
@@ -441,6 +453,10 @@ mod tests {
             let got = plan_partition(facts, JobState::Absent, at(now), &config, false);
             assert_eq!(&got, want, "{facts:?} at {now}: {got}");
         }
+        // Pressure appends a piece; every other reason merges (or checks).
+        let pressure = Ready::SmallFilePressure { files: 1, bytes: 1 };
+        assert_eq!(pressure.mode(), JobMode::Append);
+        assert_eq!(Ready::HourClosed.mode(), JobMode::Merge);
     }
 
     /// Files that arrive once the hour closed, in an hour already compacted, follow the

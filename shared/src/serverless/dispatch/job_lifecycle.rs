@@ -98,7 +98,7 @@ pub async fn run_compaction_job(
     // A merge that found nothing it could merge (inputs too large for any task stay live)
     // would find the same again: its partition is not re-armed at once, or jobs would chase
     // each other without end.
-    let stalled = report.status == Status::Noop && options.job_mode().is_merge();
+    let stalled = report.status == Status::Noop && options.job_mode().writes();
     let record = if finished {
         end_job_record(
             store,
@@ -152,7 +152,7 @@ async fn end_job_record(
         .unwrap_or_else(Utc::now);
     let ready = readiness(&facts, now, readiness_config)
         .ok()
-        .filter(|ready| !(stalled && ready.mode().is_merge()));
+        .filter(|ready| !(stalled && ready.mode().writes()));
     let Some(ready) = ready else {
         // Only our own record: one that replaced it is another job's to end.
         let Some(ours) = stored else {

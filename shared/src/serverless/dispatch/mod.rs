@@ -202,6 +202,8 @@ pub async fn late_policy_mode(
 ) -> Result<(JobMode, Option<LateVerdict>)> {
     let (facts, _) = partition_facts(store, layout, partition).await?;
     Ok(match readiness(&facts, now, config) {
+        // Asked for, an open hour is merged whole.
+        Ok(ready) if ready.mode() == JobMode::Append => (JobMode::Merge, None),
         Ok(ready) => (ready.mode(), ready.late().copied()),
         Err(NotReady::LateFilesWait(verdict)) => (JobMode::Collect, Some(verdict)),
         Err(_) => (JobMode::Merge, None),

@@ -833,3 +833,63 @@ async fn a_merge_that_merges_nothing_does_not_re_arm_its_record() {
         .unwrap();
     assert_eq!(files.live.len(), 1, "{files:?}");
 }
+
+/// Small-file pressure in an open hour appends a piece and leaves the earlier pieces as they
+/// are; the hour's close merges them into one file. Each byte is written twice, however often
+/// the pressure fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pressure_appends_pieces_that_the_close_merges_once() {
+    let store = memory();
+    let layout = KeyLayout::default();
+    let p = test_partition();
+    let pressure = ReadinessConfig {
+        pressure_files: 1,
+        ..ReadinessConfig::default()
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let options = CompactOptions::new(scratch.path());
+    let mut pieces = Vec::new();
+    for (i, minute) in ["10:20", "10:40"].into_iter().enumerate() {
+        let tag = i64::try_from(i).unwrap() * 100;
+        land(&store, &p, &format!("f{i}.parquet"), tag, 40).await;
+        let now = at(&format!("2026-11-29T{minute}:00Z"));
+        let outcome = dispatch_with(&store, &p, now, &pressure).await;
+        assert_eq!(outcome.decision, "dispatched", "{}", outcome.reason);
+        let record = job::read_job(&store, &p).await.unwrap().unwrap();
+        assert_eq!(record.record.unwrap().mode, crate::options::JobMode::Append);
+        let job = run_job(&store, &p, &options).await;
+        assert_eq!(job.report.status, Status::Compacted, "{:?}", job.report);
+        assert_eq!(
+            job.report.inputs.files, 1,
+            "only the new file: {:?}",
+            job.report
+        );
+        pieces.push(job.report.outputs[0].key.clone());
+        let manifest = crate::manifest::load_latest(&store, &layout, &p)
+            .await
+            .unwrap();
+        let live: std::collections::BTreeSet<_> =
+            manifest.compacted.iter().map(|c| c.key.clone()).collect();
+        let want: std::collections::BTreeSet<_> = pieces.iter().cloned().collect();
+        assert_eq!(live, want, "the earlier piece is kept as it was");
+    }
+    // The last job ended after the hour closed (on this host's clock), so it re-armed its
+    // record for the close, which merges the pieces with no new file to bring.
+    let record = job::read_job(&store, &p).await.unwrap().unwrap();
+    assert_eq!(record.record.unwrap().mode, crate::options::JobMode::Merge);
+    let job = run_job(&store, &p, &options).await;
+    assert_eq!(job.report.status, Status::Compacted, "{:?}", job.report);
+    assert_eq!(job.report.inputs.rows, 80);
+    let manifest = crate::manifest::load_latest(&store, &layout, &p)
+        .await
+        .unwrap();
+    assert!(manifest.compacted_in_one_piece() && manifest.compacted.len() == 1);
+    let pieces_bytes: u64 = job.report.inputs.bytes;
+    let final_bytes = manifest.compacted[0].bytes;
+    assert_eq!(manifest.written_bytes, pieces_bytes + final_bytes);
+    assert!(manifest.write_amplification() < 2.5, "{manifest:?}");
+    assert_eq!(
+        dispatch_closed(&store, &p).await.decision,
+        "nothing_to_compact"
+    );
+}

@@ -25,6 +25,8 @@ pub(crate) enum Fault {
 #[derive(Debug)]
 pub(crate) struct Meter {
     pub(crate) bytes: AtomicU64,
+    /// Requests sent (each costs a round trip).
+    pub(crate) requests: AtomicU64,
     ops: AtomicU64,
     fault: Option<(u64, Fault)>,
     crashed: AtomicBool,
@@ -36,6 +38,7 @@ impl Meter {
     pub(crate) fn new(fault: Option<(u64, Fault)>, refused: Arc<Mutex<BTreeSet<String>>>) -> Self {
         Self {
             bytes: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
             ops: AtomicU64::new(0),
             fault,
             crashed: AtomicBool::new(false),
@@ -51,6 +54,7 @@ impl Meter {
     /// Counts an operation: `Err` when it must fail before it takes effect, `Ok(true)` when
     /// its response must be lost after it does.
     fn op(&self, what: &str) -> ObjResult<bool> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
         let n = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
         let injected = |kind: &str| object_store::Error::Generic {
             store: "MeteredStore",
@@ -80,6 +84,12 @@ impl Meter {
     }
 }
 
+/// Parquet files, whose bytes the simulation scales; manifests, records and markers are a few
+/// KB in any deployment, so only their requests count.
+fn is_data(location: &Path) -> bool {
+    location.as_ref().ends_with(".parquet")
+}
+
 #[async_trait::async_trait]
 impl StoreHooks for Meter {
     const NAME: &'static str = "MeteredStore";
@@ -87,8 +97,10 @@ impl StoreHooks for Meter {
     async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> ObjResult<PutResult> {
         let what = format!("put {}", put.location);
         let lose = self.op(&what)?;
-        self.bytes
-            .fetch_add(put.payload.content_length() as u64, Ordering::SeqCst);
+        if is_data(put.location) {
+            self.bytes
+                .fetch_add(put.payload.content_length() as u64, Ordering::SeqCst);
+        }
         let result = put.forward(inner).await;
         self.lose(lose, result, &what)
     }
@@ -104,7 +116,7 @@ impl StoreHooks for Meter {
             });
         }
         let result = get.forward(inner).await;
-        if let Ok(got) = &result {
+        if let (true, Ok(got)) = (key.ends_with(".parquet"), &result) {
             let read = got.range.end - got.range.start;
             self.bytes.fetch_add(read, Ordering::SeqCst);
         }
@@ -124,8 +136,10 @@ impl StoreHooks for Meter {
         location: &Path,
         data: object_store::PutPayload,
     ) -> UploadPart {
-        self.bytes
-            .fetch_add(data.content_length() as u64, Ordering::SeqCst);
+        if is_data(location) {
+            self.bytes
+                .fetch_add(data.content_length() as u64, Ordering::SeqCst);
+        }
         let failed = self.op(&format!("put_part {location}")).err();
         let part = upload.put_part(data);
         Box::pin(async move {
@@ -142,6 +156,7 @@ impl StoreHooks for Meter {
         locations: ourios_compaction::store::hooked::PathStream,
     ) -> ourios_compaction::store::hooked::PathStream {
         use futures::StreamExt;
+        self.requests.fetch_add(1, Ordering::SeqCst);
         if self.crashed() {
             let dead = object_store::Error::Generic {
                 store: "MeteredStore",
@@ -150,6 +165,15 @@ impl StoreHooks for Meter {
             return futures::stream::once(async move { Err(dead) }).boxed();
         }
         inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        inner: &Inner,
+        list: ourios_compaction::store::hooked::ListRequest<'_>,
+    ) -> ourios_compaction::store::hooked::MetaStream {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        list.forward(inner)
     }
 
     async fn complete(&self, upload: &mut Upload, location: &Path) -> ObjResult<PutResult> {

@@ -14,6 +14,10 @@
 //! are scaled down by [`SCALE`]: a simulated byte stands for that many real ones, in the hour
 //! sizes, the thresholds in bytes, `/tmp` and the throughput alike.
 //!
+//! Three loads: the week (five tenants, 840 hours; at the scaled limits every hour fits one
+//! task, so none fans out); a burst of 1,000 partitions closing together; and 30 hours closing
+//! together, each handed to the fan-out state machine (`OURIOS_FAN_OUT=4`).
+//!
 //! Checked every simulated hour and at the end: every good row ingested is live exactly once
 //! or in a quarantined file; an hour past its lateness grace, the late-file wait, a sweep and a
 //! lease is compacted and holds no older uncompacted file; no retired ingest file outlives the
@@ -61,12 +65,16 @@ use asl::{Step, Thread};
 use meter::{Fault, Meter};
 use template::Deployed;
 
-/// Real bytes a simulated byte stands for.
+/// Real bytes a simulated byte stands for, in the week and in the burst (whose hours are few
+/// files standing for hundreds of MB each).
 const SCALE: f64 = 10_000.0;
+const BURST_SCALE: f64 = 100_000.0;
 /// Real bytes an invocation reads and writes per second.
 const THROUGHPUT: f64 = 60e6;
-/// Seconds of every invocation besides its bytes (start, listings, small requests).
-const OVERHEAD_S: f64 = 0.3;
+/// Seconds of every invocation besides its requests and bytes (the runtime's start), and of
+/// each request's round trip to S3.
+const START_S: f64 = 0.05;
+const REQUEST_S: f64 = 0.025;
 /// Lambda's price on arm64: per GB-second and per request.
 const GB_SECOND: f64 = 0.000_013_333_4;
 const REQUEST: f64 = 0.000_000_2;
@@ -199,6 +207,7 @@ struct PartitionBook {
 /// The run's measures.
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Totals {
+    tenants: usize,
     hours: usize,
     files: usize,
     jobs: usize,
@@ -215,7 +224,9 @@ struct Totals {
     dead_letters: Vec<String>,
     timeouts: usize,
     gb_seconds: f64,
+    /// The compactor's cost.
     cost: f64,
+    planner_cost: f64,
     ingest_bytes: u64,
     longest_close_to_compacted_ms: i64,
     max_amplification: f64,
@@ -223,8 +234,23 @@ struct Totals {
     peak_concurrency: usize,
 }
 
+/// What lands in the store.
+#[derive(Debug, Clone, Copy)]
+enum Load {
+    /// Every tenant's hours for so many days.
+    Week { days: u32 },
+    /// So many tenants' hours of about 600 MB each, closing together; each handed to the
+    /// fan-out state machine in so many ranges when `fan_out` is set.
+    Burst {
+        partitions: usize,
+        fan_out: Option<usize>,
+    },
+}
+
 struct Sim {
     seed: u64,
+    /// Real bytes a simulated byte stands for.
+    scale: f64,
     random: Box<dyn FnMut() -> u64>,
     runtime: tokio::runtime::Runtime,
     state: Arc<StoreState>,
@@ -283,12 +309,23 @@ fn object_created(key: &str, size: u64, at_ms: i64) -> Value {
 }
 
 impl Sim {
-    fn new(seed: u64, days: u32) -> Self {
+    fn new(seed: u64, load: Load) -> Self {
+        let (days, scale) = match load {
+            Load::Week { days } => (days, SCALE),
+            Load::Burst { .. } => (1, BURST_SCALE),
+        };
         let deployed = template::deployed();
         let scratch = tempfile::tempdir().expect("scratch");
-        let scaled = |real: f64| format!("{}", (real / SCALE).round() as u64);
+        let scaled = |real: f64| format!("{}", (real / scale).round() as u64);
         let mut env = template::environment("CompactorFunction");
         env.insert("OURIOS_STORE".into(), "memory://".into());
+        if let Load::Burst {
+            fan_out: Some(ranges),
+            ..
+        } = load
+        {
+            env.insert("OURIOS_FAN_OUT".into(), ranges.to_string());
+        }
         env.insert(
             "OURIOS_SCRATCH".into(),
             scratch.path().display().to_string(),
@@ -302,21 +339,30 @@ impl Sim {
         // (60 to 80 files) need more than one task and its other hours do not.
         let mib = f64::from(1 << 20);
         env.insert("OURIOS_SCRATCH_LIMIT".into(), "64MiB".into());
-        let pressure: f64 = env["OURIOS_PRESSURE_BYTES"]
-            .trim_end_matches("MiB")
-            .parse::<f64>()
-            .map(|m| m * mib)
-            .unwrap_or_else(|_| panic!("PressureBytes {}", env["OURIOS_PRESSURE_BYTES"]));
+        let pressure = env["OURIOS_PRESSURE_BYTES"].as_str();
+        let pressure: f64 = match pressure.find(|c: char| !c.is_ascii_digit()) {
+            Some(at) => {
+                let n: f64 = pressure[..at].parse().expect("PressureBytes' number");
+                n * match &pressure[at..] {
+                    "KiB" => 1024.0,
+                    "MiB" => mib,
+                    "GiB" => mib * 1024.0,
+                    "B" => 1.0,
+                    unit => panic!("PressureBytes unit {unit}"),
+                }
+            }
+            None => pressure.parse().expect("PressureBytes in bytes"),
+        };
         env.insert("OURIOS_PRESSURE_BYTES".into(), scaled(pressure));
         let lookup = |name: &str| env.get(name).cloned();
         let functions = FunctionSettings::from_lookup(&lookup).expect("the planner's settings");
         let compact_settings = CompactSettings::from_lookup(&lookup).expect("compactor settings");
         let state = Arc::new(StoreState::default());
-        let start_ms = utc(0).with_timezone(&Utc).timestamp_millis().max(
-            DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z")
-                .expect("a time")
-                .timestamp_millis(),
-        );
+        // A Monday ahead of any host clock: the planner takes the host's time when it is later
+        // than an event's, as for a delayed event.
+        let start_ms = DateTime::parse_from_rfc3339("2030-01-07T00:00:00Z")
+            .expect("a time")
+            .timestamp_millis();
         state.now_ms.store(start_ms, Ordering::SeqCst);
         let inner: Arc<dyn ObjectStore> = Arc::new(VirtualStore {
             state: Arc::clone(&state),
@@ -330,6 +376,7 @@ impl Sim {
             FanOutStateMachine::recording("arn:aws:states:eu-west-1:1:stateMachine:ourios-fan-out");
         let mut sim = Self {
             seed,
+            scale,
             random: Box::new(random_stream(seed)),
             runtime: multi_thread_runtime(2),
             state,
@@ -364,7 +411,10 @@ impl Sim {
             totals: Totals::default(),
             _scratch: scratch,
         };
-        sim.plan_ingest(days);
+        match load {
+            Load::Week { days } => sim.plan_ingest(days),
+            Load::Burst { partitions, .. } => sim.plan_burst(partitions),
+        }
         let sweep_ms = sim.deployed.sweep_every_s as i64 * 1000;
         let mut at = start_ms + sweep_ms;
         while at < sim.end_ms + 3 * 24 * HOUR_MS {
@@ -404,6 +454,7 @@ impl Sim {
     /// rest over the hour, a tail within the lateness grace, and late files for some hours
     /// up to half a day after the close; damaged files, stray keys and one refused file.
     fn plan_ingest(&mut self, days: u32) {
+        self.totals.tenants = TENANTS.len();
         let grace_ms = seconds(self.functions.readiness.lateness_grace);
         for hour in 0..i64::from(days) * 24 {
             let hour_ms = self.start_ms + hour * HOUR_MS;
@@ -459,6 +510,21 @@ impl Sim {
         self.refused.lock().expect("lock").insert(key.clone());
         let release_at = (refused_hour + 51 * HOUR_MS).min(self.end_ms - 4 * HOUR_MS);
         self.at(release_at, Event::Release(partition, key));
+    }
+
+    /// `partitions` tenants' first hour: two files each, landing over the hour, so that every
+    /// one becomes ready at the same sweep after the close.
+    fn plan_burst(&mut self, partitions: usize) {
+        self.totals.tenants = partitions;
+        let hour = utc(self.start_ms).format("%Y-%m-%dT%H").to_string();
+        for i in 0..partitions {
+            let partition = PartitionId::parse(&format!("t{i:04}"), &hour).expect("a partition");
+            self.totals.hours += 1;
+            for _ in 0..2 {
+                let at = self.start_ms + self.below(HOUR_MS as u64) as i64;
+                self.land(&partition, at, 100);
+            }
+        }
     }
 
     /// Plans one ingest file of `partition` landing at `at_ms`; returns its key.
@@ -605,7 +671,7 @@ impl Sim {
             return;
         }
         self.totals.planner_invocations += 1;
-        let (store, _) = self.store(None);
+        let (store, meter) = self.store(None);
         let planner = Planner {
             store,
             layout: self.layout.clone(),
@@ -620,7 +686,9 @@ impl Sim {
             Ok(_) => None,
             Err(e) => Some(e.to_string()),
         };
-        self.cost(0.2, 128.0);
+        let ran_s = START_S + meter.requests.load(Ordering::SeqCst) as f64 * REQUEST_S;
+        let gb_s = ran_s * self.deployed.planner_memory_mb / 1024.0;
+        self.totals.planner_cost += gb_s * GB_SECOND + REQUEST;
         self.notice_job_records();
         if let Some(error) = failure {
             self.retry_async(event, error, 0.2, false);
@@ -730,7 +798,9 @@ impl Sim {
             }
             false => answer,
         };
-        let mut ran_s = OVERHEAD_S + meter.bytes.load(Ordering::SeqCst) as f64 * SCALE / THROUGHPUT;
+        let mut ran_s = START_S
+            + meter.requests.load(Ordering::SeqCst) as f64 * REQUEST_S
+            + meter.bytes.load(Ordering::SeqCst) as f64 * self.scale / THROUGHPUT;
         let answer = if ran_s > self.deployed.timeout_s {
             self.totals.timeouts += 1;
             ran_s = self.deployed.timeout_s;
@@ -1185,7 +1255,12 @@ impl Sim {
             }
             let amplification = manifest.write_amplification();
             self.totals.max_amplification = self.totals.max_amplification.max(amplification);
-            once += price(OVERHEAD_S + (book.ingest_bytes + compacted) as f64 * SCALE / THROUGHPUT);
+            // One job: its listing, manifest and job-record requests, a GET of each file, the
+            // output's upload in three requests and the manifest's PUT; every byte once.
+            let files = (book.rows.len() + book.damaged.len()) as f64;
+            let requests = files + 8.0;
+            let bytes = (book.ingest_bytes + compacted) as f64 * self.scale;
+            once += price(START_S + requests * REQUEST_S + bytes / THROUGHPUT);
         }
         self.totals.cost_ratio = self.totals.cost / once;
         self.totals
@@ -1217,13 +1292,13 @@ fn partition_of_report(text: &str) -> Option<PartitionId> {
 }
 
 /// The table the run prints.
-fn table(days: u32, totals: &Totals) -> String {
-    let gb = totals.ingest_bytes as f64 * SCALE / 1e9;
+fn table(days: u32, scale: f64, totals: &Totals) -> String {
+    let gb = totals.ingest_bytes as f64 * scale / 1e9;
     format!(
-        "| days | tenants | hours | files | jobs | merges | checks | fan-outs | fan-out tasks | quarantines | throttled (async / tasks) | crashes | write amplification (max) | $/GB | cost vs once | longest close to compacted |\n\
+        "| days | tenants | hours | files | jobs | merges | checks | fan-outs | fan-out tasks | quarantines | throttled (async / tasks) | crashes | write amplification (max) | $/GB | compactor's cost vs compacting once | longest close to compacted |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n\
          | {days} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {:.2} | {:.4} | {:.2}x | {} min |",
-        TENANTS.len(),
+        totals.tenants,
         totals.hours,
         totals.files,
         totals.jobs,
@@ -1236,7 +1311,7 @@ fn table(days: u32, totals: &Totals) -> String {
         totals.throttled_tasks,
         totals.crashes,
         totals.max_amplification,
-        totals.cost / gb,
+        (totals.cost + totals.planner_cost) / gb,
         totals.cost_ratio,
         totals.longest_close_to_compacted_ms / 60_000,
     )
@@ -1279,10 +1354,97 @@ fn days_and_seeds() -> (u32, Vec<u64>) {
 fn a_simulated_week_of_the_deployment_keeps_every_invariant() {
     let (days, seeds) = days_and_seeds();
     for seed in seeds {
-        let sim = Sim::new(seed, days);
+        let sim = Sim::new(seed, Load::Week { days });
         let deployed = sim.deployed.clone();
         let totals = sim.run();
-        println!("seed {seed}:\n{}", table(days, &totals));
+        println!("seed {seed}:\n{}", table(days, SCALE, &totals));
         assert_week(&deployed, &totals);
+        assert!(
+            totals.max_amplification <= 2.0,
+            "seed {seed}: write amplification {:.2}",
+            totals.max_amplification
+        );
+        assert!(
+            totals.cost_ratio <= 1.5,
+            "seed {seed}: the compactor cost {:.2}x compacting each hour once",
+            totals.cost_ratio
+        );
     }
+}
+
+/// A thousand partitions closing together, under the deployed reserved concurrency: their
+/// jobs wait in Lambda's asynchronous queue (throttled, retried with backoff) and every one
+/// ends compacted within its maximum event age, none dead-lettered.
+#[test]
+fn a_burst_of_a_thousand_partitions_closing_together_drains_under_the_reserved_concurrency() {
+    let partitions = if std::env::var_os("OURIOS_QUICK").is_some() {
+        200
+    } else {
+        1000
+    };
+    let sim = Sim::new(
+        1,
+        Load::Burst {
+            partitions,
+            fan_out: None,
+        },
+    );
+    let deployed = sim.deployed.clone();
+    let totals = sim.run();
+    println!(
+        "{partitions} partitions:\n{}",
+        table(1, BURST_SCALE, &totals)
+    );
+    assert!(
+        totals.dead_letters.is_empty(),
+        "dead letters: {:#?}",
+        totals.dead_letters
+    );
+    assert_eq!(totals.timeouts, 0, "invocations timed out");
+    assert!(
+        totals.throttled_async > 0,
+        "the burst passed the reserved concurrency"
+    );
+    assert!(totals.peak_concurrency <= deployed.reserved);
+    // Inside the lease, too: no job was queued long enough to be dispatched twice.
+    let limit_ms =
+        (deployed.job_lease_s as f64 * 1000.0).min(deployed.compactor_event_age_s * 1000.0);
+    assert!(
+        (totals.longest_close_to_compacted_ms as f64) < limit_ms,
+        "the last partition waited {} min",
+        totals.longest_close_to_compacted_ms / 60_000
+    );
+}
+
+/// Hours handed to the fan-out state machine, many at once: each execution runs as
+/// `infra/fan-out.asl.json` says (its Maps, their concurrency, its retriers) with the real
+/// compactor as every task, under the reserved concurrency that the dispatched jobs share.
+/// Throttled tasks retry with backoff; every execution commits its ranges, none fails.
+#[test]
+fn fanned_out_hours_closing_together_all_commit_under_the_reserved_concurrency() {
+    let sim = Sim::new(
+        1,
+        Load::Burst {
+            partitions: 30,
+            fan_out: Some(4),
+        },
+    );
+    let deployed = sim.deployed.clone();
+    let totals = sim.run();
+    println!("{}", table(1, BURST_SCALE, &totals));
+    assert!(
+        totals.dead_letters.is_empty(),
+        "dead letters: {:#?}",
+        totals.dead_letters
+    );
+    assert!(
+        totals.fan_outs >= 30,
+        "every hour fanned out: {}",
+        totals.fan_outs
+    );
+    assert!(
+        totals.throttled_tasks > 0,
+        "tasks met the reserved concurrency"
+    );
+    assert!(totals.peak_concurrency <= deployed.reserved);
 }

@@ -12,6 +12,8 @@ pub(crate) struct Deployed {
     pub(crate) timeout_s: f64,
     /// The compactor's memory, in MB (what a GB-second is billed on).
     pub(crate) memory_mb: f64,
+    /// The planner's memory, in MB.
+    pub(crate) planner_memory_mb: f64,
     /// Retries of a failed asynchronous invocation (both functions).
     pub(crate) async_retries: u32,
     /// The oldest a compactor event may be before Lambda drops it to the failure destination.
@@ -109,6 +111,11 @@ pub(crate) fn deployed() -> Deployed {
         reserved: reserved as usize,
         timeout_s: number(&t, &compactor["Timeout"], "Timeout"),
         memory_mb: number(&t, &compactor["MemorySize"], "MemorySize"),
+        planner_memory_mb: number(
+            &t,
+            &t["Resources"]["PlannerFunction"]["Properties"]["MemorySize"],
+            "the planner's MemorySize",
+        ),
         async_retries: number(&t, &compactor_invoke["MaximumRetryAttempts"], "retries") as u32,
         compactor_event_age_s: number(
             &t,
