@@ -121,7 +121,8 @@ if [[ "$mode" == quick ]]; then
     # The two simulations run 10 seeds each here (the full run: 5,000 and 200); OURIOS_SIM_SEEDS
     # set by the caller wins, and a failing seed prints its replay command either way.
     export OURIOS_SIM_SEEDS="${OURIOS_SIM_SEEDS:-10}"
-    # The simulated week of the deployment runs one day, two seeds (the full run: seven days).
+    # The simulated week of the deployment runs one day, the burst 100 partitions (the full run:
+    # seven days and 1,000).
     export OURIOS_QUICK=1
     # Four test threads on two cores: the tests that wait on real seconds (grace periods, slow
     # uploads) leave the cores to the others (39 s for the in-memory suite with two, 34 with four).
