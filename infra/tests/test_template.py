@@ -284,9 +284,13 @@ class TemplateTest(unittest.TestCase):
                 return name, resource, props
         self.fail(f"no function builds {binary}")
 
-    def test_both_functions_are_built_by_cargo_lambda_from_workspace_binaries(self):
+    def test_every_function_is_built_by_cargo_lambda_from_workspace_binaries(self):
         binaries = workspace_binaries()
-        self.assertEqual(len(self.functions), 2)
+        # The planner, the compactor, and the compactor's code again as the fan-out task pool.
+        self.assertEqual(
+            {n: r["Metadata"]["BuildProperties"]["Binary"] for n, (r, _) in self.functions.items()},
+            {"PlannerFunction": "ourios-planner", "CompactorFunction": "ourios-compactor",
+             "FanOutTaskFunction": "ourios-compactor"})
         for name, (resource, props) in self.functions.items():
             metadata = resource["Metadata"]
             self.assertEqual(metadata["BuildMethod"], "rust-cargolambda", name)
@@ -298,10 +302,6 @@ class TemplateTest(unittest.TestCase):
             self.assertEqual(props["Handler"], "bootstrap", name)
             self.assertEqual(props["Runtime"], "provided.al2023", name)
             self.assertEqual(props["Architectures"], [{"Ref": "Architecture"}], name)
-        self.assertEqual(
-            {self.function(b)[0] for b in ("ourios-planner", "ourios-compactor")},
-            set(self.functions),
-        )
         self.assertEqual(self.template["Parameters"]["Architecture"]["Default"], "arm64")
 
     def test_memory_storage_and_timeout_parameters_reach_the_functions(self):
@@ -517,7 +517,9 @@ class TemplateTest(unittest.TestCase):
             for r in self.resources.values()
             if r["Type"] == "AWS::Lambda::EventInvokeConfig"
         }
-        self.assertEqual(set(configs), set(self.functions))
+        # The functions invoked asynchronously; the fan-out task pool is invoked synchronously
+        # only, by the state machine, whose retriers handle its failures.
+        self.assertEqual(set(configs), set(self.functions) - {"FanOutTaskFunction"})
         for name, config in configs.items():
             self.assertEqual(config["MaximumRetryAttempts"], {"Ref": "MaximumRetryAttempts"}, name)
             self.assertEqual(config["DestinationConfig"]["OnFailure"]["Destination"],
@@ -567,11 +569,25 @@ class TemplateTest(unittest.TestCase):
         for group in groups:
             self.assertEqual(self.resources[group]["Properties"]["RetentionInDays"], {"Ref": "LogRetentionDays"})
 
-    def test_the_fan_out_state_machine_invokes_only_the_compactor(self):
+    def test_the_fan_out_state_machine_invokes_only_the_compactors_code_in_its_own_pool(self):
         machine = self.resources["FanOutStateMachine"]["Properties"]
         self.assertEqual(INFRA / machine["DefinitionUri"], FAN_OUT_DEFINITION)
         self.assertEqual(machine["DefinitionSubstitutions"],
-                         {"CompactorFunctionArn": {"Fn::GetAtt": ["CompactorFunction", "Arn"]}})
+                         {"CompactorFunctionArn": {"Fn::GetAtt": ["FanOutTaskFunction", "Arn"]}})
+        # The task pool runs the compactor's binary, with its limits and role, under a reserved
+        # concurrency of its own: dispatched jobs and fan-out tasks never take each other's slots.
+        tasks_fn = self.resources["FanOutTaskFunction"]
+        compactor = self.resources["CompactorFunction"]
+        self.assertEqual(tasks_fn["Metadata"]["BuildProperties"], compactor["Metadata"]["BuildProperties"])
+        for key in ("Role", "MemorySize", "EphemeralStorage", "Timeout"):
+            self.assertEqual(tasks_fn["Properties"][key], compactor["Properties"][key], key)
+        self.assertEqual(tasks_fn["Properties"]["ReservedConcurrentExecutions"],
+                         {"Fn::If": ["BoundFanOutTasks", {"Ref": "FanOutConcurrency"}, {"Ref": "AWS::NoValue"}]})
+        self.assertNotIn("OURIOS_FAN_OUT_STATE_MACHINE", tasks_fn["Properties"]["Environment"]["Variables"])
+        # One execution's Map fits the pool at its default.
+        widest = max(state["MaxConcurrency"] for state in json.loads(FAN_OUT_DEFINITION.read_text())["States"].values()
+                     if state["Type"] == "Map")
+        self.assertLessEqual(widest, self.template["Parameters"]["FanOutConcurrency"]["Default"])
         definition = json.loads(FAN_OUT_DEFINITION.read_text())
         tasks = []
 
@@ -604,7 +620,7 @@ class TemplateTest(unittest.TestCase):
         actions = {a for s in granted for a in as_list(s["Action"])}
         self.assertEqual(actions - LOG_DELIVERY_ACTIONS, {"lambda:InvokeFunction"})
         invoke = [s for s in granted if "lambda:InvokeFunction" in as_list(s["Action"])]
-        self.assertEqual([s["Resource"] for s in invoke], [{"Fn::GetAtt": ["CompactorFunction", "Arn"]}])
+        self.assertEqual([s["Resource"] for s in invoke], [{"Fn::GetAtt": ["FanOutTaskFunction", "Arn"]}])
         for other in ("PlannerRole", "CompactorRole"):
             self.assertFalse(any(r == other and "lambda:InvokeFunction" in as_list(s["Action"])
                                  for r, s in statements(self.template)), other)

@@ -160,12 +160,21 @@ enum Event {
     Compactor(AsyncEvent),
     /// An asynchronous planner event (a retry of a failed one).
     Planner(AsyncEvent),
-    /// A compactor invocation ends: its slot is free.
-    Free,
+    /// A compactor invocation ends: its slot in `Pool` is free.
+    Free(Pool),
     /// A fan-out task tries to invoke the compactor.
     TaskInvoke(u64),
     /// A fan-out task's invocation answered.
     TaskAnswer(u64, Result<Value, String>),
+}
+
+/// The reserved concurrency an invocation counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    /// The compactor's: dispatched jobs.
+    Jobs,
+    /// The fan-out task function's: the state machine's tasks.
+    Tasks,
 }
 
 #[derive(Debug, Clone)]
@@ -233,6 +242,7 @@ struct Totals {
     max_amplification: f64,
     cost_ratio: f64,
     peak_concurrency: usize,
+    peak_tasks: usize,
 }
 
 /// What lands in the store.
@@ -270,6 +280,7 @@ struct Sim {
     events: BTreeMap<u64, Event>,
     next_event: u64,
     running: usize,
+    running_tasks: usize,
     threads: BTreeMap<u64, ThreadEntry>,
     maps: BTreeMap<u64, MapRun>,
     next_thread: u64,
@@ -396,6 +407,7 @@ impl Sim {
             events: BTreeMap::new(),
             next_event: 0,
             running: 0,
+            running_tasks: 0,
             threads: BTreeMap::new(),
             maps: BTreeMap::new(),
             next_thread: 0,
@@ -646,7 +658,8 @@ impl Sim {
             }
             Event::Planner(event) => self.planner(event),
             Event::Compactor(event) => self.compactor_event(event),
-            Event::Free => self.running -= 1,
+            Event::Free(Pool::Jobs) => self.running -= 1,
+            Event::Free(Pool::Tasks) => self.running_tasks -= 1,
             Event::TaskInvoke(thread) => self.task_invoke(thread),
             Event::TaskAnswer(thread, answer) => self.task_answer(thread, answer),
         }
@@ -762,7 +775,7 @@ impl Sim {
             self.at(now + backoff / 2 + jitter, Event::Compactor(event));
             return;
         }
-        let (answer, ran_s) = self.invoke_compactor(&event.payload);
+        let (answer, ran_s) = self.invoke_compactor(&event.payload, Pool::Jobs);
         if let Err(error) = answer {
             self.retry_async(event, error, ran_s, true);
         }
@@ -770,7 +783,7 @@ impl Sim {
 
     /// One compactor invocation on `payload`, as the function answers it: its answer (or
     /// its error's type) and how long it ran. Its slot is held until then.
-    fn invoke_compactor(&mut self, payload: &Value) -> (Result<Value, String>, f64) {
+    fn invoke_compactor(&mut self, payload: &Value, pool: Pool) -> (Result<Value, String>, f64) {
         self.totals.compactor_invocations += 1;
         let fault = match self.below(1000) {
             n if n < CRASH_PER_MILLE => Some((1 + self.below(30), Fault::Crash)),
@@ -810,10 +823,18 @@ impl Sim {
             answer
         };
         self.cost(ran_s, self.deployed.memory_mb);
-        self.running += 1;
-        self.totals.peak_concurrency = self.totals.peak_concurrency.max(self.running);
+        match pool {
+            Pool::Jobs => {
+                self.running += 1;
+                self.totals.peak_concurrency = self.totals.peak_concurrency.max(self.running);
+            }
+            Pool::Tasks => {
+                self.running_tasks += 1;
+                self.totals.peak_tasks = self.totals.peak_tasks.max(self.running_tasks);
+            }
+        }
         let now = self.now();
-        self.at(now + (ran_s * 1000.0) as i64, Event::Free);
+        self.at(now + (ran_s * 1000.0) as i64, Event::Free(pool));
         self.notice_job_records();
         self.start_executions();
         (answer, ran_s)
@@ -1045,12 +1066,12 @@ impl Sim {
             return;
         };
         let payload = entry.payload.clone();
-        if self.running >= self.deployed.reserved {
+        if self.running_tasks >= self.deployed.tasks_reserved {
             self.totals.throttled_tasks += 1;
             return self.task_failed(id, "Lambda.TooManyRequestsException".into());
         }
         self.totals.fan_out_tasks += 1;
-        let (answer, ran_s) = self.invoke_compactor(&payload);
+        let (answer, ran_s) = self.invoke_compactor(&payload, Pool::Tasks);
         let at = self.now() + (ran_s * 1000.0) as i64;
         self.at(at, Event::TaskAnswer(id, answer));
     }
@@ -1378,7 +1399,7 @@ fn a_simulated_week_of_the_deployment_keeps_every_invariant() {
 #[test]
 fn a_burst_of_a_thousand_partitions_closing_together_drains_under_the_reserved_concurrency() {
     let partitions = if std::env::var_os("OURIOS_QUICK").is_some() {
-        200
+        100
     } else {
         1000
     };

@@ -8,6 +8,8 @@ use serde_norway::Value;
 pub(crate) struct Deployed {
     /// The compactor's reserved concurrency: invocations beyond it are throttled.
     pub(crate) reserved: usize,
+    /// The fan-out task function's (the state machine's tasks run there).
+    pub(crate) tasks_reserved: usize,
     /// The compactor's timeout, in seconds.
     pub(crate) timeout_s: f64,
     /// The compactor's memory, in MB (what a GB-second is billed on).
@@ -106,9 +108,23 @@ pub(crate) fn deployed() -> Deployed {
     let sweep = &t["Resources"]["SweepRule"]["Properties"];
     let schedule = resolve(&t, &sweep["ScheduleExpression"]);
     let reserved = number(&t, &compactor["ReservedConcurrentExecutions"], "reserved");
+    let tasks = &t["Resources"]["FanOutTaskFunction"]["Properties"];
+    let tasks_reserved = number(
+        &t,
+        &tasks["ReservedConcurrentExecutions"],
+        "the task pool's",
+    );
+    let machine = &t["Resources"]["FanOutStateMachine"]["Properties"];
+    let invoked = &machine["DefinitionSubstitutions"]["CompactorFunctionArn"];
+    assert_eq!(
+        invoked,
+        &serde_norway::from_str::<Value>("!GetAtt FanOutTaskFunction.Arn").expect("YAML"),
+        "the state machine's tasks run in the fan-out task pool"
+    );
     let lease = &t["Parameters"]["JobLeaseSeconds"]["Default"];
     Deployed {
         reserved: reserved as usize,
+        tasks_reserved: tasks_reserved as usize,
         timeout_s: number(&t, &compactor["Timeout"], "Timeout"),
         memory_mb: number(&t, &compactor["MemorySize"], "MemorySize"),
         planner_memory_mb: number(
