@@ -201,7 +201,8 @@ pub struct CompactOptions {
     /// An attempt of a dispatched job is named `<job id>-<random suffix>`.
     pub attempt_id: Option<String>,
     /// Inputs downloaded at once from a remote store (at least 1). One makes a job's store
-    /// operations a single sequence, which the protocol simulation replays by seed.
+    /// operations a single sequence (its footers are read one at a time too), which the
+    /// protocol simulation replays by seed.
     pub parallel_downloads: usize,
     /// This attempt of a dispatched job runs outside a function (the CLI's `backfill
     /// --run-local`): its id is `<job id>-local<random>`, which no function attempt takes for

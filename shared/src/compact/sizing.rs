@@ -252,8 +252,14 @@ pub(crate) async fn read_footers(
             async move { read_footer(store, key, size, limits, keys).await }
         })
         .collect();
+    // A job whose downloads run one at a time reads its footers one at a time too, so that its
+    // store operations stay one sequence ([`crate::options::CompactOptions::parallel_downloads`]).
+    let at_once = match job.options.parallel_downloads {
+        0 | 1 => 1,
+        _ => FOOTER_READS,
+    };
     futures::stream::iter(reads)
-        .buffered(FOOTER_READS)
+        .buffered(at_once)
         .try_collect()
         .await
 }
