@@ -79,16 +79,16 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
     report.manifest_version = state.manifest.version;
     report.unaddressable = state.unaddressable;
     let (manifest, listing) = (state.manifest, state.listing);
-    // An append merges the uncompacted files alone.
-    let wanted = match (state.wanted, mode) {
-        (Some(wanted), JobMode::Append) => Some(wanted)
+    let wanted = match mode {
+        // An append merges the uncompacted files alone.
+        JobMode::Append => (state.wanted)
             .map(|w| {
                 w.into_iter()
                     .filter(|w| !w.is_compacted)
                     .collect::<Vec<_>>()
             })
             .filter(|w| !w.is_empty()),
-        (wanted, _) => wanted,
+        _ => state.wanted,
     };
     let Some(wanted) = wanted else {
         report.status = Status::Noop;
