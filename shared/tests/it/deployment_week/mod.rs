@@ -1126,6 +1126,9 @@ impl Sim {
             false => std::mem::take(&mut self.dirty).into_iter().collect(),
         };
         let store = self.store(None).0;
+        // Nothing writes while the check runs: one copy of the store's index serves every
+        // partition.
+        let objects = self.state.objects.lock().expect("lock").clone();
         for partition in &partitions {
             let files = self
                 .runtime
@@ -1133,11 +1136,10 @@ impl Sim {
                 .expect("the live set");
             let book = self.book.get(partition).cloned().unwrap_or_default();
             let at = format!("seed {} at {}: {partition}", self.seed, utc(now));
-            self.check_rows(&at, &files, &book);
+            Self::check_rows(&at, &files, &book, &objects);
             // Compacted in time: an hour past its grace, a sweep and the late-file wait.
             let closed_ms = partition.next_hour().hour_start().timestamp_millis();
             let ingest = self.layout.ingest_dir(partition).to_string();
-            let objects = self.state.objects.lock().expect("lock").clone();
             let slack = sweep_ms + lease_ms;
             if now > closed_ms + grace_ms + wait_ms + slack {
                 assert!(files.manifest_version > 0, "{at}: never compacted");
@@ -1215,12 +1217,11 @@ impl Sim {
     /// Every good row ingested is live exactly once, or in a quarantined file; no other row
     /// is live.
     fn check_rows(
-        &self,
         at: &str,
         files: &ourios_compaction::manifest::PartitionFiles,
         book: &PartitionBook,
+        objects: &BTreeMap<String, ourios_compaction::testing::Entry>,
     ) {
-        let objects = self.state.objects.lock().expect("lock");
         let mut live: BTreeMap<i64, u32> = BTreeMap::new();
         for key in &files.live {
             if book.damaged.contains(key.as_str()) {
