@@ -127,9 +127,42 @@ if [[ "$mode" == quick ]]; then
     # Four test threads on two cores: the tests that wait on real seconds (grace periods, slow
     # uploads) leave the cores to the others (39 s for the in-memory suite with two, 34 with four).
     export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
-    step "cargo test --profile quick (unit, property and in-memory tests; not stress_*, bench_*, tests/tests; $OURIOS_SIM_SEEDS seeds a simulation)"
-    cargo test --profile quick --workspace --exclude ourios-integration-tests -- \
-        --skip stress_ --skip bench_ "${filter[@]}"
+    step "cargo test --profile quick --no-run (unit, property and in-memory tests; not stress_*, bench_*, tests/tests)"
+    binaries="$(mktemp)"
+    cargo test --profile quick --workspace --exclude ourios-integration-tests --no-run \
+        --message-format=json-render-diagnostics |
+        "$python" tests/test_binaries.py >"$binaries"
+    # `cargo test` runs its test binaries one after another, and the in-memory suite of
+    # shared/tests/it alone takes most of the time: the others run beside it, each as cargo
+    # would run it (from its package's directory), their output printed when all have ended.
+    step "the test binaries side by side ($(wc -l <"$binaries") of them; $OURIOS_SIM_SEEDS seeds a simulation)"
+    logs="$(mktemp -d)"
+    pids=()
+    index=0
+    while IFS=$'\t' read -r name directory executable; do
+        index=$((index + 1))
+        (
+            cd "$directory"
+            status=0
+            "$executable" --skip stress_ --skip bench_ "${filter[@]}" >"$logs/$index.log" 2>&1 || status=$?
+            echo "$status $name" >"$logs/$index.status"
+        ) &
+        pids+=($!)
+    done <"$binaries"
+    wait "${pids[@]}"
+    failed=()
+    for ((i = 1; i <= index; i++)); do
+        read -r status name <"$logs/$i.status"
+        echo "-- $name (exit $status)"
+        cat "$logs/$i.log"
+        [[ "$status" == 0 ]] || failed+=("$name")
+    done
+    rm -rf "$logs" "$binaries"
+    if [[ ${#failed[@]} -gt 0 ]]; then
+        echo "failed: ${failed[*]}" >&2
+        exit 1
+    fi
+    step "done"
     exit 0
 fi
 

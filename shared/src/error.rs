@@ -257,6 +257,8 @@ pub enum Error {
         key: String,
         /// The store's reason for it.
         reason: String,
+        /// Every refused input this attempt knows of (`key` among them).
+        refused: Vec<String>,
     },
 
     /// A file asked to be released from quarantine is not a quarantined ingest file.
@@ -314,6 +316,39 @@ impl Error {
             // Like a single refused request (`Error::Store`, above): access granted since, or
             // credentials that settled, let a retry succeed.
             Error::AccessDenied { .. } => ErrorKind::Transient,
+        }
+    }
+
+    /// The objects this error names (an input, output or manifest key, every input the store
+    /// refused), for counting the same failure again: empty when it names none.
+    pub fn named_objects(&self) -> Vec<String> {
+        match self {
+            Error::Store { location, .. } => vec![location.clone()],
+            Error::Parquet { file, .. } | Error::CompactedInput { file, .. } => vec![file.clone()],
+            Error::Manifest { key, .. } | Error::NotQuarantined { key, .. } => vec![key.clone()],
+            Error::AccessDenied { refused, .. } => refused.clone(),
+            // Scratch files are local and named for their attempt: no object.
+            Error::Config { .. }
+            | Error::Scratch { .. }
+            | Error::ScratchFull { .. }
+            | Error::Partition { .. }
+            | Error::Encode { .. }
+            | Error::Arrow { .. }
+            | Error::Conflict { .. }
+            | Error::TooWide { .. }
+            | Error::Deadline { .. }
+            | Error::Service { .. }
+            | Error::Invariant { .. } => Vec::new(),
+        }
+    }
+
+    /// True when the error is the store's or the decoder's answer to reading the objects it
+    /// names: a GET or HEAD that failed, a file that would not decode, inputs refused.
+    pub fn is_read_failure(&self) -> bool {
+        match self {
+            Error::Store { operation, .. } => matches!(*operation, "get" | "head"),
+            Error::Parquet { .. } | Error::AccessDenied { .. } => true,
+            _ => false,
         }
     }
 
@@ -417,6 +452,7 @@ mod tests {
             partition: "p".into(),
             key: "k".into(),
             reason: "403".into(),
+            refused: vec!["k".into()],
         };
         assert_eq!(refused.kind(), ErrorKind::Transient);
     }

@@ -145,7 +145,7 @@
 //! | | [`serverless::function_settings`] | the functions' settings from named variables |
 //! | | [`serverless::metrics`] | CloudWatch embedded-metric-format lines |
 //! | | [`serverless::state_machine`] | starting the fan-out state machine for a job too large for one invocation |
-//! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's entry point (`serverless::dispatch::planner`), the compactor's (`serverless::dispatch::compactor`) and its side of a job (`serverless::dispatch::job_lifecycle`: compact, then end the job record), the claim that lets one compactor start a partition's fan-out (`serverless::dispatch::hand_off`), sweep, backfill |
+//! | | [`serverless::dispatch`] | job records (`serverless::dispatch::job`), the planner's entry point (`serverless::dispatch::planner`), the compactor's (`serverless::dispatch::compactor`) and its side of a job (`serverless::dispatch::job_lifecycle`: compact, then end the job record), the claim that lets one compactor start a partition's fan-out (`serverless::dispatch::hand_off`), failures that repeat (`serverless::dispatch::failures`: counted, then a quarantine or a parked partition), sweep, backfill |
 //! | bench | [`bench`](mod@bench) | benchmark support |
 //! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
 //! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::service` |

@@ -187,6 +187,9 @@ pub const GC_DUE_PREFIX: &str = "_compaction/gc-due";
 /// (`<partition>.json`, [`crate::late::CheckedLate`]): the sweep finds them whatever the hour's
 /// age.
 pub const LATE_PREFIX: &str = "_compaction/late";
+/// Prefix of the failure counts of partitions whose last jobs failed (`<partition>.json`,
+/// outside the job prefix so that counting dispatches nothing).
+pub const FAILURES_PREFIX: &str = "_compaction/failures";
 /// Where the sweep stopped when it ran out of time; the next sweep starts after it.
 pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
 
@@ -415,6 +418,14 @@ pub fn parse_gc_due_key(key: &str, layout: &KeyLayout) -> crate::Result<Partitio
 /// Key of a partition's checked-late record: late files that wait to be merged.
 pub fn late_key(partition: &PartitionId) -> Path {
     Path::from(format!("{LATE_PREFIX}/{}.json", partition.relative_dir()))
+}
+
+/// Key of a partition's failure count: how many times in a row its job failed the same way.
+pub fn failures_key(partition: &PartitionId) -> Path {
+    Path::from(format!(
+        "{FAILURES_PREFIX}/{}.json",
+        partition.relative_dir()
+    ))
 }
 
 /// Parses `_compaction/late/<partition>.json` strictly.

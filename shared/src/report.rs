@@ -188,6 +188,10 @@ pub struct CompactionReport {
     /// The kind of that error (`Transient`, `ResourceExhausted`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<crate::error::ErrorKind>,
+    /// The objects that error names, and whether reading them failed: what the compactor
+    /// counts a failure that repeats by (not serialized; the error names them).
+    #[serde(skip)]
+    pub error_objects: (Vec<String>, bool),
 }
 
 impl CompactionReport {
@@ -223,6 +227,7 @@ impl CompactionReport {
             execution: None,
             error: None,
             error_kind: None,
+            error_objects: (Vec::new(), false),
         }
     }
 

@@ -71,7 +71,10 @@ async fn run(
             .clone()
             .unwrap_or_else(|| format!("direct-{request_id}"));
         println!("{}", compaction_metrics(&job.report, &job_id, now_ms));
-        let report = serde_json::to_value(&job.report)?;
+        let mut report = serde_json::to_value(&job.report)?;
+        if let Some(failure) = &job.failure {
+            report["failure"] = serde_json::to_value(failure)?;
+        }
         if !job.is_finished() {
             failures.push(report.clone());
         }

@@ -108,6 +108,7 @@ impl<'a> JobRun<'a> {
         let store = &store;
         if let Err(e) = result {
             report.error_kind = Some(e.kind());
+            report.error_objects = (e.named_objects(), e.is_read_failure());
             report.did_not_fit = matches!(e, Error::ScratchFull { .. });
             report.status = match e {
                 Error::Deadline { .. } => Status::Timeout,

@@ -62,6 +62,7 @@ impl Refusals {
                 partition: partition.to_string(),
                 key: key.to_string(),
                 reason: reason.clone(),
+                refused: vec![key.to_string()],
             }),
             _ => Ok(()),
         }
@@ -99,8 +100,22 @@ pub(crate) async fn stage_and_check(
         first: (refused.first()).map(|(key, reason)| (ObjectKey::from(key), reason.clone())),
     };
     if !job_decides {
-        // Fail and retry rather than quarantine a whole partition.
-        refusals.check(partition)?;
+        // Fail and retry rather than quarantine a whole partition, naming every refused input
+        // (a job that keeps failing so quarantines them: `dispatch::failures`).
+        refusals.check(partition).map_err(|e| match e {
+            Error::AccessDenied {
+                partition,
+                key,
+                reason,
+                ..
+            } => Error::AccessDenied {
+                partition,
+                key,
+                reason,
+                refused: refused.iter().map(|(key, _)| key.to_string()).collect(),
+            },
+            other => other,
+        })?;
     }
 
     // Step 3: check.

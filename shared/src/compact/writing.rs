@@ -238,10 +238,13 @@ pub(crate) async fn sort_and_write(
             let _ = task.await;
             Ok(Err(bad))
         }
-        Err(e) => {
-            let _ = task.await;
-            Err(e)
-        }
+        // A writer stops when its upload does: the upload's own error (the store refused a
+        // part, say) is the cause, and names the output. Its error for being abandoned by a
+        // writer that failed first is not.
+        Err(e) => match task.await {
+            Ok(Err(upload)) if !matches!(upload, Error::Invariant { .. }) => Err(upload),
+            _ => Err(e),
+        },
     }
 }
 

@@ -14,7 +14,7 @@ mod release;
 
 pub use commit::{CommitOutcome, CommitRequest, commit, list_versions, load_latest};
 pub use live::{LiveSet, live_set, unaddressable_inputs};
-pub use release::{Released, release_quarantined};
+pub use release::{Released, quarantine_files, release_quarantined};
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,5 @@
-//! Releasing quarantined files: an operator's way back into the live set.
+//! Files moved in and out of quarantine outside a compaction: an operator's release, and the
+//! quarantine of ingest files a job failed to read on every attempt.
 //!
 //! Quarantine is never lifted by a compaction: a bad file stays out of the live set, in place,
 //! until someone decides it should be tried again, typically once the cause is fixed (the
@@ -14,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::store::Store;
 
-/// Releases tried before giving up on a partition whose commits keep forgetting files.
+/// Commits tried before giving up on a partition whose commits keep forgetting files.
 const RELEASE_ATTEMPTS: usize = 4;
 
 /// What a release did.
@@ -81,25 +82,7 @@ pub async fn release_quarantined(
         now_ms,
         commit_by: None,
     };
-    // A commit based on an older version than one that forgot retired files meets a
-    // conflict whatever it changes; the release depends on no listing, so it reads again.
-    let mut base = manifest;
-    let mut version = None;
-    for _ in 0..RELEASE_ATTEMPTS {
-        match commit(store, layout, partition, &base, &request).await? {
-            CommitOutcome::Committed(m) | CommitOutcome::AlreadyCommitted(m) => {
-                version = Some(m.version);
-                break;
-            }
-            CommitOutcome::Conflict { .. } => base = load_latest(store, layout, partition).await?,
-        }
-    }
-    let Some(version) = version else {
-        return Err(Error::Conflict {
-            partition: partition.relative_dir(),
-            message: format!("the manifest kept changing over {RELEASE_ATTEMPTS} releases"),
-        });
-    };
+    let version = commit_alone(store, layout, partition, manifest, &request).await?;
     for q in &chosen {
         tracing::info!(file = %q.key, reason = %q.reason, "released from quarantine");
     }
@@ -107,5 +90,53 @@ pub async fn release_quarantined(
         partition: partition.relative_dir(),
         released: chosen,
         manifest_version: version,
+    })
+}
+
+/// Quarantines ingest files of `partition` outside a compaction (its job failed reading them
+/// on every attempt): one commit that adds them to the quarantine, in place. Returns the
+/// manifest version now latest.
+pub async fn quarantine_files(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    files: Vec<QuarantinedFile>,
+    now_ms: i64,
+) -> Result<u64> {
+    let manifest = load_latest(store, layout, partition).await?;
+    let request = CommitRequest {
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        quarantined: files,
+        released: Vec::new(),
+        forget: Vec::new(),
+        ingested_bytes: 0,
+        attempt_id: format!("quarantine-{:016x}", rand::random::<u64>()),
+        now_ms,
+        commit_by: None,
+    };
+    commit_alone(store, layout, partition, manifest, &request).await
+}
+
+/// Commits a change that depends on no listing, from `base` on: a conflict (a commit that
+/// forgot retired files meanwhile) only reads the latest version again.
+async fn commit_alone(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    mut base: super::Manifest,
+    request: &CommitRequest,
+) -> Result<u64> {
+    for _ in 0..RELEASE_ATTEMPTS {
+        match commit(store, layout, partition, &base, request).await? {
+            CommitOutcome::Committed(m) | CommitOutcome::AlreadyCommitted(m) => {
+                return Ok(m.version);
+            }
+            CommitOutcome::Conflict { .. } => base = load_latest(store, layout, partition).await?,
+        }
+    }
+    Err(Error::Conflict {
+        partition: partition.relative_dir(),
+        message: format!("the manifest kept changing over {RELEASE_ATTEMPTS} commits"),
     })
 }

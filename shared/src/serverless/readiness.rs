@@ -68,6 +68,8 @@ pub struct PartitionFacts {
     pub compacted_bytes: u64,
     /// When the oldest uncompacted file arrived (the store's date).
     pub first_uncompacted: Option<DateTime<Utc>>,
+    /// When the newest uncompacted file arrived (the store's date).
+    pub last_uncompacted: Option<DateTime<Utc>>,
     /// Uncompacted files no check has passed (all of them unless the checked-late record says
     /// otherwise).
     pub unchecked_files: usize,
@@ -85,6 +87,7 @@ impl PartitionFacts {
             manifest_version: manifest.version,
             compacted_bytes: manifest.compacted.iter().map(|c| c.bytes).sum(),
             first_uncompacted: live.ingest.iter().map(|m| m.last_modified).min(),
+            last_uncompacted: live.ingest.iter().map(|m| m.last_modified).max(),
             unchecked_files: live.ingest.len(),
         }
     }
@@ -109,6 +112,12 @@ pub enum JobState {
     Present {
         /// When the record was last written.
         written_at: DateTime<Utc>,
+    },
+    /// The job record says the partition's job was given up after failing the same way on
+    /// every attempt (store clock): only a newer file or a request dispatches it again.
+    Parked {
+        /// When the record was parked.
+        since: DateTime<Utc>,
     },
 }
 
@@ -172,6 +181,12 @@ pub enum NotReady {
     },
     /// Late files in an hour already compacted wait to be merged, every one checked.
     LateFilesWait(LateVerdict),
+    /// The partition's job failed the same way on every attempt and was given up; no file
+    /// arrived since.
+    Parked {
+        /// When it was given up.
+        since: DateTime<Utc>,
+    },
 }
 
 impl NotReady {
@@ -208,6 +223,7 @@ impl Decision {
             Decision::Skip(NotReady::NothingToCompact) => "nothing_to_compact",
             Decision::Skip(NotReady::HourOpen { .. } | NotReady::LateFilesWait(_)) => "not_ready",
             Decision::Skip(NotReady::JobActive { .. }) => "job_active",
+            Decision::Skip(NotReady::Parked { .. }) => "parked",
         }
     }
 
@@ -244,7 +260,7 @@ impl fmt::Display for Decision {
             Decision::Dispatch(ready) => write!(f, "{ready}"),
             Decision::ReplaceStale { ready, stale_since } => write!(
                 f,
-                "{ready}; replacing the stale job record written at {}",
+                "{ready}; replacing the stale (or parked) job record written at {}",
                 stale_since.format("%Y-%m-%dT%H:%M:%SZ")
             ),
             Decision::Skip(NotReady::NothingToCompact) => f.write_str("no uncompacted files"),
@@ -257,6 +273,12 @@ impl fmt::Display for Decision {
             Decision::Skip(NotReady::JobActive { since }) => write!(
                 f,
                 "a job is already scheduled or running (record written at {})",
+                since.format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            Decision::Skip(NotReady::Parked { since }) => write!(
+                f,
+                "parked since {}: its job failed the same way on every attempt (the job record \
+                 says why); a new file or a request dispatches it again",
                 since.format("%Y-%m-%dT%H:%M:%SZ")
             ),
         }
@@ -344,6 +366,17 @@ pub fn plan_partition(
                 Decision::Skip(NotReady::JobActive { since: written_at })
             }
         }
+        JobState::Parked { since } => {
+            let newer_file = facts.last_uncompacted.is_some_and(|t| t > since);
+            if requested || newer_file {
+                Decision::ReplaceStale {
+                    ready,
+                    stale_since: since,
+                }
+            } else {
+                Decision::Skip(NotReady::Parked { since })
+            }
+        }
     }
 }
 
@@ -373,6 +406,7 @@ mod tests {
             manifest_version: version,
             compacted_bytes: 1000 * version,
             first_uncompacted: (files > 0).then(|| at("2026-11-29T10:30:00Z")),
+            last_uncompacted: (files > 0).then(|| at("2026-11-29T10:30:00Z")),
             unchecked_files: files,
         }
     }
@@ -593,5 +627,44 @@ mod tests {
                 at("2026-11-29T10:00:00Z")
             ]
         );
+    }
+
+    #[test]
+    fn a_parked_record_waits_for_a_newer_file_or_a_request() {
+        let config = ReadinessConfig::default();
+        let now = at("2026-11-30T12:00:00Z");
+        let parked_at = at("2026-11-29T13:00:00Z");
+        let parked = JobState::Parked { since: parked_at };
+        let older = PartitionFacts {
+            last_uncompacted: Some(at("2026-11-29T12:59:00Z")),
+            ..facts(1, 10, 0)
+        };
+        assert_eq!(
+            plan_partition(&older, parked, now, &config, false),
+            Decision::Skip(NotReady::Parked { since: parked_at }),
+            "no lease ever makes a parked record stale"
+        );
+        assert_eq!(
+            plan_partition(&older, parked, now, &config, false).label(),
+            "parked"
+        );
+        for (facts, requested) in [
+            (older.clone(), true),
+            (
+                PartitionFacts {
+                    last_uncompacted: Some(at("2026-11-29T13:05:00Z")),
+                    ..older.clone()
+                },
+                false,
+            ),
+        ] {
+            assert!(
+                matches!(
+                    plan_partition(&facts, parked, now, &config, requested),
+                    Decision::ReplaceStale { stale_since, .. } if stale_since == parked_at
+                ),
+                "requested {requested}"
+            );
+        }
     }
 }

@@ -36,8 +36,8 @@ pub use recording_store::{
 };
 pub use store_quirks::{
     DenyMissing, DenyMissingStore, MultipartDating, MultipartDatingStore, Refusal, Refusals,
-    RefusingStore, ReversedListing, ReversedListingStore, SlowIngestReads, SlowIngestStore,
-    SlowWriteStore, SlowWrites,
+    RefusedOutputs, RefusedOutputsStore, RefusingStore, ReversedListing, ReversedListingStore,
+    SlowIngestReads, SlowIngestStore, SlowWriteStore, SlowWrites,
 };
 pub use tagged_files::{
     all_keys, assert_conflict, assert_exactly_once, assert_live_exactly_once, commit_request,

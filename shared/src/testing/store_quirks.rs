@@ -60,6 +60,9 @@ pub enum Refusal {
     Forbidden,
     /// `404 Not Found`: the object vanished between the listing and the GET.
     Vanished,
+    /// `500 Internal Error` on every GET (after the client's own retries): an object the
+    /// store holds but cannot serve.
+    Broken,
 }
 
 /// Refuses GETs of keys ending in one of some suffixes.
@@ -84,6 +87,10 @@ impl StoreHooks for Refusals {
             Some((_, Refusal::Vanished)) => Err(object_store::Error::NotFound {
                 path: location.to_string(),
                 source: "NoSuchKey".into(),
+            }),
+            Some((_, Refusal::Broken)) => Err(object_store::Error::Generic {
+                store: "S3",
+                source: format!("500 InternalError reading {location}").into(),
             }),
             None => get.forward(inner).await,
         }
@@ -181,6 +188,53 @@ impl SlowWriteStore {
                 manifest_put,
             }),
         )
+    }
+}
+
+/// Fails every write of a compacted output (a PUT or the start of an upload under
+/// `compacted/`), as a bucket policy or a full quota would.
+#[derive(Debug)]
+pub struct RefusedOutputs;
+
+impl RefusedOutputs {
+    fn refuse(location: &Path) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: format!("403 AccessDenied writing {location}").into(),
+        }
+    }
+
+    fn is_output(location: &Path) -> bool {
+        location.as_ref().starts_with("compacted/")
+    }
+}
+
+#[async_trait::async_trait]
+impl StoreHooks for RefusedOutputs {
+    const NAME: &'static str = "RefusedOutputsStore";
+
+    async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
+        if Self::is_output(put.location) {
+            return Err(Self::refuse(put.location));
+        }
+        put.forward(inner).await
+    }
+
+    async fn put_multipart(&self, inner: &Inner, start: UploadRequest<'_>) -> StoreResult<Upload> {
+        if Self::is_output(start.location) {
+            return Err(Self::refuse(start.location));
+        }
+        start.forward(inner).await
+    }
+}
+
+/// A store wrapper that refuses every write of a compacted output.
+pub type RefusedOutputsStore = HookedStore<RefusedOutputs>;
+
+impl RefusedOutputsStore {
+    /// Wraps `inner`, refusing writes under `compacted/`.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        Self::wrap(inner, Arc::new(RefusedOutputs))
     }
 }
 

@@ -7,7 +7,8 @@ use std::time::Instant;
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::job;
+use super::failures::FailureAction;
+use super::job::{self, JobRecord, Parked};
 use super::job_lifecycle::{
     JobOutcome, RecordAction, end_fanned_out_job, hand_off_if_large, run_compaction_job,
 };
@@ -95,10 +96,29 @@ impl CompactorAnswer {
 
 impl JobOutcome {
     /// True when the job needs no retry: it compacted, found nothing to do, lost its commit to
-    /// an identical job, or was handed to the fan-out state machine.
+    /// an identical job, was handed to the fan-out state machine, or failed the same way on
+    /// every attempt and was given up ([`FailureAction::settled`]).
     pub fn is_finished(&self) -> bool {
         self.report.status.is_success()
             || matches!(self.report.status, Status::Conflict | Status::FannedOut)
+            || self.failure.as_ref().is_some_and(FailureAction::settled)
+    }
+}
+
+/// The outcome of an invocation for a parked partition's record: no work.
+fn parked_job(partition: &PartitionId, record: &JobRecord, parked: &Parked) -> JobOutcome {
+    let mut report = CompactionReport::new(&partition.relative_dir(), &record.job_id);
+    report.error = Some(format!(
+        "parked after {} attempts failed with {}: {}",
+        parked.attempts, parked.kind, parked.error
+    ));
+    tracing::info!(partition = %partition, job_id = %record.job_id, "the partition is parked; nothing to do");
+    JobOutcome {
+        report,
+        dispatch_job_id: Some(record.job_id.clone()),
+        record: RecordAction::Left,
+        aborted_uploads: 0,
+        failure: Some(FailureAction::Parked),
     }
 }
 
@@ -162,6 +182,13 @@ impl Compactor {
     ) -> crate::error::Result<JobOutcome> {
         let (store, layout) = (&self.store, &self.layout);
         let record = (job::read_job(store, partition).await?).and_then(|s| s.record);
+        if let Some(record) = record.as_ref().filter(|_| !by_hand)
+            && let Some(parked) = &record.parked
+        {
+            // The event of the record's own rewrite: the partition waits for a new file or a
+            // request by hand.
+            return Ok(parked_job(partition, record, parked));
+        }
         let mut options = options.clone();
         if by_hand {
             options.mode = Some(JobMode::Merge);

@@ -46,6 +46,24 @@ pub struct JobRecord {
     /// merged) or `collect` (garbage only).
     #[serde(default, skip_serializing_if = "JobMode::is_merge")]
     pub mode: JobMode,
+    /// Set when the partition's job failed the same way on every attempt and was given up:
+    /// the record stays, so neither the sweep nor a lapsed lease dispatches it again; a new
+    /// ingest file or a request by hand replaces it ([`super::failures`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<Parked>,
+}
+
+/// Why and when a partition's job was given up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parked {
+    /// When (Unix milliseconds, the compactor's clock).
+    pub at_ms: i64,
+    /// Attempts that failed the same way.
+    pub attempts: u32,
+    /// The error's kind (`InvalidInput`, `ResourceExhausted`, ...).
+    pub kind: String,
+    /// The error of the last attempt.
+    pub error: String,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -65,6 +83,7 @@ impl JobRecord {
             created_at_ms: now.timestamp_millis(),
             timed_out: 0,
             mode: JobMode::Merge,
+            parked: None,
         }
     }
 

@@ -6,6 +6,7 @@
 use chrono::{TimeZone, Utc};
 use serde::Serialize;
 
+use super::failures::{FailureAction, clear_failures, count_failure};
 use super::hand_off::{Claim, claim_hand_off, release_hand_off};
 use super::job::{self, JobRecord, StoredJob, WriteOutcome};
 use super::partition_facts;
@@ -35,6 +36,8 @@ pub enum RecordAction {
     Left,
     /// Another job's record replaced ours meanwhile; it is that job's to end.
     Superseded,
+    /// Marked parked: the job failed the same way on every attempt ([`FailureAction`]).
+    Parked,
 }
 
 /// A finished job.
@@ -48,6 +51,8 @@ pub struct JobOutcome {
     pub record: RecordAction,
     /// Incomplete multipart uploads of earlier attempts of the same job that were aborted.
     pub aborted_uploads: usize,
+    /// A failed job's count, and what it led to.
+    pub failure: Option<FailureAction>,
 }
 
 /// Runs one compaction job and ends its job record, re-arming it only when `readiness` says
@@ -99,7 +104,14 @@ pub async fn run_compaction_job(
     // would find the same again: its partition is not re-armed at once, or jobs would chase
     // each other without end.
     let stalled = report.status == Status::Noop && options.job_mode().writes();
+    let failure = if report.status == Status::Failed {
+        let now_ms = options.clock.now_ms();
+        count_failure(store, layout, partition, &report, stored.as_ref(), now_ms).await
+    } else {
+        None
+    };
     let record = if finished {
+        clear_failures(store, partition).await;
         end_job_record(
             store,
             layout,
@@ -111,7 +123,11 @@ pub async fn run_compaction_job(
         )
         .await?
     } else {
-        RecordAction::Left
+        match failure {
+            Some(FailureAction::Parked) => RecordAction::Parked,
+            Some(FailureAction::Quarantined { .. }) => RecordAction::ReArmed,
+            _ => RecordAction::Left,
+        }
     };
     let requests = store.request_counts().since(&requests_before);
     report.price(
@@ -131,6 +147,7 @@ pub async fn run_compaction_job(
         dispatch_job_id,
         record,
         aborted_uploads,
+        failure,
     })
 }
 
@@ -260,6 +277,7 @@ pub async fn hand_off_if_large(
         dispatch_job_id,
         record: RecordAction::Left,
         aborted_uploads: 0,
+        failure: None,
     }))
 }
 

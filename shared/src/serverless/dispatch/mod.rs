@@ -11,6 +11,10 @@ pub mod job;
 pub mod job_lifecycle;
 pub mod planner;
 
+mod failures;
+
+pub use failures::FailureAction;
+
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -54,6 +58,9 @@ pub enum OutcomeDecision {
     NotReady,
     /// No uncompacted files.
     NothingToCompact,
+    /// Its job failed the same way on every attempt and was given up: the job record says
+    /// why; a new file or a request dispatches it again.
+    Parked,
     /// Planning failed (the error in the reason).
     Failed,
     /// A local backfill would compact it (dry run).
@@ -72,6 +79,7 @@ impl OutcomeDecision {
             Self::JobActive => "job_active",
             Self::NotReady => "not_ready",
             Self::NothingToCompact => "nothing_to_compact",
+            Self::Parked => "parked",
             Self::Failed => "failed",
             Self::WouldCompact => "would_compact",
             Self::Compaction(status) => status.as_str(),
@@ -84,6 +92,7 @@ impl OutcomeDecision {
             NotReady::NothingToCompact => Self::NothingToCompact,
             NotReady::HourOpen { .. } | NotReady::LateFilesWait(_) => Self::NotReady,
             NotReady::JobActive { .. } => Self::JobActive,
+            NotReady::Parked { .. } => Self::Parked,
         }
     }
 }
@@ -233,6 +242,9 @@ pub async fn dispatch_partition(
         None
     };
     let state = match &stored {
+        Some(s) if s.record.as_ref().is_some_and(|r| r.parked.is_some()) => JobState::Parked {
+            since: s.written_at,
+        },
         Some(s) => JobState::Present {
             written_at: s.written_at,
         },
@@ -549,6 +561,14 @@ async fn dispatch_garbage_job(
     let record = JobRecord::new(partition, &reason, now).with_mode(JobMode::Collect);
     let written = match job::read_job(store, partition).await? {
         None => job::create_job(store, &record, partition).await?,
+        // A parked partition waits for a new file or a request; its garbage waits with it.
+        Some(stored) if stored.record.as_ref().is_some_and(|r| r.parked.is_some()) => {
+            return Ok(PartitionOutcome::new(
+                partition,
+                OutcomeDecision::Parked,
+                "parked: its job failed the same way on every attempt".into(),
+            ));
+        }
         Some(stored) => {
             let lease =
                 chrono::Duration::from_std(config.job_lease).unwrap_or(chrono::Duration::MAX);

@@ -9,7 +9,7 @@ use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use serde_json::json;
 
-use super::job_lifecycle::RecordAction;
+use super::job_lifecycle::{JobOutcome, RecordAction};
 use super::planner::{Planner, PlannerAnswer};
 use super::*;
 use crate::manifest::{list_versions, partition_files};
@@ -891,5 +891,195 @@ async fn pressure_appends_pieces_that_the_close_merges_once() {
     assert_eq!(
         dispatch_closed(&store, &p).await.decision,
         "nothing_to_compact"
+    );
+}
+
+/// Runs the partition's job `attempts` times on `store` (each attempt as Lambda would retry
+/// the same event), returning each attempt's failure action.
+async fn attempts(store: &Store, p: &PartitionId, attempts: usize) -> Vec<JobOutcome> {
+    let scratch = tempfile::tempdir().unwrap();
+    let options = CompactOptions::new(scratch.path());
+    let mut outcomes = Vec::new();
+    for _ in 0..attempts {
+        outcomes.push(run_job(store, p, &options).await);
+    }
+    outcomes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_failing_reading_the_same_inputs_three_times_quarantines_them() {
+    use crate::testing::{Refusal, RefusingStore};
+    // A GET that always fails beside a good file; every input refused (the job alone cannot
+    // tell the function's access from the files': it fails rather than quarantine at once).
+    let cases = [
+        (
+            "broken GET",
+            vec!["good.parquet", "bad.parquet"],
+            Refusal::Broken,
+            10,
+        ),
+        ("all refused", vec!["bad.parquet"], Refusal::Forbidden, 0),
+    ];
+    for (case, files, refusal, rows_left) in cases {
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
+        let store = Store::from_object_store(
+            Arc::new(RefusingStore::new(
+                Arc::clone(&inner),
+                vec![("bad.parquet".into(), refusal)],
+            )),
+            "memory://",
+        );
+        let layout = KeyLayout::default();
+        let p = test_partition();
+        for (i, name) in files.iter().enumerate() {
+            land(&plain, &p, name, i as i64 * 100, 10).await;
+        }
+        let bad = format!("{}/bad.parquet", layout.ingest_dir(&p));
+        dispatch_closed(&store, &p).await;
+        let tried = attempts(&store, &p, 3).await;
+        let actions: Vec<_> = tried.iter().map(|o| o.failure.clone()).collect();
+        assert_eq!(
+            actions,
+            [
+                Some(FailureAction::Counted { count: 1 }),
+                Some(FailureAction::Counted { count: 2 }),
+                Some(FailureAction::Quarantined {
+                    keys: vec![bad.clone()]
+                }),
+            ],
+            "{case}"
+        );
+        let finished: Vec<bool> = tried.iter().map(JobOutcome::is_finished).collect();
+        assert_eq!(
+            finished,
+            [false, false, true],
+            "{case}: only the third settles"
+        );
+        assert_eq!(tried[2].record, RecordAction::ReArmed, "{case}");
+        let manifest = load_latest(&plain, &layout, &p).await.unwrap();
+        let quarantined: Vec<_> = manifest
+            .quarantined
+            .iter()
+            .map(|q| q.key.as_str())
+            .collect();
+        assert_eq!(quarantined, [bad.as_str()], "{case}");
+        assert!(
+            manifest.quarantined[0].reason.contains("failed 3 times"),
+            "{case}: {}",
+            manifest.quarantined[0].reason
+        );
+        // The re-armed record's job compacts the rest and clears the count.
+        let next = attempts(&store, &p, 1).await.remove(0);
+        assert!(next.report.status.is_success(), "{case}: {:?}", next.report);
+        assert_eq!(next.report.inputs.rows, rows_left, "{case}");
+        assert_eq!(next.failure, None, "{case}");
+        let keys = all_keys(&plain).await;
+        assert!(keys.contains(&bad), "{case}: never deleted");
+        assert!(
+            !keys.iter().any(|k| k.starts_with("_compaction/failures/")),
+            "{case}: the count is gone: {keys:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_failing_the_same_way_three_times_without_a_bad_input_parks_its_partition() {
+    use crate::testing::RefusedOutputsStore;
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
+    let refusing = Store::from_object_store(
+        Arc::new(RefusedOutputsStore::new(Arc::clone(&inner))),
+        "memory://",
+    );
+    let p = test_partition();
+    land(&plain, &p, "f1.parquet", 0, 10).await;
+    dispatch_closed(&plain, &p).await;
+    let tried = attempts(&refusing, &p, 3).await;
+    let actions: Vec<_> = tried.iter().map(|o| o.failure.clone()).collect();
+    assert_eq!(
+        actions,
+        [
+            Some(FailureAction::Counted { count: 1 }),
+            Some(FailureAction::Counted { count: 2 }),
+            Some(FailureAction::Parked),
+        ]
+    );
+    assert!(
+        tried[2].is_finished(),
+        "the third attempt settles: no dead letter"
+    );
+    assert_eq!(tried[2].record, RecordAction::Parked);
+    let record = job::read_job(&plain, &p)
+        .await
+        .unwrap()
+        .unwrap()
+        .record
+        .unwrap();
+    let parked = record.parked.expect("the record says why");
+    assert_eq!(parked.attempts, 3);
+    assert!(
+        parked.error.contains("AccessDenied writing"),
+        "{}",
+        parked.error
+    );
+    // Neither the sweep nor a lapsed lease dispatches it again, and its file stays live.
+    let a_day_later = closed() + chrono::Duration::days(1);
+    let again = dispatch_with(&plain, &p, a_day_later, &ReadinessConfig::default()).await;
+    assert_eq!(again.decision, "parked", "{again:?}");
+    assert!(again.reason.contains("parked since"), "{}", again.reason);
+    let live = crate::testing::live_set(&plain, &KeyLayout::default(), &p).await;
+    assert_eq!(live.live.len(), 1, "its file stays live for readers");
+    // A new file dispatches it again; with the store mended the job compacts both.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    land(&plain, &p, "f2.parquet", 100, 5).await;
+    let redispatched = dispatch_with(&plain, &p, a_day_later, &ReadinessConfig::default()).await;
+    assert_eq!(redispatched.decision, "dispatched", "{redispatched:?}");
+    let done = attempts(&plain, &p, 1).await.remove(0);
+    assert_eq!(done.report.status, Status::Compacted);
+    assert_eq!(done.report.inputs.rows, 15);
+    assert_eq!(done.record, RecordAction::Deleted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_that_changes_starts_the_count_again() {
+    use crate::testing::{Refusal, RefusingStore};
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
+    let broken = |suffix: &str| {
+        Store::from_object_store(
+            Arc::new(RefusingStore::new(
+                Arc::clone(&inner),
+                vec![(suffix.to_string(), Refusal::Broken)],
+            )),
+            "memory://",
+        )
+    };
+    let p = test_partition();
+    land(&plain, &p, "a.parquet", 0, 10).await;
+    land(&plain, &p, "b.parquet", 100, 10).await;
+    dispatch_closed(&plain, &p).await;
+    let mut counts = Vec::new();
+    for suffix in [
+        "a.parquet",
+        "a.parquet",
+        "b.parquet",
+        "b.parquet",
+        "a.parquet",
+    ] {
+        let outcome = attempts(&broken(suffix), &p, 1).await.remove(0);
+        counts.push(outcome.failure);
+    }
+    let counted = |count| Some(FailureAction::Counted { count });
+    assert_eq!(
+        counts,
+        [counted(1), counted(2), counted(1), counted(2), counted(1)]
+    );
+    assert!(
+        load_latest(&plain, &KeyLayout::default(), &p)
+            .await
+            .unwrap()
+            .quarantined
+            .is_empty()
     );
 }

@@ -15,7 +15,8 @@
 //! sizes, the thresholds in bytes, `/tmp` and the throughput alike.
 //!
 //! Three loads: the week (five tenants, 840 hours; at the scaled limits every hour fits one
-//! task, so none fans out); a burst of 1,000 partitions closing together; and 30 hours closing
+//! task, so none fans out; and one more hour whose only file its KMS key refuses for good,
+//! which the third failed attempt quarantines); a burst of 1,000 partitions closing together; and 30 hours closing
 //! together, each handed to the fan-out state machine (`OURIOS_FAN_OUT=4`).
 //!
 //! Checked every simulated hour and at the end: every good row ingested is live exactly once
@@ -523,6 +524,17 @@ impl Sim {
         self.refused.lock().expect("lock").insert(key.clone());
         let release_at = (refused_hour + 51 * HOUR_MS).min(self.end_ms - 4 * HOUR_MS);
         self.at(release_at, Event::Release(partition, key));
+        // An hour whose only file its KMS key refuses, never released: every attempt of its
+        // job fails the same way (the job cannot tell the function's access from the file's),
+        // so the third quarantines the file rather than the event going to the dead-letter
+        // queue and the sweep dispatching it for ever.
+        let lone_hour = self.start_ms + 14 * HOUR_MS;
+        let partition =
+            PartitionId::parse("vault", &utc(lone_hour).format("%Y-%m-%dT%H").to_string())
+                .expect("a partition");
+        self.totals.hours += 1;
+        let key = self.land(&partition, lone_hour + 600_000, 40);
+        self.refused.lock().expect("lock").insert(key);
     }
 
     /// `partitions` tenants' first hour: two files each, landing over the hour, so that every
