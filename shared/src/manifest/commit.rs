@@ -251,7 +251,10 @@ pub async fn commit(
                 reason,
             });
         }
-        if request.commit_by.as_ref().is_some_and(Expiry::has_passed) {
+        // GC deleted an output of ours as an orphan: this attempt stalled past its hold (its
+        // deadline check came before the stall), and must commit nothing.
+        let condemned = (request.outputs.iter()).any(|o| base.condemned.contains(&o.key));
+        if condemned || request.commit_by.as_ref().is_some_and(Expiry::has_passed) {
             // INVARIANT: nothing of ours is in `base` (checked above), and every failed write
             // was followed by a fresh read, so no version of ours exists: nothing committed.
             return Err(Error::Deadline {

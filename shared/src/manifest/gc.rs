@@ -18,7 +18,9 @@
 //! commit that landed before it is seen; a committer commits within the grace of its hold's
 //! last renewal, GC takes an output only once no hold on it changed for twice the grace, and
 //! GC deletes within half the grace of taking "now", so an orphan GC deletes can no longer be
-//! committed; before deleting, GC reads the latest manifest again. Old manifest
+//! committed; before deleting, GC reads the latest manifest again and commits the orphans as
+//! condemned in a new version: a committer that stalled between its deadline check and its
+//! write (longer than any grace) finds its output condemned and commits nothing. Old manifest
 //! versions are pruned, always keeping the latest few so a concurrent committer is never
 //! affected. Quarantined files are never touched.
 //!
@@ -357,10 +359,11 @@ pub async fn collect_garbage_with(
         }
         // Re-check against the latest manifest: never delete what it references.
         let latest = load_latest(store, layout, partition).await?;
-        plan.orphans
-            .retain(|k| !latest.references(k) && !latest.quarantined.iter().any(|q| &q.key == k));
         plan.retired
             .retain(|k| latest.retired.iter().any(|r| &r.key == k) && !latest.has_compacted(k));
+        let now_ms = store_now.timestamp_millis();
+        let orphans = std::mem::take(&mut plan.orphans);
+        plan.orphans = condemn(store, layout, partition, latest, orphans, now_ms).await?;
         // Orphans go by conditional delete where the store offers it: only the version listed.
         for key in &plan.orphans {
             let Some(meta) = compacted_listing
@@ -407,6 +410,66 @@ pub async fn collect_garbage_with(
         aborted_uploads,
         dry_run,
     })
+}
+
+/// Versions written before GC gives up condemning a partition's orphans for this run.
+const CONDEMN_ATTEMPTS: usize = 4;
+
+/// Commits `orphans` as condemned in the next manifest version (create-only, on top of
+/// `latest`) and returns those that may now be deleted: the ones no version references.
+///
+/// INVARIANT: a committer checks its deadline before its write, and may stall between the two
+/// for longer than the grace; the create-only version numbers order its write after GC's, so
+/// it finds its output condemned and commits nothing ([`Manifest::condemned`]), or GC finds
+/// the output referenced and keeps it. Nothing is deleted when the manifest keeps changing.
+async fn condemn(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    mut latest: Manifest,
+    mut orphans: Vec<ObjectKey>,
+    now_ms: i64,
+) -> Result<Vec<ObjectKey>> {
+    for _ in 0..CONDEMN_ATTEMPTS {
+        orphans
+            .retain(|k| !latest.references(k) && !latest.quarantined.iter().any(|q| &q.key == k));
+        if orphans.iter().all(|k| latest.condemned.contains(k)) {
+            return Ok(orphans);
+        }
+        let mut next = latest.clone();
+        next.version += 1;
+        next.attempt_id = "gc".to_string();
+        next.committed_at_ms = now_ms;
+        for key in &orphans {
+            if !next.condemned.contains(key) {
+                next.condemned.push(key.clone());
+            }
+        }
+        let excess = next.condemned.len().saturating_sub(super::MAX_CONDEMNED);
+        next.condemned.drain(..excess);
+        let key = layout.manifest_key(partition, next.version);
+        let options = object_store::PutOptions {
+            mode: object_store::PutMode::Create,
+            ..Default::default()
+        };
+        let put = (store.object_store())
+            .put_opts(&key, PutPayload::from(next.encode()), options)
+            .await;
+        match put {
+            Ok(_) => return Ok(orphans),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {}
+            // The write may have landed with its response lost: the next read tells.
+            Err(e) => {
+                tracing::warn!(key = %key, error = %e, "could not condemn the orphans; reading the manifest again")
+            }
+        }
+        latest = load_latest(store, layout, partition).await?;
+    }
+    tracing::warn!(partition = %partition, "the manifest kept changing; no orphan deleted this run");
+    Ok(Vec::new())
 }
 
 /// Which partitions a GC run covers: a tenant or all, an hour or all.

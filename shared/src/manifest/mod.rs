@@ -57,7 +57,15 @@ pub struct Manifest {
     /// Bytes of compacted files written by the commits so far.
     #[serde(default)]
     pub written_bytes: u64,
+    /// Unreferenced outputs GC committed to deleting, newest last (at most
+    /// [`MAX_CONDEMNED`]). INVARIANT: a commit whose output is named here commits nothing, so
+    /// a committer that stalled past its hold can never reference an object GC deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub condemned: Vec<ObjectKey>,
 }
+
+/// Condemned outputs a manifest remembers: far more than can be in flight at once.
+pub const MAX_CONDEMNED: usize = 1_000;
 
 /// A live compacted file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +130,7 @@ impl Manifest {
             forgotten_in: 0,
             ingested_bytes: 0,
             written_bytes: 0,
+            condemned: Vec::new(),
         }
     }
 
@@ -295,6 +304,7 @@ mod tests {
                     forgotten_in,
                     ingested_bytes,
                     written_bytes,
+                    condemned: Vec::new(),
                 },
             )
     }

@@ -304,8 +304,10 @@ pub fn readiness(
         let Some(first_arrived) = facts.first_uncompacted.filter(|_| !tail) else {
             return Ok(Ready::HourClosed);
         };
-        // Pieces the open hour was compacted into are merged at its close, late files or not.
-        if facts.manifest_version == 0 || !facts.compacted_in_one_piece {
+        // Pieces the open hour was compacted into are merged at its close, late files or not;
+        // an hour with no compacted file (never compacted, or its files all quarantined) has
+        // nothing a merge would rewrite.
+        if facts.num_compacted_files == 0 || !facts.compacted_in_one_piece {
             return Ok(Ready::HourClosed);
         }
         let late = LateFiles {

@@ -115,3 +115,48 @@ fn a_fan_out_whose_merges_run_in_waves_past_the_grace_commits() {
         assert!(left.is_empty(), "runs, records and holds go: {left:?}");
     });
 }
+
+/// A committer checks its deadline, then stalls (a paused process, a write retried for
+/// minutes) while GC takes its output as an orphan: its write lands after GC's, so it finds
+/// the output condemned and commits nothing, and its inputs stay live.
+#[test]
+fn a_commit_that_stalls_past_its_hold_commits_nothing_once_gc_took_its_output() {
+    use ourios_compaction::manifest::{Manifest, commit, load_latest};
+    use ourios_compaction::testing::{commit_request, put_bytes};
+    multi_thread_runtime(2).block_on(async {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        let tags = land_files(&store, &layout, &partition, 1, 10).await;
+        let live = ourios_compaction::testing::live_set(&store, &layout, &partition).await;
+        assert_eq!(live.live.len(), 1, "{:?}", live.live);
+        let input = live.live[0].to_string();
+        // The stalled job's output, uploaded; its hold long gone (no grace: no hold at all).
+        let output = format!(
+            "{}/part-00-stalled.parquet",
+            layout.compacted_dir(&partition)
+        );
+        put_bytes(&store, &output, bytes::Bytes::from_static(b"an output")).await;
+        let base = Manifest::empty(&partition.relative_dir());
+        // The stall: GC runs and takes the unreferenced output.
+        let gc = collect_garbage(&store, &layout, &partition, Duration::ZERO, false)
+            .await
+            .expect("gc");
+        assert_eq!(gc.plan.orphans.len(), 1, "{:?}", gc.plan);
+        let condemned = load_latest(&store, &layout, &partition)
+            .await
+            .expect("latest");
+        assert_eq!(condemned.condemned.len(), 1, "GC condemned it in a version");
+        // The write lands: on the version GC took, so it reads again and commits nothing.
+        let request = commit_request("stalled", &input, &output);
+        let landed = commit(&store, &layout, &partition, &base, &request).await;
+        assert!(
+            matches!(landed, Err(ourios_compaction::Error::Deadline { .. })),
+            "{landed:?}"
+        );
+        let latest = load_latest(&store, &layout, &partition)
+            .await
+            .expect("latest");
+        assert!(!latest.references(&output), "{latest:?}");
+        assert_live_exactly_once(&store, &layout, &partition, 1, &tags, "after the stall").await;
+    });
+}
