@@ -336,9 +336,24 @@ fn share(raw: &str) -> Result<f64, String> {
 pub struct FilesArgs {
     #[command(flatten)]
     pub store: StoreArgs,
-    #[command(flatten)]
-    pub partition: PartitionArgs,
-    /// Print JSON.
+    /// Tenant name (every tenant when absent).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// One hour, UTC, as YYYY-MM-DDTHH (or a range: --from and --to).
+    #[arg(long, conflicts_with_all = ["from", "to"], required_unless_present_all = ["from", "to"])]
+    pub hour: Option<String>,
+    /// First hour of a range, UTC, as YYYY-MM-DDTHH.
+    #[arg(long, requires = "to")]
+    pub from: Option<String>,
+    /// Last hour of the range (inclusive).
+    #[arg(long, requires = "from")]
+    pub to: Option<String>,
+    /// Print the URL of every live file, one a line and nothing else (`s3://<bucket>/<key>`,
+    /// `file://<absolute path>`; keys verbatim): what another engine reads.
+    #[arg(long, conflicts_with = "json")]
+    pub urls: bool,
+    /// Print JSON: `live` (keys), `urls` ([{"url", "bytes", "sorted"}]), `quarantined`,
+    /// `unaddressable`, and `manifest_version` for one partition or `partitions` for a range.
     #[arg(long)]
     pub json: bool,
 }

@@ -8,7 +8,9 @@ use ourios_compaction::bench::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::budget::Budget;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
-use ourios_compaction::manifest::{partition_files, release_quarantined};
+use ourios_compaction::manifest::{
+    PartitionFiles, hours_files, partition_files, release_quarantined,
+};
 use ourios_compaction::object_key::ObjectKey;
 use ourios_compaction::options::JobMode;
 use ourios_compaction::options::{DEFAULT_GC_GRACE, Progress};
@@ -69,21 +71,73 @@ async fn compact(args: CompactArgs) -> Result<ExitCode> {
     Ok(exit_for(&report))
 }
 
-/// `files`: the live, quarantined and unaddressable files of a partition.
+/// `files`: the live, quarantined and unaddressable files of a partition, or of every
+/// partition of a range of hours (one tenant's or every tenant's).
 async fn files(args: FilesArgs) -> Result<ExitCode> {
-    let (store, layout, partition) = open(&args.store, &args.partition)?;
-    let files = partition_files(&store, &layout, &partition).await?;
-    if args.json {
-        println!("{}", to_json(&files));
+    let layout = KeyLayout::new(&args.store.ingest_prefix)?;
+    let store = Store::open(&args.store.store)?;
+    let (from, to) = match (&args.hour, &args.from, &args.to) {
+        (Some(hour), _, _) => (hour.as_str(), hour.as_str()),
+        (None, Some(from), Some(to)) => (from.as_str(), to.as_str()),
+        _ => {
+            return Err(Error::Config {
+                message: "files needs --hour H, or --from H and --to H".into(),
+            });
+        }
+    };
+    let one = match (&args.tenant, &args.hour) {
+        (Some(tenant), Some(hour)) => Some(PartitionId::parse(tenant, hour)?),
+        _ => None,
+    };
+    let partitions = match &one {
+        Some(partition) => {
+            let files = partition_files(&store, &layout, partition).await?;
+            vec![(partition.clone(), files)]
+        }
+        None => hours_files(&store, &layout, args.tenant.as_deref(), from, to).await?,
+    };
+    let urls: Vec<serde_json::Value> = (partitions.iter())
+        .flat_map(|(_, files)| &files.files)
+        .map(|f| serde_json::json!({"url": store.url_of(&f.key), "bytes": f.bytes, "sorted": f.sorted}))
+        .collect();
+    if args.urls {
+        for url in &urls {
+            println!("{}", url["url"].as_str().unwrap_or_default());
+        }
+    } else if args.json {
+        let all = |field: fn(&PartitionFiles) -> Vec<serde_json::Value>| -> Vec<serde_json::Value> {
+            partitions
+                .iter()
+                .flat_map(|(_, files)| field(files))
+                .collect()
+        };
+        let mut json = serde_json::json!({
+            "live": all(|f| f.live.iter().map(|k| serde_json::json!(k)).collect()),
+            "urls": urls,
+            "quarantined": all(|f| f.quarantined.iter().map(|q| serde_json::json!(q)).collect()),
+            "unaddressable": all(|f| f.unaddressable.iter().map(|k| serde_json::json!(k)).collect()),
+        });
+        match (&one, partitions.first()) {
+            (Some(_), Some((_, files))) => json["manifest_version"] = files.manifest_version.into(),
+            _ => {
+                let listed: Vec<_> = (partitions.iter())
+                    .map(|(p, f)| serde_json::json!({"tenant": p.tenant(), "hour": p.hour_label(), "manifest_version": f.manifest_version, "live": f.live.len()}))
+                    .collect();
+                json["partitions"] = listed.into();
+            }
+        }
+        println!("{json}");
     } else {
-        for key in &files.live {
-            println!("{key}");
-        }
-        for q in &files.quarantined {
-            println!("quarantined: {} ({})", q.key, q.reason);
-        }
-        for key in &files.unaddressable {
-            println!("unaddressable: {key:?} (rename it to compact it)");
+        for (_, files) in &partitions {
+            for key in &files.live {
+                println!("{key}");
+            }
+            for q in &files.quarantined {
+                println!("quarantined: {} ({})", q.key, q.reason);
+            }
+            for key in &files.unaddressable {
+                println!("unaddressable: {key:?} (rename it to compact it)");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -370,11 +370,27 @@ mod tests {
     }
 }
 
+/// A live file, with what a reader plans with: its size and whether it is a sorted output.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LiveFile {
+    /// Object key relative to the store root.
+    pub key: ObjectKey,
+    /// Its bytes (the manifest's for an output, the listing's for an ingest file).
+    pub bytes: u64,
+    /// A compacted output: sorted by the key columns and declaring it (`sorting_columns`);
+    /// an ingest file is in its writer's order.
+    pub sorted: bool,
+}
+
 /// The live and quarantined files of a partition right now, read from the store.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PartitionFiles {
     /// Keys a reader must read, compacted files first.
     pub live: Vec<ObjectKey>,
+    /// The same files with their sizes, in the same order (from the one listing and the
+    /// manifest: no request per file).
+    #[serde(skip)]
+    pub files: Vec<LiveFile>,
     /// Bad inputs left in place, with their reasons.
     pub quarantined: Vec<QuarantinedFile>,
     /// `*.parquet` keys in the partition directory the store cannot address (an ASCII control
@@ -394,10 +410,92 @@ pub async fn partition_files(
     let dir = layout.ingest_dir(partition);
     let listing = store.list(&dir).await?;
     let live = live_set(&dir, &listing.objects, &manifest);
+    let outputs = (manifest.compacted.iter()).map(|c| LiveFile {
+        key: c.key.clone(),
+        bytes: c.bytes,
+        sorted: true,
+    });
+    let ingest = (live.ingest.iter()).map(|m| LiveFile {
+        key: ObjectKey::from(&m.location),
+        bytes: m.size,
+        sorted: false,
+    });
     Ok(PartitionFiles {
         live: live.keys(),
+        files: outputs.chain(ingest).collect(),
         quarantined: manifest.quarantined.clone(),
         unaddressable: unaddressable_inputs(&dir, &listing.unaddressable),
         manifest_version: manifest.version,
     })
+}
+
+/// Most partitions (tenants × hours) one [`hours_files`] call reads.
+pub const MAX_HOURS_FILES_PARTITIONS: usize = 100_000;
+
+/// The live sets of every partition of the hours `from` to `to` (inclusive, `YYYY-MM-DDTHH`)
+/// of `tenant`, or of every tenant (those with an ingest directory or a manifest): in tenant,
+/// then hour order, leaving out partitions with no file at all. One listing of the ingest
+/// directory and one of the manifests per partition, no request per file.
+pub async fn hours_files(
+    store: &crate::store::Store,
+    layout: &crate::partition::KeyLayout,
+    tenant: Option<&str>,
+    from: &str,
+    to: &str,
+) -> Result<Vec<(crate::partition::PartitionId, PartitionFiles)>> {
+    use crate::partition::{PartitionId, field_value, parse_hour, validate_tenant};
+    let (start, end) = (parse_hour(from)?, parse_hour(to)?);
+    if end < start {
+        return Err(crate::error::Error::Config {
+            message: format!("hour range {from} .. {to} ends before it starts"),
+        });
+    }
+    let tenants: Vec<String> = match tenant {
+        Some(tenant) => {
+            validate_tenant(tenant)?;
+            vec![tenant.to_string()]
+        }
+        None => {
+            let mut tenants = std::collections::BTreeSet::new();
+            let roots = [layout.ingest_prefix(), crate::partition::MANIFESTS_PREFIX];
+            for root in roots {
+                for dir in store
+                    .list_dirs(&object_store::path::Path::from(root))
+                    .await?
+                {
+                    let name = dir.filename().and_then(|n| field_value(n, "tenant"));
+                    if let Some(t) = name.filter(|t| validate_tenant(t).is_ok()) {
+                        tenants.insert(t.to_string());
+                    }
+                }
+            }
+            tenants.into_iter().collect()
+        }
+    };
+    let hours = ((end - start).num_hours() + 1) as usize;
+    let total = hours.saturating_mul(tenants.len());
+    if total > MAX_HOURS_FILES_PARTITIONS {
+        return Err(crate::error::Error::Config {
+            message: format!(
+                "{total} partitions ({} tenants × {hours} hours), more than \
+                 {MAX_HOURS_FILES_PARTITIONS}; narrow the range or name the tenant",
+                tenants.len()
+            ),
+        });
+    }
+    let mut found = Vec::new();
+    for tenant in &tenants {
+        for h in 0..hours {
+            let hour = start + chrono::Duration::hours(h as i64);
+            let partition = PartitionId::new(tenant, hour)?;
+            let files = partition_files(store, layout, &partition).await?;
+            let any = !(files.live.is_empty()
+                && files.quarantined.is_empty()
+                && files.unaddressable.is_empty());
+            if any {
+                found.push((partition, files));
+            }
+        }
+    }
+    Ok(found)
 }

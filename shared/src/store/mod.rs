@@ -101,8 +101,19 @@ pub struct Store {
     /// Raw S3 calls (an S3 store with credentials in the environment, never wrapped).
     raw: Option<RawS3>,
     display: String,
+    /// What a key is appended to for its URL ([`Store::url_of`]).
+    root_url: String,
     /// The request counters of a [`Store::counting_requests`] store.
     requests: Option<Arc<RequestCounters>>,
+}
+
+/// The URL prefix of the keys of a store whose root URL is `display`: with a `/` to append a
+/// key to (`memory://` stays as it is).
+fn root_url_of(display: &str) -> String {
+    match display.ends_with('/') {
+        true => display.to_string(),
+        false => format!("{display}/"),
+    }
 }
 
 impl Store {
@@ -120,11 +131,16 @@ impl Store {
                 } else {
                     Arc::new(PrefixStore::new(s3, prefix.as_str()))
                 };
+                let root_url = match prefix.is_empty() {
+                    true => format!("s3://{bucket}/"),
+                    false => format!("s3://{bucket}/{}/", prefix.trim_end_matches('/')),
+                };
                 Ok(Self {
                     inner,
                     local_root: None,
                     raw,
                     display: url.to_string(),
+                    root_url,
                     requests: None,
                 })
             }
@@ -136,6 +152,7 @@ impl Store {
                 })?;
                 Ok(Self {
                     inner: Arc::new(fs.with_automatic_cleanup(true)),
+                    root_url: format!("file://{}/", dir.display()),
                     local_root: Some(dir),
                     raw: None,
                     display: url.to_string(),
@@ -156,8 +173,16 @@ impl Store {
             local_root: None,
             raw: None,
             display: display.to_string(),
+            root_url: root_url_of(display),
             requests: None,
         }
+    }
+
+    /// The URL of `key` (relative to the store root) for other engines: `s3://<bucket>/<key
+    /// under the root>`, `file://<absolute path>`; the key verbatim, never percent-encoded
+    /// (keys are themselves).
+    pub fn url_of(&self, key: &str) -> String {
+        format!("{}{key}", self.root_url)
     }
 
     /// The same store seen through a wrapper, keeping local-path knowledge off (the wrapper
@@ -168,6 +193,7 @@ impl Store {
             local_root: None,
             raw: None,
             display: self.display.clone(),
+            root_url: self.root_url.clone(),
             requests: self.requests.clone(),
         }
     }
@@ -187,6 +213,7 @@ impl Store {
             local_root: self.local_root.clone(),
             raw: self.raw.clone(),
             display: self.display.clone(),
+            root_url: self.root_url.clone(),
             requests: Some(counters),
         }
     }

@@ -63,6 +63,10 @@ async fn every_subcommand_works_on_s3() {
     assert_eq!(after["live"], serde_json::json!([output_key]));
 
     let file_url = format!("{url}/{output_key}");
+    // What another engine reads: the output's s3:// URL under the store's prefix, its size.
+    assert_eq!(after["urls"][0]["url"], file_url.as_str(), "{after}");
+    assert_eq!(after["urls"][0]["sorted"], true);
+    assert_eq!(after["urls"][0]["bytes"], report["output"]["bytes"]);
     let summary = cli_json(&["inspect", &file_url, "--json"]);
     assert_eq!(summary["rows"], 6000, "{summary}");
 

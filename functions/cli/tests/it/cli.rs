@@ -865,3 +865,111 @@ fn compact_applies_the_late_file_policy_only_when_asked() {
     assert_eq!(merged["status"], "compacted", "{merged}");
     assert_eq!(merged["inputs"]["files"], 2, "{merged}");
 }
+
+/// `files --urls` and `files --json` over a range of hours: every live file once (the output, a
+/// late file beside it), as a `file://` URL with the key verbatim, with its bytes and whether it
+/// is a sorted output; retired inputs (still on disk within the grace) and quarantined files
+/// are not live. A range without `--tenant` covers every tenant.
+#[test]
+fn files_lists_the_live_urls_of_a_range_of_hours() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().to_string();
+    generate(dir.path(), "acme", &["--files", "3", "--rows", "500"]);
+    run_ok(&[
+        "generate",
+        "--store",
+        &store,
+        "--tenant",
+        "beta",
+        "--hour",
+        "2026-11-29T11",
+        "--files",
+        "2",
+        "--rows",
+        "100",
+    ]);
+    let acme = dir
+        .path()
+        .join("data/tenant=acme/year=2026/month=11/day=29/hour=10");
+    std::fs::write(acme.join("bad.parquet"), b"PAR1 not parquet PAR1").expect("bad");
+    let (out, report) = compact(dir.path(), "acme", &[]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["quarantined"].as_array().map(Vec::len), Some(1));
+    let output = report["output"]["key"]
+        .as_str()
+        .expect("output")
+        .to_string();
+    // A late file beside the output, its name needing no escape in a key.
+    let first_input = std::fs::read_dir(&acme)
+        .expect("dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().is_some_and(|n| n != "bad.parquet"))
+        .expect("an input");
+    std::fs::copy(&first_input, acme.join("late~1 x.parquet")).expect("late file");
+
+    let urls = run_ok(&[
+        "files", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--urls",
+    ]);
+    let root = std::fs::canonicalize(dir.path()).expect("root");
+    let listed: Vec<String> = String::from_utf8_lossy(&urls.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let late = "data/tenant=acme/year=2026/month=11/day=29/hour=10/late~1 x.parquet";
+    let expected: Vec<String> = [&output, late]
+        .iter()
+        .map(|key| format!("file://{}/{key}", root.display()))
+        .collect();
+    assert_eq!(listed, expected);
+
+    let range = run_ok(&[
+        "files",
+        "--store",
+        &store,
+        "--from",
+        HOUR,
+        "--to",
+        "2026-11-29T11",
+        "--json",
+    ]);
+    let range = json(&range);
+    let partitions: Vec<(String, String, u64)> = (range["partitions"].as_array().expect("list"))
+        .iter()
+        .map(|p| {
+            let field = |f: &str| p[f].as_str().unwrap_or_default().to_string();
+            (
+                field("tenant"),
+                field("hour"),
+                p["live"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        partitions,
+        [
+            ("acme".to_string(), HOUR.to_string(), 2),
+            ("beta".to_string(), "2026-11-29T11".to_string(), 2)
+        ]
+    );
+    let urls = range["urls"].as_array().expect("urls");
+    let live = range["live"].as_array().expect("live");
+    assert_eq!(urls.len(), 4, "{range}");
+    assert_eq!(live.len(), 4);
+    for (url, key) in urls.iter().zip(live) {
+        let key = key.as_str().expect("a key");
+        let path = root.join(key);
+        assert_eq!(url["url"], format!("file://{}", path.display()));
+        let bytes = std::fs::metadata(&path).expect("a live file exists").len();
+        assert_eq!(url["bytes"], bytes, "{key}");
+        assert_eq!(url["sorted"], key.starts_with("compacted/"), "{key}");
+    }
+    assert_eq!(range["quarantined"].as_array().map(Vec::len), Some(1));
+    assert!(range.get("manifest_version").is_none());
+    // One partition keeps its shape, with the URLs beside the keys.
+    let one = json(&run_ok(&[
+        "files", "--store", &store, "--tenant", "acme", "--hour", HOUR, "--json",
+    ]));
+    assert_eq!(one["live"].as_array().map(Vec::len), Some(2));
+    assert_eq!(one["manifest_version"], 1);
+    assert!(one.get("partitions").is_none());
+}

@@ -48,7 +48,7 @@ pub struct JobRecord {
     pub mode: JobMode,
     /// Set when the partition's job failed the same way on every attempt and was given up:
     /// the record stays, so neither the sweep nor a lapsed lease dispatches it again; a new
-    /// ingest file or a request by hand replaces it ([`super::failures`]).
+    /// ingest file or a request by hand replaces it (`serverless::dispatch::failures`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked: Option<Parked>,
 }
