@@ -103,8 +103,8 @@ export CFN_LINT="${CFN_LINT:-$(command -v cfn-lint || true)}"
 # cfn-lint's template reader; the writer corpus test writes files with pyarrow, DuckDB, Polars.
 [[ -n "$CFN_LINT" && -x "$CFN_LINT" ]] && "$python" -c 'import cfnlint' 2>/dev/null ||
     missing+=("cfn-lint in $python (pin in tests/requirements.txt): set OURIOS_PYTHON to a Python that has it")
-"$OURIOS_INTEROP_PYTHON" -c 'import pyarrow, duckdb, polars' 2>/dev/null ||
-    missing+=("pyarrow, duckdb, polars in $OURIOS_INTEROP_PYTHON (pins in tests/requirements.txt): set OURIOS_PYTHON to a Python that has them")
+"$OURIOS_INTEROP_PYTHON" -c 'import pyarrow, duckdb, polars, datafusion' 2>/dev/null ||
+    missing+=("pyarrow, duckdb, polars, datafusion in $OURIOS_INTEROP_PYTHON (pins in tests/requirements.txt): set OURIOS_PYTHON to a Python that has them")
 
 if [[ "$mode" == quick ]]; then
     if [[ ${#missing[@]} -gt 0 ]]; then
@@ -286,6 +286,11 @@ interop_dir="$(mktemp -d)"
 "$release_dir/examples/interop_fixtures" "$interop_dir"
 "$OURIOS_INTEROP_PYTHON" tests/interop/check_readers.py "$interop_dir"
 rm -rf "$interop_dir"
+# The README's recipes: DuckDB, Polars, pyarrow and DataFusion read `files --urls` of hours in
+# every state (compacted within the grace, a late file, a quarantined one, fanned out, after GC,
+# not compacted yet) and count what `query` counts.
+step "interop: DuckDB, Polars, pyarrow and DataFusion read the live set (files --urls)"
+"$OURIOS_INTEROP_PYTHON" tests/interop/live_set_readers.py "$release_dir/ourios-compact"
 
 server_pid=""
 server_dir=""

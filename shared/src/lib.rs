@@ -116,6 +116,7 @@
 //! | | [`output::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`output::blocks::encode`, `output::blocks::footer`, `output::blocks::page_store`, `output::blocks::staging`) |
 //! | manifest | [`manifest`] | manifest versions (`manifest::commit`), the reader rule (`manifest::live`), releasing quarantined files (`manifest::release`) |
 //! | | [`manifest::gc`] | garbage collection |
+//! | | [`manifest::symlink`] | symlink manifests: each partition's live URLs for Athena and Trino |
 //! | | [`late`] | the late-file policy (when late files are merged into a compacted hour) and the record of the late files checked while they wait |
 //! | read | [`read`] | reading compacted partitions |
 //! | | [`read::query`] | the window query with pruning statistics |

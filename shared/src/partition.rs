@@ -190,6 +190,9 @@ pub const LATE_PREFIX: &str = "_compaction/late";
 /// Prefix of the failure counts of partitions whose last jobs failed (`<partition>.json`,
 /// outside the job prefix so that counting dispatches nothing).
 pub const FAILURES_PREFIX: &str = "_compaction/failures";
+/// Prefix of the symlink manifests, one directory per partition (Hive's
+/// `SymlinkTextInputFormat` reads every file of a table or partition location).
+pub const SYMLINK_PREFIX: &str = "_compaction/symlink";
 /// Where the sweep stopped when it ran out of time; the next sweep starts after it.
 pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
 
@@ -298,6 +301,15 @@ impl KeyLayout {
     pub fn manifest_dir(&self, partition: &PartitionId) -> Path {
         Path::from(format!(
             "{METADATA_PREFIX}/manifests/{}",
+            partition.relative_dir()
+        ))
+    }
+
+    /// Key of a partition's symlink manifest (the live set's URLs, for Hive-family readers):
+    /// `_compaction/symlink/tenant=<T>/year=…/month=…/day=…/hour=<HH>/manifest`.
+    pub fn symlink_key(&self, partition: &PartitionId) -> Path {
+        Path::from(format!(
+            "{SYMLINK_PREFIX}/{}/manifest",
             partition.relative_dir()
         ))
     }

@@ -9,6 +9,7 @@ use crate::cost::RequestCounts;
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
 use crate::manifest::gc::collect_garbage_with;
+use crate::manifest::symlink::write_symlink;
 use crate::options::CompactOptions;
 use crate::partition::{KeyLayout, PartitionId, gc_due_key};
 use crate::report::{CompactionReport, Status};
@@ -122,6 +123,13 @@ impl<'a> JobRun<'a> {
                 .to_string(),
                 other => other.to_string(),
             });
+        }
+        // A commit changed the live set: the symlink manifest follows (before GC, which
+        // rewrites it itself before deleting what it listed).
+        let committed = matches!(report.status, Status::Compacted | Status::Partial)
+            || (report.status.is_success() && !report.quarantined.is_empty());
+        if committed && let Err(e) = write_symlink(store, layout, partition).await {
+            tracing::warn!(partition = %partition, error = %e, "could not rewrite the symlink manifest; the next commit, event or GC does");
         }
         if report.status.is_success() && garbage_may_be_due(store, partition, options).await {
             let gc = collect_garbage_with(

@@ -344,7 +344,7 @@ pub async fn collect_garbage_with(
         grace,
     };
     let mut plan = plan_gc(&inputs);
-    let pending = garbage_left(&inputs, &plan);
+    let mut pending = garbage_left(&inputs, &plan);
     let mut deleted = 0;
     if !dry_run && !plan.is_empty() {
         if grace > Duration::ZERO && deadline.has_passed() {
@@ -361,9 +361,21 @@ pub async fn collect_garbage_with(
         let latest = load_latest(store, layout, partition).await?;
         plan.retired
             .retain(|k| latest.retired.iter().any(|r| &r.key == k) && !latest.has_compacted(k));
+        // The symlink manifest lists no retired file once rewritten after the commits that
+        // retired them (this one is based on a state read after them): then they may go.
+        if !plan.retired.is_empty()
+            && let Err(e) = super::symlink::write_symlink(store, layout, partition).await
+        {
+            tracing::warn!(partition = %partition, error = %e, "the symlink manifest could not be rewritten; retired files are kept");
+            plan.retired.clear();
+            pending = true;
+        }
         let now_ms = store_now.timestamp_millis();
         let orphans = std::mem::take(&mut plan.orphans);
+        let planned = orphans.len();
         plan.orphans = condemn(store, layout, partition, latest, orphans, now_ms).await?;
+        // Garbage the plan meant to delete and this run keeps is still due: the marker stays.
+        pending |= plan.orphans.len() < planned;
         // Orphans go by conditional delete where the store offers it: only the version listed.
         for key in &plan.orphans {
             let Some(meta) = compacted_listing

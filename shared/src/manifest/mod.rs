@@ -11,6 +11,7 @@ mod commit;
 pub mod gc;
 mod live;
 mod release;
+pub mod symlink;
 
 pub use commit::{CommitOutcome, CommitRequest, commit, list_versions, load_latest};
 pub use live::{LiveSet, live_set, unaddressable_inputs};

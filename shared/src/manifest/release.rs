@@ -83,6 +83,7 @@ pub async fn release_quarantined(
         commit_by: None,
     };
     let version = commit_alone(store, layout, partition, manifest, &request).await?;
+    follow_in_symlink(store, layout, partition).await;
     for q in &chosen {
         tracing::info!(file = %q.key, reason = %q.reason, "released from quarantine");
     }
@@ -115,7 +116,17 @@ pub async fn quarantine_files(
         now_ms,
         commit_by: None,
     };
-    commit_alone(store, layout, partition, manifest, &request).await
+    let version = commit_alone(store, layout, partition, manifest, &request).await?;
+    follow_in_symlink(store, layout, partition).await;
+    Ok(version)
+}
+
+/// Rewrites the symlink manifest after a commit; a failure is left to the next writer (GC
+/// rewrites it before it deletes anything).
+async fn follow_in_symlink(store: &Store, layout: &KeyLayout, partition: &PartitionId) {
+    if let Err(e) = super::symlink::write_symlink(store, layout, partition).await {
+        tracing::warn!(partition = %partition, error = %e, "could not rewrite the symlink manifest");
+    }
 }
 
 /// Commits a change that depends on no listing, from `base` on: a conflict (a commit that

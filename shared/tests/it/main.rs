@@ -22,4 +22,5 @@ mod scratch_fit;
 mod simulation;
 mod sort_properties;
 mod string_codes;
+mod symlink_manifests;
 mod writer_side_files;

@@ -251,8 +251,12 @@ async fn gc_without_tenant_or_hour_covers_every_compacted_partition() {
     );
     let keys = all_keys(&store).await;
     assert!(!keys.contains(&orphan), "the orphan is swept");
+    // Of the partition that held only the orphan, only the manifest version that condemned
+    // it is left (a committer that stalled past its hold finds it there and commits nothing).
     assert!(
-        !keys.iter().any(|k| k.contains("tenant=umbrella")),
+        (keys.iter())
+            .filter(|k| k.contains("tenant=umbrella"))
+            .all(|k| k.starts_with("_compaction/manifests/")),
         "{keys:?}"
     );
     assert!(

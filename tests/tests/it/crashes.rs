@@ -10,6 +10,7 @@
 //! compacted file (invariant 4), and GC with a zero grace leaves nothing but the live output,
 //! the quarantined file and the latest manifest versions.
 
+use object_store::ObjectStoreExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,6 +161,14 @@ impl Scenario {
             .collect();
         allowed.insert(files.live[0].to_string());
         allowed.insert(self.bad_key.clone());
+        // The symlink manifest, when a commit or GC wrote it, lists the live output alone.
+        let symlink = self.layout.symlink_key(&self.partition);
+        if let Ok(got) = self.store.object_store().get(&symlink).await {
+            let body = got.bytes().await.expect("its body");
+            let expected = format!("{}\n", self.store.url_of(files.live[0].as_str()));
+            assert_eq!(String::from_utf8_lossy(&body), expected, "{context}");
+            allowed.insert(symlink.to_string());
+        }
         let keys: BTreeSet<String> = all_keys(&self.store).await.into_iter().collect();
         assert_eq!(
             keys, allowed,

@@ -7,6 +7,7 @@
 //! of `cargo lambda watch --only-lambda-apis`, then sends payloads with
 //! `cargo lambda invoke --data-file`.
 
+use object_store::ObjectStoreExt;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::store::{Store, StoreUrl};
@@ -164,9 +165,27 @@ async fn planner_and_compactor_under_cargo_lambda() {
     let keys = ourios_integration_tests::all_keys(&store).await;
     let stray: Vec<&String> = (keys.iter())
         .filter(|k| !k.starts_with("_compaction/manifests/"))
+        .filter(|k| !k.starts_with("_compaction/symlink/"))
         .filter(|k| !files.live.iter().any(|live| live.as_str() == k.as_str()))
         .collect();
-    assert!(stray.is_empty(), "outputs and manifests only: {stray:?}");
+    assert!(
+        stray.is_empty(),
+        "outputs, manifests and the symlink manifest only: {stray:?}"
+    );
+    // The symlink manifest Athena reads lists the live set, as URLs of the functions' store.
+    let symlink = KeyLayout::default().symlink_key(&partition);
+    let listed = (store
+        .object_store()
+        .get(&symlink)
+        .await
+        .expect("a symlink manifest"))
+    .bytes()
+    .await
+    .expect("its body");
+    let expected: String = (files.live.iter())
+        .map(|key| format!("{}\n", store.url_of(key)))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&listed), expected);
 
     // 6. A late file: checked at once and left live, unmerged; once it has waited the late
     // wait, the sweep dispatches its merge. It costs one rewrite of the hour.

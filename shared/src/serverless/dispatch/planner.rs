@@ -13,6 +13,7 @@ use super::{
     dispatch_partition, sweep_until,
 };
 use crate::error::{Error, ErrorKind, InvocationError, Result};
+use crate::manifest::symlink::write_symlink;
 use crate::partition::{KeyLayout, PartitionId};
 use crate::serverless::events::{Classified, Invocation, KeyScope, Record, Watch, classify};
 use crate::serverless::readiness::ReadinessConfig;
@@ -331,6 +332,19 @@ impl Planner {
                 Ok(outcome) => handled.partitions.push(outcome),
                 Err(e) => {
                     tracing::error!(partition = %partition, error = %e, "dispatch failed");
+                    failed_partitions.insert(partition.clone(), (e.to_string(), e.kind()));
+                    continue;
+                }
+            }
+            // The new files reach the partition's symlink manifest now. Lost races leave it
+            // to the writers that won them; a store error fails the event, which is retried.
+            match write_symlink(&self.store, &self.layout, partition).await {
+                Ok(_) => {}
+                Err(e @ Error::Conflict { .. }) => {
+                    tracing::warn!(partition = %partition, error = %e, "symlink manifest left to the other writers")
+                }
+                Err(e) => {
+                    tracing::error!(partition = %partition, error = %e, "symlink manifest not rewritten");
                     failed_partitions.insert(partition.clone(), (e.to_string(), e.kind()));
                 }
             }

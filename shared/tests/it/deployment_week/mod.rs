@@ -1149,6 +1149,13 @@ impl Sim {
             let book = self.book.get(partition).cloned().unwrap_or_default();
             let at = format!("seed {} at {}: {partition}", self.seed, utc(now));
             Self::check_rows(&at, &files, &book, &objects);
+            Self::check_symlink(
+                &at,
+                &self.layout.symlink_key(partition),
+                &files,
+                &book,
+                &objects,
+            );
             // Compacted in time: an hour past its grace, a sweep and the late-file wait.
             let closed_ms = partition.next_hour().hour_start().timestamp_millis();
             let ingest = self.layout.ingest_dir(partition).to_string();
@@ -1275,6 +1282,55 @@ impl Sim {
         }
     }
 
+    /// The partition's symlink manifest (once written) lists files that exist, holds no row
+    /// twice, and misses no row of a committed output.
+    fn check_symlink(
+        at: &str,
+        key: &object_store::path::Path,
+        files: &ourios_compaction::manifest::PartitionFiles,
+        book: &PartitionBook,
+        objects: &BTreeMap<String, ourios_compaction::testing::Entry>,
+    ) {
+        let Some((body, ..)) = objects.get(key.as_ref()) else {
+            return;
+        };
+        let body = String::from_utf8(body.to_vec()).expect("a UTF-8 symlink manifest");
+        let tags = |key: &str| {
+            let (bytes, ..) = objects
+                .get(key)
+                .unwrap_or_else(|| panic!("{at}: the symlink manifest lists {key}, which is gone"));
+            crate::protocol_simulation::decode_tags(bytes.clone())
+                .unwrap_or_else(|| panic!("{at}: {key} decodes"))
+        };
+        let mut listed: BTreeMap<i64, u32> = BTreeMap::new();
+        for url in body.lines() {
+            let key = url.strip_prefix("memory://").expect("a memory:// URL");
+            if book.damaged.contains(key) {
+                continue;
+            }
+            for tag in tags(key) {
+                *listed.entry(tag).or_default() += 1;
+            }
+        }
+        let twice = listed.iter().find(|(_, n)| **n > 1);
+        assert!(
+            twice.is_none(),
+            "{at}: row {twice:?} twice in the symlink manifest"
+        );
+        for key in files
+            .live
+            .iter()
+            .filter(|k| k.as_str().starts_with("compacted/"))
+        {
+            for tag in tags(key.as_str()) {
+                assert!(
+                    listed.contains_key(&tag),
+                    "{at}: row {tag} of the committed {key} is missing from the symlink manifest"
+                );
+            }
+        }
+    }
+
     /// The run's measures once every event has run.
     fn finish(mut self) -> Totals {
         let price = |s: f64| s * self.deployed.memory_mb / 1024.0 * GB_SECOND + REQUEST;
@@ -1291,9 +1347,11 @@ impl Sim {
             let amplification = manifest.write_amplification();
             self.totals.max_amplification = self.totals.max_amplification.max(amplification);
             // One job: its listing, manifest and job-record requests, a GET of each file, the
-            // output's upload in three requests and the manifest's PUT; every byte once.
+            // output's upload in three requests, the manifest's PUT and the symlink manifest's
+            // rewrite (its read, the live set's listings and manifest, its write); every byte
+            // once.
             let files = (book.rows.len() + book.damaged.len()) as f64;
-            let requests = files + 8.0;
+            let requests = files + 8.0 + 5.0;
             let bytes = (book.ingest_bytes + compacted) as f64 * self.scale;
             once += price(START_S + requests * REQUEST_S + bytes / THROUGHPUT);
         }
