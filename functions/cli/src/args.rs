@@ -227,8 +227,13 @@ pub struct PartitionArgs {
 pub enum Command {
     /// Compact one partition into one sorted file.
     Compact(CompactArgs),
-    /// List the live files of a partition (what a reader must read now).
+    /// List the live files of a partition or a range of hours (what a reader must read now).
     Files(FilesArgs),
+    /// Rewrite the symlink manifests (`_compaction/symlink/<partition>/manifest`, what Athena
+    /// and Trino read) of a range of hours from their live sets, as the planner does on each
+    /// ingest event: for files landed without the functions. JSON: {"partitions": [{"tenant",
+    /// "hour", "symlink": "written" | "unchanged"}]}.
+    Symlinks(SymlinksArgs),
     /// Release quarantined files of a partition back into its live set, once what made them
     /// bad is fixed (the function's access to their KMS key, its memory, a newer build): readers
     /// read them again and the next compaction merges them, or quarantines them again if they
@@ -354,6 +359,25 @@ pub struct FilesArgs {
     pub urls: bool,
     /// Print JSON: `live` (keys), `urls` ([{"url", "bytes", "sorted"}]), `quarantined`,
     /// `unaddressable`, and `manifest_version` for one partition or `partitions` for a range.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `symlinks`.
+#[derive(Debug, Args)]
+pub struct SymlinksArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Tenant name (every tenant when absent).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// First hour, UTC, as YYYY-MM-DDTHH.
+    #[arg(long)]
+    pub from: String,
+    /// Last hour (inclusive).
+    #[arg(long)]
+    pub to: String,
+    /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -8,6 +8,7 @@ use ourios_compaction::bench::generate::{GenerateSpec, generate_partition};
 use ourios_compaction::budget::Budget;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::{GcReport, GcScope, collect_garbage, collect_garbage_in};
+use ourios_compaction::manifest::symlink::write_symlink;
 use ourios_compaction::manifest::{
     PartitionFiles, hours_files, partition_files, release_quarantined,
 };
@@ -26,7 +27,7 @@ use ourios_compaction::{Error, Result};
 
 use crate::args::{
     BackfillArgs, BenchArgs, BenchRangesArgs, Command, CompactArgs, CostArgs, FilesArgs, GcArgs,
-    GenerateArgs, PartitionArgs, QueryArgs, ReleaseArgs, StoreArgs,
+    GenerateArgs, PartitionArgs, QueryArgs, ReleaseArgs, StoreArgs, SymlinksArgs,
 };
 
 /// Runs one subcommand; the exit code says whether it succeeded.
@@ -34,6 +35,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Compact(args) => compact(args).await,
         Command::Files(args) => files(args).await,
+        Command::Symlinks(args) => symlinks(args).await,
         Command::Release(args) => release(args).await,
         Command::Generate(args) => generate(args).await,
         Command::Inspect { file, json } => inspect(&file, json).await,
@@ -139,6 +141,32 @@ async fn files(args: FilesArgs) -> Result<ExitCode> {
                 println!("unaddressable: {key:?} (rename it to compact it)");
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `symlinks`: the symlink manifests of a range of hours rewritten from their live sets.
+async fn symlinks(args: SymlinksArgs) -> Result<ExitCode> {
+    let layout = KeyLayout::new(&args.store.ingest_prefix)?;
+    let store = Store::open(&args.store.store)?;
+    let partitions = hours_files(
+        &store,
+        &layout,
+        args.tenant.as_deref(),
+        &args.from,
+        &args.to,
+    )
+    .await?;
+    let mut written = Vec::with_capacity(partitions.len());
+    for (partition, _) in &partitions {
+        let outcome = write_symlink(&store, &layout, partition).await?;
+        if !args.json {
+            println!("{partition}: {}", to_json(&outcome).trim_matches('"'));
+        }
+        written.push(serde_json::json!({"tenant": partition.tenant(), "hour": partition.hour_label(), "symlink": outcome}));
+    }
+    if args.json {
+        println!("{}", serde_json::json!({ "partitions": written }));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -215,16 +215,9 @@ fn row_group_batches(bytes: &bytes::Bytes) -> Vec<Vec<RecordBatch>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc0036_2_one_service_window_scans_at_most_the_bound() {
-    for blocks in [1, 4] {
-        assert_rfc0036_2_bound(blocks).await;
-    }
-}
-
-/// The bound on a compacted hour whose row groups are laid out `blocks` per block.
-async fn assert_rfc0036_2_bound(blocks: usize) {
-    let dir = tempfile::tempdir().expect("store dir");
-    let store = Store::open(&dir.path().to_string_lossy()).expect("local store");
-    let layout = KeyLayout::default();
+    // One hour generated once, copied for each layout.
+    let source = tempfile::tempdir().expect("source dir");
+    let store = Store::open(&source.path().to_string_lossy()).expect("local store");
     let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let spec = GenerateSpec {
         files: 20,
@@ -233,9 +226,36 @@ async fn assert_rfc0036_2_bound(blocks: usize) {
         seed: 9,
         wide: false,
     };
-    generate_partition(&store, &layout, &partition, &spec)
+    generate_partition(&store, &KeyLayout::default(), &partition, &spec)
         .await
         .expect("generate");
+    for blocks in [1, 4] {
+        assert_rfc0036_2_bound(source.path(), blocks).await;
+    }
+}
+
+/// Copies the directory tree `from` into `to`.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("a directory");
+    for entry in std::fs::read_dir(from).expect("a directory") {
+        let entry = entry.expect("an entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("a copy");
+        }
+    }
+}
+
+/// The bound on the hour generated in `source`, compacted with its row groups laid out
+/// `blocks` per block.
+async fn assert_rfc0036_2_bound(source: &std::path::Path, blocks: usize) {
+    let dir = tempfile::tempdir().expect("store dir");
+    copy_tree(source, dir.path());
+    let store = Store::open(&dir.path().to_string_lossy()).expect("local store");
+    let layout = KeyLayout::default();
+    let partition = PartitionId::parse("acme", "2026-11-29T10").expect("partition");
     let scratch = tempfile::tempdir().expect("scratch");
     let mut options = CompactOptions::new(scratch.path());
     // An unsorted rewrite of the same rows with the same writer, for the negative control.

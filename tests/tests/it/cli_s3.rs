@@ -67,6 +67,25 @@ async fn every_subcommand_works_on_s3() {
     assert_eq!(after["urls"][0]["url"], file_url.as_str(), "{after}");
     assert_eq!(after["urls"][0]["sorted"], true);
     assert_eq!(after["urls"][0]["bytes"], report["output"]["bytes"]);
+    // The commit rewrote the hour's symlink manifest to the same list; `symlinks` finds it so.
+    let partition = PartitionId::parse(tenant, hour).expect("partition");
+    let symlink = KeyLayout::default().symlink_key(&partition);
+    let body = (store
+        .object_store()
+        .get(&symlink)
+        .await
+        .expect("a symlink manifest"))
+    .bytes()
+    .await
+    .expect("its body");
+    assert_eq!(String::from_utf8_lossy(&body), format!("{file_url}\n"));
+    let rewritten = cli_json(&[
+        "symlinks", "--store", &url, "--tenant", tenant, "--from", hour, "--to", hour, "--json",
+    ]);
+    assert_eq!(
+        rewritten["partitions"][0]["symlink"], "unchanged",
+        "{rewritten}"
+    );
     let summary = cli_json(&["inspect", &file_url, "--json"]);
     assert_eq!(summary["rows"], 6000, "{summary}");
 
@@ -93,7 +112,6 @@ async fn every_subcommand_works_on_s3() {
     args.extend(partition_args(&url, tenant, hour));
     args.extend(["--grace", "0s", "--json"]);
     assert_eq!(cli_json(&args)["deleted"], 3);
-    let partition = PartitionId::parse(tenant, hour).expect("partition");
     let live = live_set(&store, &KeyLayout::default(), &partition).await;
     assert_eq!(live.live, [output_key]);
 }

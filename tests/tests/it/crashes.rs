@@ -187,7 +187,8 @@ async fn count_ops(fresh: &impl Fn() -> Store, round: Round) -> u64 {
         Arc::clone(scenario.store.object_store()),
         None,
     ));
-    let wrapped = Store::from_object_store(counting.clone(), "counting");
+    // The same store (its URL, which the symlink manifest lists) seen through the counter.
+    let wrapped = scenario.store.wrapped(|_| counting.clone());
     let status = scenario.compact(&wrapped).await;
     let expected = match round {
         Round::First => Status::Partial,
@@ -204,7 +205,7 @@ async fn run_with_fault(fresh: &impl Fn() -> Store, round: Round, fault: Fault) 
         Arc::clone(scenario.store.object_store()),
         Some(fault),
     ));
-    let wrapped = Store::from_object_store(faulty.clone(), "faulty");
+    let wrapped = scenario.store.wrapped(|_| faulty.clone());
     let status = scenario.compact(&wrapped).await;
     let context = format!("{round:?} compaction, {fault:?} (status {status:?})");
     scenario.assert_consistent(&context).await;

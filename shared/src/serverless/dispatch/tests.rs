@@ -623,6 +623,23 @@ async fn work_per_invocation_is_bounded_whatever_the_burst() {
     // the symlink manifest: its read, the live set's two listings and its write.
     let first = ops_for(40, Arc::clone(&inner)).await;
     assert!(first <= 8, "{first} store operations for one partition");
+    // The events' files are in the partition's symlink manifest (what Athena reads) at once.
+    let symlink = KeyLayout::default().symlink_key(&p);
+    let body = plain
+        .object_store()
+        .get(&symlink)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let listed: Vec<String> = String::from_utf8(body.to_vec())
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let urls: Vec<String> = keys.iter().map(|k| plain.url_of(k)).collect();
+    assert_eq!(listed, urls);
     // Later ones, one event or forty: the same constant work, and no write (the symlink
     // manifest holds the live set already).
     let one = ops_for(1, Arc::clone(&inner)).await;
