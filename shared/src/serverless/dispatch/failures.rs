@@ -3,7 +3,7 @@
 //!
 //! Each failed attempt is counted in `_compaction/failures/<partition>.json`, outside the job
 //! prefix, so counting dispatches nothing: the error's kind and the objects it names. Lambda
-//! runs a failed event [`ATTEMPTS`] times in all, so an error that holds reaches the count
+//! runs a failed event [`GIVE_UP_AFTER_ATTEMPTS`] times in all, so an error that holds reaches the count
 //! within one event's attempts, and the attempt that reaches it succeeds (nothing goes to the
 //! dead-letter queue):
 //!
@@ -30,7 +30,7 @@ use crate::store::Store;
 
 /// Attempts that fail the same way before the partition is given up: the first invocation and
 /// Lambda's two retries of an asynchronous event (the template's `MaximumRetryAttempts`).
-pub const ATTEMPTS: u32 = 3;
+pub const GIVE_UP_AFTER_ATTEMPTS: u32 = 3;
 
 /// Format version of a failure count.
 const FAILURES_FORMAT: u32 = 1;
@@ -78,7 +78,7 @@ impl FailureAction {
     }
 }
 
-/// Counts a failed job of `partition` (`report.status` is `failed`) and, at the [`ATTEMPTS`]th
+/// Counts a failed job of `partition` (`report.status` is `failed`) and, at the [`GIVE_UP_AFTER_ATTEMPTS`]th
 /// failure in a row with the same kind and objects, quarantines or parks. `None` when the
 /// count could not be read or written (logged): the failure is retried as any other.
 pub(super) async fn count_failure(
@@ -111,7 +111,7 @@ pub(super) async fn count_failure(
         Some(p) if p.kind == kind && p.objects == objects => p.count.saturating_add(1),
         _ => 1,
     };
-    if count < ATTEMPTS {
+    if count < GIVE_UP_AFTER_ATTEMPTS {
         let body = FailureCount {
             format: FAILURES_FORMAT,
             kind,
@@ -145,7 +145,7 @@ pub(super) async fn count_failure(
     Some(action)
 }
 
-/// Quarantines the ingest files that failed [`ATTEMPTS`] times and re-arms the job record.
+/// Quarantines the ingest files that failed [`GIVE_UP_AFTER_ATTEMPTS`] times and re-arms the job record.
 async fn quarantine(
     store: &Store,
     layout: &KeyLayout,
@@ -155,7 +155,7 @@ async fn quarantine(
     stored: Option<&StoredJob>,
     now_ms: i64,
 ) -> Option<FailureAction> {
-    let reason = format!("the job failed {ATTEMPTS} times reading it: {error}");
+    let reason = format!("the job failed {GIVE_UP_AFTER_ATTEMPTS} times reading it: {error}");
     let files: Vec<QuarantinedFile> = (keys.iter())
         .map(|key| QuarantinedFile {
             key: key.clone(),
@@ -167,7 +167,7 @@ async fn quarantine(
         tracing::warn!(partition = %partition, error = %e, "cannot quarantine the files the job keeps failing on");
         return None;
     }
-    tracing::error!(partition = %partition, files = ?keys, error, "quarantined after {ATTEMPTS} failed attempts");
+    tracing::error!(partition = %partition, files = ?keys, error, "quarantined after {GIVE_UP_AFTER_ATTEMPTS} failed attempts");
     let now = Utc
         .timestamp_millis_opt(now_ms)
         .single()
@@ -198,14 +198,14 @@ async fn park(
     let mut record = base.unwrap_or_else(|| JobRecord::new(partition, "by hand", now));
     record.parked = Some(Parked {
         at_ms: now_ms,
-        attempts: ATTEMPTS,
+        attempts: GIVE_UP_AFTER_ATTEMPTS,
         kind: kind.to_string(),
         error: error.to_string(),
     });
     if !rewrite_record(store, partition, &record, stored).await {
         return None;
     }
-    tracing::error!(partition = %partition, kind, error, "parked after {ATTEMPTS} failed attempts: a new file, a request by hand or a release dispatches it again");
+    tracing::error!(partition = %partition, kind, error, "parked after {GIVE_UP_AFTER_ATTEMPTS} failed attempts: a new file, a request by hand or a release dispatches it again");
     Some(FailureAction::Parked)
 }
 

@@ -13,7 +13,7 @@ pub mod planner;
 
 mod failures;
 
-pub use failures::FailureAction;
+pub use failures::{FailureAction, GIVE_UP_AFTER_ATTEMPTS};
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -348,10 +348,17 @@ impl Sim {
             format!("{}", deployed.memory_mb as u64),
         );
         // Byte thresholds scale with the data, but for `/tmp`: each input needs scratch space
-        // of its own whatever its size, so the limit is set where the big tenant's peak hours
-        // (60 to 80 files) need more than one task and its other hours do not.
+        // of its own whatever its size (a page, a footer), which does not scale, so `/tmp` is
+        // the template's as it is. (The fan-out loads force their ranges.)
         let mib = f64::from(1 << 20);
-        env.insert("OURIOS_SCRATCH_LIMIT".into(), "64MiB".into());
+        let scratch_limit = format!("{}MiB", deployed.ephemeral_mb as u64);
+        env.insert("OURIOS_SCRATCH_LIMIT".into(), scratch_limit);
+        // A job given up after as many attempts as Lambda makes of one event.
+        assert_eq!(
+            deployed.async_retries + 1,
+            ourios_compaction::serverless::dispatch::GIVE_UP_AFTER_ATTEMPTS,
+            "the compactor gives a job up when Lambda stops retrying its event"
+        );
         let pressure = env["OURIOS_PRESSURE_BYTES"].as_str();
         let pressure: f64 = match pressure.find(|c: char| !c.is_ascii_digit()) {
             Some(at) => {

@@ -14,6 +14,8 @@ pub(crate) struct Deployed {
     pub(crate) timeout_s: f64,
     /// The compactor's memory, in MB (what a GB-second is billed on).
     pub(crate) memory_mb: f64,
+    /// The compactor's `/tmp`, in MB.
+    pub(crate) ephemeral_mb: f64,
     /// The planner's memory, in MB.
     pub(crate) planner_memory_mb: f64,
     /// Retries of a failed asynchronous invocation (both functions).
@@ -127,6 +129,11 @@ pub(crate) fn deployed() -> Deployed {
         tasks_reserved: tasks_reserved as usize,
         timeout_s: number(&t, &compactor["Timeout"], "Timeout"),
         memory_mb: number(&t, &compactor["MemorySize"], "MemorySize"),
+        ephemeral_mb: number(
+            &t,
+            &compactor["EphemeralStorage"]["Size"],
+            "EphemeralStorage",
+        ),
         planner_memory_mb: number(
             &t,
             &t["Resources"]["PlannerFunction"]["Properties"]["MemorySize"],
