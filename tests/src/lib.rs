@@ -41,6 +41,32 @@ pub fn s3_endpoint() -> String {
     endpoint
 }
 
+/// Puts objects holding `body` at `keys` under the S3 store root `url` with boto3, as a writer
+/// in another language puts them: keys that no HTTP client built on URLs can send (a `.`
+/// segment is resolved by `url::Url`, which reqwest and object_store parse every request with)
+/// land as they are. Uses the Python of `tests/run.sh` (`OURIOS_PYTHON`).
+pub fn put_with_boto3(url: &str, keys: &[String], body: &[u8]) {
+    let endpoint = s3_endpoint();
+    let (bucket, root) = url
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.split_once('/'))
+        .unwrap_or_else(|| panic!("{url} is not s3://bucket/root"));
+    let python = std::env::var("OURIOS_PYTHON").unwrap_or_else(|_| {
+        panic!("OURIOS_PYTHON is not set: run the tests with `bash tests/run.sh` (boto3 is pinned in tests/requirements.txt)")
+    });
+    const PUT: &str = "import sys, boto3\n\
+        s3 = boto3.client('s3', endpoint_url=sys.argv[1])\n\
+        for key in sys.argv[4:]:\n    \
+            s3.put_object(Bucket=sys.argv[2], Key=key, Body=sys.argv[3].encode())\n";
+    let full: Vec<String> = keys.iter().map(|k| format!("{root}/{k}")).collect();
+    let status = std::process::Command::new(&python)
+        .args(["-c", PUT, &endpoint, bucket, &String::from_utf8_lossy(body)])
+        .args(&full)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(status.success(), "boto3 could not put {keys:?} ({status})");
+}
+
 /// A fresh `s3://bucket/<name>-<random>` store root on the test server, so tests running
 /// at once never see each other's objects.
 pub fn s3_url(name: &str) -> String {

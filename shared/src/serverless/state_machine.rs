@@ -2,16 +2,15 @@
 //! execution for a job too large for one invocation, named after the job so that a retried
 //! invocation does not start a second one.
 
-use aws_sdk_sfn::Client;
-use aws_sdk_sfn::config::{BehaviorVersion, Region};
-use aws_sdk_sfn::error::{DisplayErrorContext, SdkError};
-use aws_sdk_sfn::operation::start_execution::StartExecutionError;
+use bytes::Bytes;
+use http::Method;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::partition::PartitionId;
 use crate::report::FanOutShape;
-use crate::store::credentials;
+use crate::store::aws_api::{AwsApi, AwsApiError};
+use crate::store::{aws_env, credentials};
 
 /// The setting naming the state machine's ARN; unset, the compactor never hands a job off.
 pub const STATE_MACHINE_SETTING: &str = "OURIOS_FAN_OUT_STATE_MACHINE";
@@ -26,7 +25,7 @@ pub struct FanOutStateMachine {
 /// What starts executions: Step Functions, or (for simulations) a list of requests.
 #[derive(Debug, Clone)]
 enum Starter {
-    Sfn(Client),
+    Sfn(StepFunctions),
     #[cfg(feature = "testing")]
     Recorded(StartRequests),
 }
@@ -47,9 +46,9 @@ pub struct Execution {
 
 impl FanOutStateMachine {
     /// The state machine named by [`STATE_MACHINE_SETTING`], called with the credentials of
-    /// every AWS client ([`credentials::provider`]) and the region of the function's environment
-    /// (`AWS_REGION`; `AWS_ENDPOINT_URL_SFN` or `AWS_ENDPOINT_URL` for another endpoint). `None`
-    /// when the setting is unset or empty.
+    /// every AWS client ([`credentials::provider`]) in the region its ARN names
+    /// (`AWS_ENDPOINT_URL_SFN` or `AWS_ENDPOINT_URL` for another endpoint). `None` when the
+    /// setting is unset or empty.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Option<Self>> {
         let var = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let Some(arn) = var(STATE_MACHINE_SETTING) else {
@@ -70,18 +69,17 @@ impl FanOutStateMachine {
                  are not (and this build has no credential chain)"
             ),
         })?;
-        let region = var("AWS_REGION")
-            .or_else(|| var("AWS_DEFAULT_REGION"))
-            .unwrap_or_else(|| "us-east-1".to_string());
-        let mut config = aws_sdk_sfn::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(region))
-            .credentials_provider(credentials);
-        if let Some(endpoint) = var("AWS_ENDPOINT_URL_SFN").or_else(|| var("AWS_ENDPOINT_URL")) {
-            config = config.endpoint_url(endpoint);
-        }
+        // The state machine's region and partition are in its ARN.
+        let field = |at: usize| arn.split(':').nth(at).filter(|f| !f.is_empty());
+        let region = field(3).map_or_else(|| aws_env::region(lookup), str::to_string);
+        let endpoint = (var("AWS_ENDPOINT_URL_SFN").or_else(|| var("AWS_ENDPOINT_URL")))
+            .unwrap_or_else(|| match field(1) {
+                Some("aws-cn") => format!("https://states.{region}.amazonaws.com.cn"),
+                _ => format!("https://states.{region}.amazonaws.com"),
+            });
+        let client = StepFunctions::new(&region, &endpoint, credentials)?;
         Ok(Some(Self {
-            starter: Starter::Sfn(Client::from_conf(config.build())),
+            starter: Starter::Sfn(client),
             arn,
         }))
     }
@@ -128,30 +126,62 @@ impl FanOutStateMachine {
             }
         };
         let input = execution_input(partition, job, shape).to_string();
-        let started = client
-            .start_execution()
-            .state_machine_arn(&self.arn)
-            .name(&name)
-            .input(input)
-            .send()
-            .await;
-        match started {
+        let request = json!({ "stateMachineArn": self.arn, "name": name, "input": input });
+        match client.call("StartExecution", &request).await {
             Ok(output) => Ok(Execution {
                 name,
-                arn: Some(output.execution_arn().to_string()),
+                arn: output["executionArn"].as_str().map(str::to_string),
             }),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), StartExecutionError::ExecutionAlreadyExists(_)) =>
-            {
+            Err(e) if e.code.as_deref() == Some("ExecutionAlreadyExists") => {
                 Ok(Execution { name, arn: None })
             }
             Err(e) => Err(Error::Service {
                 service: "Step Functions",
                 operation: "StartExecution",
                 target: self.arn.clone(),
-                message: DisplayErrorContext(e).to_string(),
+                message: e.to_string(),
             }),
         }
+    }
+}
+
+/// A client of the Step Functions API (JSON 1.0 protocol).
+#[derive(Debug, Clone)]
+pub struct StepFunctions {
+    api: AwsApi,
+}
+
+impl StepFunctions {
+    /// A client in `region` at `endpoint` (`https://states.<region>.amazonaws.com` on AWS)
+    /// signing with `credentials`.
+    pub fn new(
+        region: &str,
+        endpoint: &str,
+        credentials: object_store::aws::AwsCredentialProvider,
+    ) -> Result<Self> {
+        Ok(Self {
+            api: AwsApi::new("states", region, endpoint, credentials)?,
+        })
+    }
+
+    /// Calls `action` (`StartExecution`, `ListExecutions`) with `request`; the answer's JSON.
+    pub async fn call(
+        &self,
+        action: &str,
+        request: &Value,
+    ) -> std::result::Result<Value, AwsApiError> {
+        let target = format!("AWSStepFunctions.{action}");
+        let headers = [
+            ("content-type", "application/x-amz-json-1.0"),
+            ("x-amz-target", target.as_str()),
+        ];
+        let body = Bytes::from(request.to_string());
+        let answer = self.api.send(Method::POST, "/", &headers, body).await?;
+        serde_json::from_slice(&answer.body).map_err(|e| AwsApiError {
+            status: Some(answer.status),
+            code: None,
+            message: format!("{action} answered with JSON that does not parse: {e}"),
+        })
     }
 }
 

@@ -1,4 +1,4 @@
-//! The S3 endpoint and region that both S3 clients (object_store and the raw SDK calls) take
+//! The S3 endpoint and region that both S3 clients (object_store and the raw calls) take
 //! from the standard AWS environment, read in one place so the two always agree. A variable set
 //! to the empty string counts as unset.
 
@@ -52,8 +52,7 @@ pub fn object_store_builder() -> AmazonS3Builder {
     if !credentials::in_environment(env)
         && let Some(chain) = credentials::chain()
     {
-        let chain = credentials::ObjectStoreCredentials::new(chain);
-        builder = builder.with_credentials(std::sync::Arc::new(chain));
+        builder = builder.with_credentials(chain);
     }
     builder = builder.with_region(region(env));
     if let Some(endpoint) = endpoint(env) {

@@ -1,5 +1,6 @@
 //! Store construction from a URL, and the few object-store helpers the engine needs.
 
+pub mod aws_api;
 pub mod aws_env;
 pub mod counting;
 pub mod credentials;
@@ -22,6 +23,7 @@ use tokio::io::AsyncWriteExt;
 use crate::cost::RequestCounts;
 use crate::error::{Error, Result};
 use crate::object_key::ObjectKey;
+use crate::settings::{Lookup, process_env};
 use crate::store::raw_s3::{ConditionalDelete, RawS3, addressable};
 use crate::store::request_counts::{RequestCounters, RequestCountingStore};
 
@@ -98,7 +100,7 @@ pub struct Listing {
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     local_root: Option<PathBuf>,
-    /// Raw S3 calls (an S3 store with credentials in the environment, never wrapped).
+    /// Raw S3 calls (an S3 store opened from a URL, never wrapped).
     raw: Option<RawS3>,
     display: String,
     /// What a key is appended to for its URL ([`Store::url_of`]).
@@ -125,7 +127,11 @@ impl Store {
                 let s3 = builder.build().map_err(|e| Error::Config {
                     message: format!("cannot configure S3 for bucket {bucket}: {e}"),
                 })?;
-                let raw = RawS3::from_env(&bucket, &prefix);
+                let env: Lookup<'_> = &process_env;
+                let endpoint = aws_env::endpoint(env);
+                let credentials = s3.credentials().clone();
+                let region = aws_env::region(env);
+                let raw = RawS3::new(&bucket, &prefix, &region, endpoint.as_deref(), credentials)?;
                 let inner: Arc<dyn ObjectStore> = if prefix.is_empty() {
                     Arc::new(s3)
                 } else {
@@ -138,7 +144,7 @@ impl Store {
                 Ok(Self {
                     inner,
                     local_root: None,
-                    raw,
+                    raw: Some(raw),
                     display: url.to_string(),
                     root_url,
                     requests: None,
@@ -236,7 +242,7 @@ impl Store {
         Some(path)
     }
 
-    /// The raw S3 client of an S3 store opened from a URL with credentials in the environment.
+    /// The raw S3 client of an S3 store opened from a URL (it signs as the store's client does).
     pub fn raw_s3(&self) -> Option<&RawS3> {
         self.raw.as_ref()
     }
@@ -263,7 +269,7 @@ impl Store {
     /// listed: a local directory is listed here entry by entry, and an S3 listing that
     /// object_store fails is taken again by raw key ([`RawS3::list`]). Skipping is safe: a
     /// key that cannot be addressed was never read, retired or deleted, so no manifest names
-    /// it. Without raw S3 access (no credentials in the environment, a wrapped store) the
+    /// it. Without raw S3 access (a wrapped store) the
     /// object_store error is returned, naming the key.
     pub async fn list(&self, prefix: &Path) -> Result<Listing> {
         let mut listing = match &self.local_root {

@@ -8,17 +8,16 @@
 //! reported and skipped while the rest of the listing goes on. Credentials, region and
 //! endpoint come from the same environment variables object_store reads (`store::aws_env`).
 
-use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{BehaviorVersion, Region};
-use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
-use aws_sdk_s3::types::EncodingType;
+use bytes::Bytes;
+use http::Method;
 use object_store::ObjectMeta;
+use object_store::aws::AwsCredentialProvider;
 use object_store::path::Path;
+use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::object_key::ObjectKey;
-use crate::settings::{Lookup, process_env};
-use crate::store::{aws_env, credentials};
+use crate::store::aws_api::{AwsApi, AwsApiError, query, uri_encode};
 
 /// A listing taken by raw key: what can be addressed, and the keys skipped.
 #[derive(Debug, Default)]
@@ -55,36 +54,91 @@ pub enum ConditionalDelete {
 /// An S3 client bound to a bucket and the store root's prefix.
 #[derive(Debug, Clone)]
 pub struct RawS3 {
-    client: Client,
-    bucket: String,
+    api: AwsApi,
+    /// The path of the bucket under the API's base: `/<bucket>` path-style, empty when the
+    /// bucket is the host (virtual-hosted).
+    bucket_path: String,
     /// The store root's key prefix with a trailing `/`, or empty.
     root: String,
 }
 
+/// A page of ListObjectsV2 (`encoding-type=url`: keys and prefixes come percent-encoded).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListPage {
+    is_truncated: bool,
+    next_continuation_token: Option<String>,
+    contents: Vec<ListedObject>,
+    common_prefixes: Vec<CommonPrefix>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListedObject {
+    key: String,
+    last_modified: Option<String>,
+    size: Option<u64>,
+    #[serde(rename = "ETag")]
+    e_tag: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct CommonPrefix {
+    prefix: String,
+}
+
+/// A page of ListMultipartUploads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct UploadsPage {
+    is_truncated: bool,
+    next_key_marker: Option<String>,
+    next_upload_id_marker: Option<String>,
+    #[serde(rename = "Upload")]
+    uploads: Vec<ListedUpload>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct ListedUpload {
+    key: String,
+    upload_id: String,
+    initiated: Option<String>,
+}
+
 impl RawS3 {
-    /// A client from the standard AWS environment (`AWS_REGION`, `AWS_ENDPOINT_URL[_S3]`) with
-    /// the credentials of every AWS client ([`credentials::provider`]: the environment's keys,
-    /// else the standard chain when built with it), or `None` when there are none (then only
-    /// object_store is used).
-    pub fn from_env(bucket: &str, prefix: &str) -> Option<Self> {
-        let env: Lookup<'_> = &process_env;
-        let credentials = credentials::provider(env)?;
-        let region = aws_env::region(env);
-        let mut config = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(region))
-            .credentials_provider(credentials);
-        if let Some(endpoint) = aws_env::endpoint(env) {
-            config = config.endpoint_url(endpoint).force_path_style(true);
-        }
+    /// A client of `bucket` under `prefix` signing with `credentials` (those of the store's
+    /// object_store client, so both always act as the same principal), at `endpoint`
+    /// (path-style) when one is set, else at AWS's endpoint for `region`.
+    pub fn new(
+        bucket: &str,
+        prefix: &str,
+        region: &str,
+        endpoint: Option<&str>,
+        credentials: AwsCredentialProvider,
+    ) -> Result<Self> {
+        // A bucket whose name holds a dot breaks the wildcard certificate of the
+        // virtual-hosted name: path-style for it, as for any endpoint given.
+        let (base, bucket_path) = match endpoint {
+            Some(endpoint) => (endpoint.to_string(), format!("/{bucket}")),
+            None if bucket.contains('.') => (
+                format!("https://s3.{region}.amazonaws.com"),
+                format!("/{bucket}"),
+            ),
+            None => (
+                format!("https://{bucket}.s3.{region}.amazonaws.com"),
+                String::new(),
+            ),
+        };
         let root = if prefix.is_empty() {
             String::new()
         } else {
             format!("{prefix}/")
         };
-        Some(Self {
-            client: Client::from_conf(config.build()),
-            bucket: bucket.to_string(),
+        Ok(Self {
+            api: AwsApi::new("s3", region, &base, credentials)?,
+            bucket_path,
             root,
         })
     }
@@ -97,21 +151,20 @@ impl RawS3 {
         let mut listing = RawListing::default();
         let mut token: Option<String> = None;
         loop {
-            let page = self
-                .client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(&wanted)
-                .encoding_type(EncodingType::Url)
-                .set_delimiter(delimited.then(|| "/".to_string()))
-                .set_continuation_token(token.take())
-                .send()
+            let query = query(&[
+                ("list-type", Some("2")),
+                ("prefix", Some(&wanted)),
+                ("encoding-type", Some("url")),
+                ("delimiter", delimited.then_some("/")),
+                ("continuation-token", token.as_deref()),
+            ]);
+            let body = self
+                .call(Method::GET, "", &query, &[], Bytes::new())
                 .await
-                .map_err(|e| sdk_error("list", prefix, e))?;
-            for object in page.contents() {
-                let Some(key) = object.key().map(percent_decode) else {
-                    continue;
-                };
+                .map_err(|e| api_error("list", prefix, e))?;
+            let page: ListPage = parse("list", prefix, &body)?;
+            for object in page.contents {
+                let key = percent_decode(&object.key);
                 let Some(relative) = self.relative(&key) else {
                     continue;
                 };
@@ -120,12 +173,10 @@ impl RawS3 {
                     continue;
                 };
                 // Grace periods are measured from Last-Modified: never guess it.
-                let (Some(last_modified), Some(size)) = (
-                    object
-                        .last_modified()
-                        .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
-                    object.size().and_then(|s| u64::try_from(s).ok()),
-                ) else {
+                let last_modified = (object.last_modified.as_deref())
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&chrono::Utc));
+                let (Some(last_modified), Some(size)) = (last_modified, object.size) else {
                     return Err(Error::store(
                         "list",
                         relative,
@@ -139,14 +190,12 @@ impl RawS3 {
                     location,
                     last_modified,
                     size,
-                    e_tag: object.e_tag().map(str::to_string),
+                    e_tag: object.e_tag,
                     version: None,
                 });
             }
-            for dir in page.common_prefixes() {
-                let Some(key) = dir.prefix().map(percent_decode) else {
-                    continue;
-                };
+            for dir in page.common_prefixes {
+                let key = percent_decode(&dir.prefix);
                 let Some(relative) = self.relative(&key) else {
                     continue;
                 };
@@ -155,8 +204,8 @@ impl RawS3 {
                     None => listing.skipped.push(relative.to_string()),
                 }
             }
-            match page.next_continuation_token() {
-                Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_string()),
+            match page.next_continuation_token {
+                Some(next) if page.is_truncated => token = Some(next),
                 _ => break,
             }
         }
@@ -170,35 +219,37 @@ impl RawS3 {
     pub async fn incomplete_uploads(&self, key_prefix: &str) -> Result<Vec<IncompleteUpload>> {
         let wanted = self.full_key(key_prefix);
         let mut uploads = Vec::new();
-        let (mut key_marker, mut id_marker) = (None, None);
+        let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
         loop {
-            let page = self
-                .client
-                .list_multipart_uploads()
-                .bucket(&self.bucket)
-                .prefix(&wanted)
-                .set_key_marker(key_marker.take())
-                .set_upload_id_marker(id_marker.take())
-                .send()
+            let query = query(&[
+                ("uploads", Some("")),
+                ("prefix", Some(&wanted)),
+                ("key-marker", key_marker.as_deref()),
+                ("upload-id-marker", id_marker.as_deref()),
+            ]);
+            let body = self
+                .call(Method::GET, "", &query, &[], Bytes::new())
                 .await
-                .map_err(|e| sdk_error("list uploads", key_prefix, e))?;
-            for upload in page.uploads() {
-                if let (Some(key), Some(upload_id)) = (upload.key(), upload.upload_id())
-                    && let Some(relative) = self.relative(key)
+                .map_err(|e| api_error("list uploads", key_prefix, e))?;
+            let page: UploadsPage = parse("list uploads", key_prefix, &body)?;
+            for upload in page.uploads {
+                if let Some(relative) = self.relative(&upload.key)
                     && relative.starts_with(key_prefix)
                 {
                     uploads.push(IncompleteUpload {
                         key: relative.to_string(),
-                        upload_id: upload_id.to_string(),
-                        initiated_ms: upload.initiated().and_then(|t| t.to_millis().ok()),
+                        upload_id: upload.upload_id,
+                        initiated_ms: (upload.initiated.as_deref())
+                            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                            .map(|t| t.timestamp_millis()),
                     });
                 }
             }
-            if page.is_truncated() != Some(true) {
+            if !page.is_truncated {
                 break;
             }
-            key_marker = page.next_key_marker().map(str::to_string);
-            id_marker = page.next_upload_id_marker().map(str::to_string);
+            key_marker = page.next_key_marker.filter(|m| !m.is_empty());
+            id_marker = page.next_upload_id_marker.filter(|m| !m.is_empty());
             if key_marker.is_none() && id_marker.is_none() {
                 break;
             }
@@ -208,78 +259,72 @@ impl RawS3 {
 
     /// Aborts an incomplete multipart upload; its parts are freed and no object appears.
     pub async fn abort_upload(&self, upload: &IncompleteUpload) -> Result<()> {
-        self.client
-            .abort_multipart_upload()
-            .bucket(&self.bucket)
-            .key(self.full_key(&upload.key))
-            .upload_id(&upload.upload_id)
-            .send()
+        let query = query(&[("uploadId", Some(&upload.upload_id))]);
+        let key = self.full_key(&upload.key);
+        self.call(Method::DELETE, &key, &query, &[], Bytes::new())
             .await
-            .map_err(|e| sdk_error("abort upload", &upload.key, e))?;
+            .map_err(|e| api_error("abort upload", &upload.key, e))?;
         Ok(())
     }
 
     /// Deletes `key` only while its ETag is `e_tag` (the version a listing saw).
     pub async fn delete_if_match(&self, key: &Path, e_tag: &str) -> Result<ConditionalDelete> {
-        let sent = self
-            .client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(self.full_key(key.as_ref()))
-            .if_match(e_tag)
-            .send()
-            .await;
+        let full = self.full_key(key.as_ref());
+        let sent = (self.call(
+            Method::DELETE,
+            &full,
+            "",
+            &[("if-match", e_tag)],
+            Bytes::new(),
+        ))
+        .await;
         match sent {
             Ok(_) => Ok(ConditionalDelete::Deleted),
-            Err(e) if http_status(&e) == Some(412) => Ok(ConditionalDelete::Changed),
+            Err(e) if e.status == Some(412) => Ok(ConditionalDelete::Changed),
             // Gone already: what a delete wanted.
-            Err(e) if http_status(&e) == Some(404) => Ok(ConditionalDelete::Deleted),
-            Err(e) => Err(sdk_error("delete", key, e)),
+            Err(e) if e.status == Some(404) => Ok(ConditionalDelete::Deleted),
+            Err(e) => Err(api_error("delete", key, e)),
         }
-    }
-
-    /// Puts an object at a raw key, which object_store may not be able to address (tests).
-    #[cfg(feature = "testing")]
-    pub async fn put_raw(&self, key: &str, body: bytes::Bytes) -> Result<()> {
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .body(body.into())
-            .send()
-            .await
-            .map_err(|e| sdk_error("put", key, e))?;
-        Ok(())
     }
 
     /// Starts a multipart upload at `key` and uploads one part, leaving it incomplete as a
     /// killed uploader would (tests); returns the upload.
     #[cfg(feature = "testing")]
     pub async fn start_incomplete_upload(&self, key: &str) -> Result<IncompleteUpload> {
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(rename_all = "PascalCase", default)]
+        struct Initiated {
+            upload_id: String,
+        }
+        let full = self.full_key(key);
         let created = self
-            .client
-            .create_multipart_upload()
-            .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .send()
+            .call(Method::POST, &full, "?uploads", &[], Bytes::new())
             .await
-            .map_err(|e| sdk_error("create upload", key, e))?;
-        let upload_id = created.upload_id().unwrap_or_default().to_string();
-        self.client
-            .upload_part()
-            .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .upload_id(&upload_id)
-            .part_number(1)
-            .body(bytes::Bytes::from_static(b"a part of a killed upload").into())
-            .send()
+            .map_err(|e| api_error("create upload", key, e))?;
+        let Initiated { upload_id } = parse("create upload", key, &created)?;
+        let part = query(&[("partNumber", Some("1")), ("uploadId", Some(&upload_id))]);
+        let body = Bytes::from_static(b"a part of a killed upload");
+        self.call(Method::PUT, &full, &part, &[], body)
             .await
-            .map_err(|e| sdk_error("upload part", key, e))?;
+            .map_err(|e| api_error("upload part", key, e))?;
         Ok(IncompleteUpload {
             key: key.to_string(),
             upload_id,
             initiated_ms: None,
         })
+    }
+
+    /// Sends `method` to the object at `full_key` (the bucket when empty) with `query`.
+    async fn call(
+        &self,
+        method: Method,
+        full_key: &str,
+        query: &str,
+        headers: &[(&'static str, &str)],
+        body: Bytes,
+    ) -> std::result::Result<Bytes, AwsApiError> {
+        let path = format!("{}/{}{query}", self.bucket_path, uri_encode(full_key, true));
+        Ok(self.api.send(method, &path, headers, body).await?.body)
     }
 
     fn full_key(&self, relative: &str) -> String {
@@ -326,20 +371,32 @@ fn percent_decode(encoded: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn http_status<E>(error: &SdkError<E>) -> Option<u16> {
-    error.raw_response().map(|r| r.status().as_u16())
-}
-
-fn sdk_error<E: std::error::Error + Send + Sync + 'static>(
+fn api_error(
     operation: &'static str,
     location: impl std::fmt::Display,
-    error: SdkError<E>,
+    error: AwsApiError,
 ) -> Error {
     let source = object_store::Error::Generic {
         store: "S3",
-        source: DisplayErrorContext(error).to_string().into(),
+        source: Box::new(error),
     };
     Error::store(operation, location, source)
+}
+
+/// An S3 answer's XML body as `T`.
+fn parse<T: serde::de::DeserializeOwned>(
+    operation: &'static str,
+    location: impl std::fmt::Display,
+    body: &[u8],
+) -> Result<T> {
+    let text = String::from_utf8_lossy(body);
+    quick_xml::de::from_str(&text).map_err(|e| {
+        let source = object_store::Error::Generic {
+            store: "S3",
+            source: format!("an answer that does not parse: {e}").into(),
+        };
+        Error::store(operation, location, source)
+    })
 }
 
 #[cfg(test)]
@@ -357,6 +414,90 @@ mod tests {
         ] {
             assert_eq!(percent_decode(encoded), key, "{encoded}");
         }
+    }
+
+    #[test]
+    fn list_pages_parse_as_s3_sends_them() {
+        // ListObjectsV2 with encoding-type=url and a delimiter, as S3's API reference shows it.
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Name>bucket</Name><Prefix>data%2F</Prefix><KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys>
+  <Delimiter>%2F</Delimiter><EncodingType>url</EncodingType><IsTruncated>true</IsTruncated>
+  <Contents><Key>data%2Fa+b.parquet</Key><LastModified>2026-11-29T10:15:02.000Z</LastModified>
+    <ETag>&quot;7e10e7d25dc4581d89b9285be5f384fd&quot;</ETag><Size>434234</Size>
+    <StorageClass>STANDARD</StorageClass></Contents>
+  <Contents><Key>data%2Fz%01.parquet</Key><LastModified>2026-11-29T10:16:00.000Z</LastModified>
+    <ETag>&quot;e1&quot;</ETag><Size>1</Size></Contents>
+  <CommonPrefixes><Prefix>data%2Ftenant%3Dacme%2F</Prefix></CommonPrefixes>
+  <NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>
+</ListBucketResult>"#;
+        let page: ListPage = parse("list", "data", xml.as_bytes()).expect("parses");
+        assert!(page.is_truncated);
+        assert_eq!(
+            page.next_continuation_token.as_deref(),
+            Some("1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=")
+        );
+        let keys: Vec<String> = page
+            .contents
+            .iter()
+            .map(|c| percent_decode(&c.key))
+            .collect();
+        assert_eq!(keys, ["data/a b.parquet", "data/z\u{1}.parquet"]);
+        let first = &page.contents[0];
+        assert_eq!(
+            (
+                first.size,
+                first.e_tag.as_deref(),
+                first.last_modified.as_deref()
+            ),
+            (
+                Some(434234),
+                Some("\"7e10e7d25dc4581d89b9285be5f384fd\""),
+                Some("2026-11-29T10:15:02.000Z")
+            )
+        );
+        assert_eq!(
+            percent_decode(&page.common_prefixes[0].prefix),
+            "data/tenant=acme/"
+        );
+
+        let empty = r#"<ListBucketResult><Name>b</Name><IsTruncated>false</IsTruncated></ListBucketResult>"#;
+        let page: ListPage = parse("list", "data", empty.as_bytes()).expect("parses");
+        assert!(!page.is_truncated && page.contents.is_empty() && page.common_prefixes.is_empty());
+    }
+
+    #[test]
+    fn upload_pages_parse_as_s3_sends_them() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Bucket>bucket</Bucket><KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker>
+  <NextKeyMarker>compacted/b</NextKeyMarker><NextUploadIdMarker>u2</NextUploadIdMarker>
+  <MaxUploads>1000</MaxUploads><IsTruncated>true</IsTruncated>
+  <Upload><Key>compacted/a</Key><UploadId>u1</UploadId>
+    <Initiator><ID>arn:aws:iam::1:user/x</ID><DisplayName>x</DisplayName></Initiator>
+    <StorageClass>STANDARD</StorageClass><Initiated>2026-11-29T10:15:02.000Z</Initiated></Upload>
+  <Upload><Key>compacted/b</Key><UploadId>u2</UploadId><Initiated>2026-11-29T10:16:00.000Z</Initiated></Upload>
+</ListMultipartUploadsResult>"#;
+        let page: UploadsPage = parse("list uploads", "compacted", xml.as_bytes()).expect("parses");
+        assert!(page.is_truncated);
+        assert_eq!(
+            (
+                page.next_key_marker.as_deref(),
+                page.next_upload_id_marker.as_deref()
+            ),
+            (Some("compacted/b"), Some("u2"))
+        );
+        let uploads: Vec<(&str, &str)> = (page.uploads.iter())
+            .map(|u| (u.key.as_str(), u.upload_id.as_str()))
+            .collect();
+        assert_eq!(uploads, [("compacted/a", "u1"), ("compacted/b", "u2")]);
+        assert_eq!(
+            page.uploads[1].initiated.as_deref(),
+            Some("2026-11-29T10:16:00.000Z")
+        );
+        let error = parse::<UploadsPage>("list uploads", "compacted", b"<html>proxy</html")
+            .expect_err("not S3's answer");
+        assert!(error.to_string().contains("list uploads"), "{error}");
     }
 
     #[test]

@@ -13,9 +13,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_sdk_sfn::Client;
-use aws_sdk_sfn::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_sfn::types::ExecutionListItem;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::report::{FanOutShape, Status};
 use ourios_compaction::serverless::dispatch::compactor::{Compactor, CompactorAnswer};
@@ -24,7 +21,7 @@ use ourios_compaction::serverless::dispatch::job_lifecycle::{JobOutcome, RecordA
 use ourios_compaction::serverless::events::{Invocation, KeyScope, parse_invocation};
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::serverless::state_machine::{
-    FanOutStateMachine, STATE_MACHINE_SETTING, execution_input, execution_name,
+    FanOutStateMachine, STATE_MACHINE_SETTING, StepFunctions, execution_input, execution_name,
 };
 use ourios_compaction::settings::CompactSettings;
 use ourios_compaction::store::{Store, StoreUrl};
@@ -84,14 +81,14 @@ impl StepFunctionsServer {
         panic!("the Step Functions test server never listened on port {port}");
     }
 
-    fn client(&self) -> Client {
-        let config = aws_sdk_sfn::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
-            .endpoint_url(&self.endpoint)
-            .build();
-        Client::from_conf(config)
+    fn client(&self) -> StepFunctions {
+        let keys = object_store::aws::AwsCredential {
+            key_id: "testing".into(),
+            secret_key: "testing".into(),
+            token: None,
+        };
+        let credentials = Arc::new(object_store::StaticCredentialProvider::new(keys));
+        StepFunctions::new("us-east-1", &self.endpoint, credentials).expect("a client")
     }
 
     /// The compactor's view of state machine `arn`, configured as the function's environment
@@ -123,22 +120,23 @@ impl Drop for StepFunctionsServer {
 }
 
 /// Creates the state machine of `infra/fan-out.asl.json` and returns its ARN.
-async fn create_fan_out_machine(client: &Client, name: &str) -> String {
+async fn create_fan_out_machine(client: &StepFunctions, name: &str) -> String {
     let definition = std::fs::read_to_string(workspace_root().join("infra/fan-out.asl.json"))
         .expect("the definition")
         .replace(
             "${CompactorFunctionArn}",
             "arn:aws:lambda:us-east-1:123456789012:function:ourios-compactor",
         );
-    client
-        .create_state_machine()
-        .name(name)
-        .definition(definition)
-        .role_arn("arn:aws:iam::123456789012:role/ourios-fan-out")
-        .send()
-        .await
-        .expect("the state machine is created")
-        .state_machine_arn()
+    let request = json!({
+        "name": name,
+        "definition": definition,
+        "roleArn": "arn:aws:iam::123456789012:role/ourios-fan-out",
+    });
+    let created = (client.call("CreateStateMachine", &request).await)
+        .unwrap_or_else(|e| panic!("the state machine is not created: {e}"));
+    created["stateMachineArn"]
+        .as_str()
+        .expect("the state machine's ARN")
         .to_string()
 }
 
@@ -189,7 +187,7 @@ async fn run(compactor: &Compactor, invocation: Invocation) -> CompactorAnswer {
 struct Fixture {
     /// Kept for its lifetime: dropped, the server stops.
     _server: StepFunctionsServer,
-    client: Client,
+    client: StepFunctions,
     arn: String,
     compactor: Compactor,
     _scratch: tempfile::TempDir,
@@ -212,21 +210,20 @@ impl Fixture {
         }
     }
 
-    /// The state machine's executions.
-    async fn executions(&self) -> Vec<ExecutionListItem> {
-        self.client
-            .list_executions()
-            .state_machine_arn(&self.arn)
-            .send()
-            .await
-            .expect("lists executions")
-            .executions
+    /// The state machine's executions, as ListExecutions gives them.
+    async fn executions(&self) -> Vec<Value> {
+        let request = json!({ "stateMachineArn": self.arn });
+        let listed = (self.client.call("ListExecutions", &request).await)
+            .unwrap_or_else(|e| panic!("cannot list executions: {e}"));
+        listed["executions"].as_array().expect("executions").clone()
     }
 
     /// The names of the state machine's executions.
     async fn execution_names(&self) -> Vec<String> {
         let executions = self.executions().await;
-        executions.iter().map(|e| e.name().to_string()).collect()
+        (executions.iter())
+            .map(|e| e["name"].as_str().expect("a name").to_string())
+            .collect()
     }
 }
 
@@ -300,15 +297,11 @@ async fn a_large_job_is_handed_to_one_execution_that_commits_it_and_ends_the_job
         "one execution however often handed off"
     );
     let executions = fixture.executions().await;
-    let described = fixture
-        .client
-        .describe_execution()
-        .execution_arn(executions[0].execution_arn())
-        .send()
-        .await
-        .expect("describes the execution");
+    let request = json!({ "executionArn": executions[0]["executionArn"] });
+    let described = (fixture.client.call("DescribeExecution", &request).await)
+        .unwrap_or_else(|e| panic!("cannot describe the execution: {e}"));
     let input: Value =
-        serde_json::from_str(described.input().expect("an input")).expect("JSON input");
+        serde_json::from_str(described["input"].as_str().expect("an input")).expect("JSON input");
     assert_eq!(input, execution_input(&partition, &job, shape));
     let compacted_dir = KeyLayout::default().compacted_dir(&partition);
     let written = compactor

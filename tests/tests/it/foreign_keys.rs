@@ -7,14 +7,13 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::serverless::dispatch::sweep;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
 use ourios_integration_tests::{
     assert_exactly_once, cli_json, cli_json_with_env, dispatched, land_file, land_files, live_set,
-    live_tags, query_hour_args, s3_url, test_hour_closed,
+    live_tags, put_with_boto3, query_hour_args, s3_url, test_hour_closed,
 };
 
 const HOUR: &str = "2026-11-29T10";
@@ -60,11 +59,7 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
     let beta_tags = land_files(&store, &layout, &beta, 2, 500).await;
     let raw = store.raw_s3().expect("the S3 test store has raw S3 access");
     let foreign = foreign_keys(&layout, &acme);
-    for key in &foreign {
-        raw.put_raw(key, Bytes::from_static(b"not addressable"))
-            .await
-            .expect("a foreign key lands");
-    }
+    put_with_boto3(&url, &foreign, b"not addressable");
 
     // The live set: the real files, the foreign ones skipped and named.
     let files = live_set(&store, &layout, &acme).await;
@@ -148,13 +143,8 @@ async fn a_profile_alone_lists_and_compacts_a_partition_holding_foreign_keys() {
     let layout = KeyLayout::default();
     let acme = PartitionId::parse("acme", HOUR).expect("partition");
     let tags = land_files(&store, &layout, &acme, 2, 300).await;
-    let raw = store.raw_s3().expect("the S3 test store has raw S3 access");
     let foreign = foreign_in_partition(&layout, &acme);
-    for key in &foreign {
-        raw.put_raw(key, Bytes::from_static(b"not addressable"))
-            .await
-            .expect("a foreign key lands");
-    }
+    put_with_boto3(&url, &foreign, b"not addressable");
 
     let dir = tempfile::tempdir().expect("dir");
     let key = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
