@@ -83,6 +83,7 @@
 //! | | [`cost`] | a job's cost in dollars: Lambda GB-seconds and S3 requests at published prices |
 //! | | [`object_key`] | an object's key in the store: built from a listed location, written as the same string, parsed back in one place |
 //! | | [`partition`] | partition ids and the object-key layout: every key built and parsed |
+//! | | [`key_template`] | the ingest key template (`--layout`): a writer's partitions in keys, formatted and read back |
 //! | | [`report`] | the job report |
 //! | | [`rng`] | the seeded random numbers of generated data and tests (SplitMix64) |
 //! | | [`gauge`] | the memory gauge: decoded bytes held against the budget, with their peak |
@@ -183,6 +184,7 @@ pub mod cost;
 pub mod error;
 pub mod gauge;
 pub mod input;
+pub mod key_template;
 pub mod late;
 #[cfg(feature = "logging")]
 pub mod logging;

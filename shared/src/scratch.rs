@@ -77,14 +77,16 @@ impl ScratchDir {
         })
     }
 
-    /// Bytes of the files in the job directory.
+    /// Bytes the files in the job directory take on disk: a sparse file (a merge's staged
+    /// selections of runs) counts the blocks written, not its length.
     pub fn used_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
         std::fs::read_dir(&self.dir)
             .map(|entries| {
                 entries
                     .flatten()
                     .filter_map(|e| e.metadata().ok())
-                    .map(|m| m.len())
+                    .map(|m| m.len().min(m.blocks().saturating_mul(512)))
                     .sum()
             })
             .unwrap_or(0)
@@ -173,6 +175,22 @@ pub fn free_bytes(dir: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sparse_file_counts_the_blocks_written_not_its_length() {
+        let base = tempfile::tempdir().unwrap();
+        let scratch = ScratchDir::create(base.path()).unwrap();
+        let sparse = std::fs::File::create(scratch.file("selection", "parquet")).unwrap();
+        sparse.set_len(64 << 20).unwrap();
+        assert!(
+            scratch.used_bytes() < 1 << 20,
+            "a 64 MiB hole takes no space: {}",
+            scratch.used_bytes()
+        );
+        std::fs::write(scratch.file("run", "arrow"), vec![7u8; 100_000]).unwrap();
+        let used = scratch.used_bytes();
+        assert!((100_000..(1 << 20)).contains(&used), "{used}");
+    }
 
     #[test]
     fn removed_on_drop_and_stale_swept() {

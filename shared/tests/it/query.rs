@@ -18,6 +18,7 @@ use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::read::prune::{WindowPredicate, count_row_groups};
 use ourios_compaction::read::query::{WindowQuery, query_window};
 use ourios_compaction::read::scan::scan_columns;
+use ourios_compaction::report::Status;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{get_bytes, live_set, read_parquet};
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -229,8 +230,21 @@ async fn rfc0036_2_one_service_window_scans_at_most_the_bound() {
     generate_partition(&store, &KeyLayout::default(), &partition, &spec)
         .await
         .expect("generate");
-    for blocks in [1, 4] {
-        assert_rfc0036_2_bound(source.path(), blocks).await;
+    // The block layout also takes late files: live beside the output until merged, then
+    // merged into it, after which the bound holds again.
+    for (blocks, late) in [(1, false), (4, true)] {
+        assert_rfc0036_2_bound(source.path(), blocks, late).await;
+    }
+}
+
+/// The query of the acme hour's `predicate`.
+fn window(predicate: &WindowPredicate) -> WindowQuery {
+    WindowQuery {
+        tenant: "acme".into(),
+        service: predicate.service.clone(),
+        from_nanos: predicate.from_nanos,
+        to_nanos: predicate.to_nanos,
+        limit: 0,
     }
 }
 
@@ -249,8 +263,9 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
 }
 
 /// The bound on the hour generated in `source`, compacted with its row groups laid out
-/// `blocks` per block.
-async fn assert_rfc0036_2_bound(source: &std::path::Path, blocks: usize) {
+/// `blocks` per block; with `late`, then given late files, which a window may scan beside the
+/// bound until a second compaction merges them.
+async fn assert_rfc0036_2_bound(source: &std::path::Path, blocks: usize, late: bool) {
     let dir = tempfile::tempdir().expect("store dir");
     copy_tree(source, dir.path());
     let store = Store::open(&dir.path().to_string_lossy()).expect("local store");
@@ -265,9 +280,57 @@ async fn assert_rfc0036_2_bound(source: &std::path::Path, blocks: usize) {
     rewrite_plain(&store, &layout, &partition, &options, &unsorted)
         .await
         .expect("rewrite");
-    let report = compact_partition(&store, &layout, &partition, &options)
+    let mut report = compact_partition(&store, &layout, &partition, &options)
         .await
         .expect("compact");
+    let (start, _) = partition.time_range_nanos();
+    let services = service_names(40);
+    let windows = [(20, 10), (5, 30), (0, 60)];
+    if late {
+        let first = report.output.clone().expect("output");
+        let spec = GenerateSpec {
+            files: 2,
+            rows_per_file: 5_000,
+            services: 40,
+            seed: 10,
+            wide: false,
+        };
+        let landed = generate_partition(&store, &layout, &partition, &spec)
+            .await
+            .expect("late files");
+        let mut late_row_groups = 0;
+        for key in &landed.keys {
+            let bytes = get_bytes(&store, key).await;
+            late_row_groups += SerializedFileReader::new(bytes)
+                .expect("footer")
+                .metadata()
+                .num_row_groups() as u64;
+        }
+        // Live beside the output: the window may scan the late files' row groups too.
+        let first_bytes = get_bytes(&store, &first.key).await;
+        let first_rgs = row_group_batches(&first_bytes);
+        for (from_min, minutes) in windows {
+            let predicate = WindowPredicate {
+                service: Some(services[10].clone()),
+                from_nanos: start + from_min * MINUTE,
+                to_nanos: start + (from_min + minutes) * MINUTE,
+            };
+            let result = query_window(&store, &layout, &KeyColumns::default(), &window(&predicate))
+                .await
+                .expect("query");
+            let b_sw = service_window_bytes(&first_bytes, &first_rgs, &predicate);
+            let bound = (b_sw / report.row_group_bytes as f64).ceil() as u64 + 2;
+            assert!(
+                result.stats.row_groups_scanned <= bound + late_row_groups,
+                "late files live: scanned {} > bound {bound} + {late_row_groups} late row groups",
+                result.stats.row_groups_scanned
+            );
+        }
+        report = compact_partition(&store, &layout, &partition, &options)
+            .await
+            .expect("the late files merged");
+        assert_eq!(report.status, Status::Compacted, "{report:?}");
+    }
     let out = report.output.expect("output");
     let threshold = report.row_group_bytes as f64;
     assert!(
@@ -280,25 +343,16 @@ async fn assert_rfc0036_2_bound(source: &std::path::Path, blocks: usize) {
     let sorted_rgs = row_group_batches(&sorted_bytes);
     let unsorted_bytes = get_bytes(&store, unsorted.as_ref()).await;
     let unsorted_meta = SerializedFileReader::new(unsorted_bytes.clone()).expect("footer");
-    let (start, _) = partition.time_range_nanos();
-    let services = service_names(40);
     let mut control_broke_the_bound = false;
     // The biggest service, a middle one and the tiniest, over windows of 10, 30 and 60 minutes.
     for service in [&services[0], &services[10], &services[39]] {
-        for (from_min, minutes) in [(20, 10), (5, 30), (0, 60)] {
+        for (from_min, minutes) in windows {
             let predicate = WindowPredicate {
                 service: Some(service.clone()),
                 from_nanos: start + from_min * MINUTE,
                 to_nanos: start + (from_min + minutes) * MINUTE,
             };
-            let q = WindowQuery {
-                tenant: "acme".into(),
-                service: predicate.service.clone(),
-                from_nanos: predicate.from_nanos,
-                to_nanos: predicate.to_nanos,
-                limit: 0,
-            };
-            let result = query_window(&store, &layout, &KeyColumns::default(), &q)
+            let result = query_window(&store, &layout, &KeyColumns::default(), &window(&predicate))
                 .await
                 .expect("query");
             let b_sw = service_window_bytes(&sorted_bytes, &sorted_rgs, &predicate);

@@ -30,12 +30,34 @@ pub(crate) struct Meter {
     ops: AtomicU64,
     fault: Option<(u64, Fault)>,
     crashed: AtomicBool,
-    /// Ingest keys whose GET the store refuses (a KMS key the role may not use).
-    refused: Arc<Mutex<BTreeSet<String>>>,
+    refused: Arc<Mutex<Refusals>>,
+}
+
+/// What the store refuses the functions' role, as a KMS key or a bucket policy would.
+#[derive(Debug, Default)]
+pub(crate) struct Refusals {
+    /// Ingest keys whose GET is refused (a KMS key the role may not use).
+    pub(crate) reads: BTreeSet<String>,
+    /// Prefixes under which writes are refused (a bucket policy's explicit deny).
+    pub(crate) writes: BTreeSet<String>,
+}
+
+impl Refusals {
+    fn write_refused(&self, location: &Path) -> Option<object_store::Error> {
+        let key = location.as_ref();
+        (self
+            .writes
+            .iter()
+            .any(|prefix| key.starts_with(prefix.as_str())))
+        .then(|| object_store::Error::PermissionDenied {
+            path: key.to_string(),
+            source: "403: an explicit deny in the bucket policy".into(),
+        })
+    }
 }
 
 impl Meter {
-    pub(crate) fn new(fault: Option<(u64, Fault)>, refused: Arc<Mutex<BTreeSet<String>>>) -> Self {
+    pub(crate) fn new(fault: Option<(u64, Fault)>, refused: Arc<Mutex<Refusals>>) -> Self {
         Self {
             bytes: AtomicU64::new(0),
             requests: AtomicU64::new(0),
@@ -97,6 +119,14 @@ impl StoreHooks for Meter {
     async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> ObjResult<PutResult> {
         let what = format!("put {}", put.location);
         let lose = self.op(&what)?;
+        if let Some(refused) = self
+            .refused
+            .lock()
+            .expect("lock")
+            .write_refused(put.location)
+        {
+            return Err(refused);
+        }
         if is_data(put.location) {
             self.bytes
                 .fetch_add(put.payload.content_length() as u64, Ordering::SeqCst);
@@ -109,7 +139,7 @@ impl StoreHooks for Meter {
         let what = format!("get {}", get.location);
         let lose = self.op(&what)?;
         let key = get.location.to_string();
-        if !get.options.head && self.refused.lock().expect("lock").contains(&key) {
+        if !get.options.head && self.refused.lock().expect("lock").reads.contains(&key) {
             return Err(object_store::Error::PermissionDenied {
                 path: key,
                 source: "403: the KMS key refuses this role".into(),
@@ -126,6 +156,9 @@ impl StoreHooks for Meter {
     async fn put_multipart(&self, inner: &Inner, start: UploadRequest<'_>) -> ObjResult<Upload> {
         let what = format!("put_multipart {}", start.location);
         let lose = self.op(&what)?;
+        if let Some(refused) = (self.refused.lock().expect("lock")).write_refused(start.location) {
+            return Err(refused);
+        }
         let result = start.forward(inner).await;
         self.lose(lose, result, &what)
     }
