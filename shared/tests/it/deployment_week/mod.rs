@@ -1,5 +1,6 @@
 //! A simulated week of the deployment: the real planner (every ingest file's object-created
-//! event, the scheduled sweep, an operator's backfill), the real compactor (its jobs, checks,
+//! event, of every kind: EventBridge's for each reason and S3 event notifications' records; the
+//! scheduled sweep, an operator's backfill), the real compactor (its jobs, checks,
 //! garbage collections and hand-offs), and fan-out executions run by a model of
 //! `infra/fan-out.asl.json`, over one virtual store and a virtual clock. Lambda is modelled as
 //! `infra/template.yaml` sets it: the compactor's reserved concurrency (a throttled
@@ -364,6 +365,48 @@ fn utc(ms: i64) -> DateTime<Utc> {
 
 fn seconds(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).expect("a duration in ms")
+}
+
+/// An object-created event of `key` of any kind the planner may be sent: EventBridge's
+/// `Object Created` for each of its reasons (what the template wires), or an S3 event
+/// notification's record (`ObjectCreated:*`, its key URL-encoded), picked by `kind`.
+fn created_event(key: &str, size: u64, at_ms: i64, kind: u64) -> Value {
+    const REASONS: [(&str, &str); 4] = [
+        ("PutObject", "Put"),
+        ("CompleteMultipartUpload", "CompleteMultipartUpload"),
+        ("CopyObject", "Copy"),
+        ("PostObject", "Post"),
+    ];
+    let (reason, name) = REASONS[(kind % 4) as usize];
+    if kind % 8 < 4 {
+        let mut event = object_created(key, size, at_ms);
+        event["detail"]["reason"] = json!(reason);
+        return event;
+    }
+    json!({"Records": [{
+        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "eu-west-1",
+        "eventTime": utc(at_ms).to_rfc3339(), "eventName": format!("ObjectCreated:{name}"),
+        "s3": {
+            "s3SchemaVersion": "1.0",
+            "bucket": {"name": "logs-bucket", "arn": "arn:aws:s3:::logs-bucket"},
+            "object": {"key": notification_key(key), "size": size, "sequencer": "00"}
+        }
+    }]})
+}
+
+/// A key as S3 event notifications write it: URL-encoded, `+` for a space, `/` as it is.
+fn notification_key(key: &str) -> String {
+    let mut out = String::new();
+    for byte in key.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(byte as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
 }
 
 /// The EventBridge `Object Created` event of `key` in the deployment's bucket.
@@ -731,7 +774,8 @@ impl Sim {
                 self.totals.files += 1;
                 self.totals.ingest_bytes += size;
                 self.dirty.insert(partition);
-                self.planner(AsyncEvent::first(object_created(&key, size, now), now));
+                let event = created_event(&key, size, now, self.below(8));
+                self.planner(AsyncEvent::first(event, now));
             }
             Event::Stray(key) => {
                 let path = Path::parse(&key).expect("a stray key");
@@ -742,7 +786,8 @@ impl Sim {
                         Default::default(),
                     ))
                     .expect("stray put");
-                self.planner(AsyncEvent::first(object_created(&key, 1, now), now));
+                let event = created_event(&key, 1, now, self.below(8));
+                self.planner(AsyncEvent::first(event, now));
             }
             Event::Sweep => self.planner(AsyncEvent::first(json!({"sweep": {}}), now)),
             Event::Check => self.check(false),
