@@ -20,6 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cost",
             "error",
             "gauge",
+            "key_template",
             "logging",
             "object_key",
             "options",
