@@ -271,6 +271,16 @@ impl KeyTemplate {
         Some(format_segment(segment, None, DateTime::UNIX_EPOCH, minute))
     }
 
+    /// Whether `name` is one of an hour's minute directories (`min=00` to `min=59`).
+    pub fn is_minute_dir(&self, name: &str) -> bool {
+        let Some(segment) = &self.minute else {
+            return false;
+        };
+        let mut fields = Fields::default();
+        match_segment(&segment.0, name, &mut fields).is_ok()
+            && fields.minute.is_some_and(|m| m < 60)
+    }
+
     /// Reads `key` (relative to the store root) through the template: `Ok(None)` when it is
     /// not under the head, an error naming the key when it is but does not follow the
     /// template below it.
@@ -548,6 +558,8 @@ mod tests {
     fn minute_directories_belong_to_their_hour() {
         let t = KeyTemplate::parse("logs/year=%Y/month=%m/day=%d/hr=%H/min=%M").expect("parses");
         assert_eq!(t.minute_dir(7).as_deref(), Some("min=07"));
+        assert!(t.is_minute_dir("min=07") && !t.is_minute_dir("min=60") && !t.is_minute_dir("x"));
+        assert!(!KeyTemplate::default().is_minute_dir("min=07"));
         let read = t
             .read_key("logs/year=2026/month=11/day=29/hr=10/min=07/abc")
             .expect("reads")

@@ -20,6 +20,7 @@ use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Timelike, Utc};
 use object_store::path::Path;
 
 use crate::error::{Error, Result};
+use crate::key_template::KeyTemplate;
 
 /// Nanoseconds in one hour.
 pub const HOUR_NANOS: i64 = 3_600_000_000_000;
@@ -156,17 +157,9 @@ pub fn validate_tenant(tenant: &str) -> Result<()> {
 }
 
 /// The key layout: where each kind of object lives under the store root.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KeyLayout {
-    ingest_prefix: String,
-}
-
-impl Default for KeyLayout {
-    fn default() -> Self {
-        Self {
-            ingest_prefix: DEFAULT_INGEST_PREFIX.to_string(),
-        }
-    }
+    template: KeyTemplate,
 }
 
 /// Prefix of ingest files under the store root when nothing else says.
@@ -197,14 +190,11 @@ pub const SYMLINK_PREFIX: &str = "_compaction/symlink";
 pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
 
 impl KeyLayout {
-    /// A layout whose ingest files live under `ingest_prefix` (default `data`).
+    /// This project's layout with its ingest files under `ingest_prefix` (default `data`):
+    /// `<ingest_prefix>/tenant={tenant}/year=%Y/month=%m/day=%d/hour=%H`.
     pub fn new(ingest_prefix: &str) -> Result<Self> {
         let trimmed = ingest_prefix.trim_matches('/');
-        let clash = trimmed == COMPACTED_PREFIX
-            || trimmed == METADATA_PREFIX
-            || trimmed.starts_with(&format!("{COMPACTED_PREFIX}/"))
-            || trimmed.starts_with(&format!("{METADATA_PREFIX}/"));
-        if trimmed.is_empty() || clash || trimmed.split('/').any(|s| s.is_empty() || s == "..") {
+        if trimmed.is_empty() || trimmed.contains('%') || trimmed.contains('{') {
             return Err(Error::Config {
                 message: format!(
                     "ingest prefix {ingest_prefix:?} must be a non-empty path outside \
@@ -212,23 +202,69 @@ impl KeyLayout {
                 ),
             });
         }
-        Ok(Self {
-            ingest_prefix: trimmed.to_string(),
+        let template = format!("{trimmed}/tenant={{tenant}}/year=%Y/month=%m/day=%d/hour=%H");
+        Self::from_template(&template).map_err(|e| Error::Config {
+            message: format!(
+                "ingest prefix {ingest_prefix:?} must be a non-empty path outside \
+                 {COMPACTED_PREFIX}/ and {METADATA_PREFIX}/ ({e})"
+            ),
         })
     }
 
-    /// The ingest prefix (no slashes at either end).
-    pub fn ingest_prefix(&self) -> &str {
-        &self.ingest_prefix
+    /// The layout an operator set: a template (`--layout`, `OURIOS_LAYOUT`), or this project's
+    /// layout under another ingest prefix (`--ingest-prefix`, `OURIOS_INGEST_PREFIX`, its
+    /// shorthand), or the default; setting both is an error. Empty values count as unset.
+    pub fn from_settings(layout: Option<&str>, ingest_prefix: Option<&str>) -> Result<Self> {
+        fn set(v: Option<&str>) -> Option<&str> {
+            v.map(str::trim).filter(|v| !v.is_empty())
+        }
+        match (set(layout), set(ingest_prefix)) {
+            (Some(layout), Some(prefix)) => Err(Error::Config {
+                message: format!(
+                    "both a layout ({layout:?}) and an ingest prefix ({prefix:?}) are set: the \
+                     prefix is a shorthand for this project's layout under it; set one"
+                ),
+            }),
+            (Some(layout), None) => Self::from_template(layout),
+            (None, Some(prefix)) => Self::new(prefix),
+            (None, None) => Ok(Self::default()),
+        }
     }
 
-    /// Directory of a partition's ingest files.
+    /// The layout of an ingest key template (`--layout`, [`KeyTemplate`]).
+    ///
+    /// Partitions without a tenant (a template without `{tenant}`) are not supported yet: such
+    /// a template is refused, naming it.
+    pub fn from_template(template: &str) -> Result<Self> {
+        let template = KeyTemplate::parse(template)?;
+        if !template.has_tenant() {
+            return Err(Error::Config {
+                message: format!(
+                    "layout {:?}: a layout without {{tenant}} is not supported yet",
+                    template.source()
+                ),
+            });
+        }
+        Ok(Self { template })
+    }
+
+    /// The ingest key template.
+    pub fn template(&self) -> &KeyTemplate {
+        &self.template
+    }
+
+    /// The ingest prefix: the template's literal head (no slashes at either end).
+    pub fn ingest_prefix(&self) -> &str {
+        self.template.head()
+    }
+
+    /// Directory of a partition's ingest files (its hour's; files in its minute directories,
+    /// when the template has them, belong to it too).
     pub fn ingest_dir(&self, partition: &PartitionId) -> Path {
-        Path::from(format!(
-            "{}/{}",
-            self.ingest_prefix,
-            partition.relative_dir()
-        ))
+        Path::from(
+            self.template
+                .hour_dir(Some(partition.tenant()), partition.hour_start()),
+        )
     }
 
     /// Directory of a partition's compacted outputs.
@@ -330,24 +366,23 @@ impl KeyLayout {
         ))
     }
 
-    /// Parses an ingest-file key strictly; it is never normalised.
+    /// Parses an ingest-file key strictly through the template; it is never normalised. The
+    /// file is its name, or `<minute dir>/<name>` for a file in a minute directory.
     pub fn parse_ingest_key(&self, key: &str) -> Result<(PartitionId, String)> {
-        let rest = key
-            .strip_prefix(&self.ingest_prefix)
-            .and_then(|r| r.strip_prefix('/'))
+        let read = self
+            .template
+            .read_key(key)?
             .ok_or_else(|| Error::Partition {
                 message: format!(
                     "key {key:?} is not under the ingest prefix {}/",
-                    self.ingest_prefix
+                    self.template.head()
                 ),
             })?;
-        let (partition, file) = parse_partition_path(rest).map_err(|message| Error::Partition {
-            message: format!("key {key:?}: {message}"),
+        let tenant = read.tenant.as_deref().ok_or_else(|| Error::Partition {
+            message: format!("key {key:?} names no tenant"),
         })?;
-        let file = file.ok_or_else(|| Error::Partition {
-            message: format!("key {key:?} names a partition directory, not a file"),
-        })?;
-        if !is_ingest_file_name(&file) {
+        let partition = PartitionId::new(tenant, read.hour)?;
+        if !is_ingest_file_name(&read.file) {
             return Err(Error::Partition {
                 message: format!(
                     "key {key:?}: file name must end in .parquet, not start with '_' or '.', \
@@ -355,6 +390,10 @@ impl KeyLayout {
                 ),
             });
         }
+        let file = match read.minute.and_then(|m| self.template.minute_dir(m)) {
+            Some(minute) => format!("{minute}/{}", read.file),
+            None => read.file,
+        };
         Ok((partition, file))
     }
 }
@@ -423,8 +462,8 @@ pub fn gc_due_key(partition: &PartitionId) -> Path {
 }
 
 /// Parses `_compaction/gc-due/<partition>.json` strictly.
-pub fn parse_gc_due_key(key: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
-    parse_metadata_key(key, GC_DUE_PREFIX, layout)
+pub fn parse_gc_due_key(key: &str) -> crate::Result<PartitionId> {
+    parse_metadata_key(key, GC_DUE_PREFIX)
 }
 
 /// Key of a partition's checked-late record: late files that wait to be merged.
@@ -441,17 +480,17 @@ pub fn failures_key(partition: &PartitionId) -> Path {
 }
 
 /// Parses `_compaction/late/<partition>.json` strictly.
-pub fn parse_late_key(key: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
-    parse_metadata_key(key, LATE_PREFIX, layout)
+pub fn parse_late_key(key: &str) -> crate::Result<PartitionId> {
+    parse_metadata_key(key, LATE_PREFIX)
 }
 
 /// Parses `_compaction/jobs/<partition>.json` strictly.
-pub fn parse_job_key(key: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
-    parse_metadata_key(key, JOBS_PREFIX, layout)
+pub fn parse_job_key(key: &str) -> crate::Result<PartitionId> {
+    parse_metadata_key(key, JOBS_PREFIX)
 }
 
 /// Parses `<prefix>/<partition>.json` strictly.
-fn parse_metadata_key(key: &str, prefix: &str, layout: &KeyLayout) -> crate::Result<PartitionId> {
+fn parse_metadata_key(key: &str, prefix: &str) -> crate::Result<PartitionId> {
     let bad = |why: &str| crate::Error::Partition {
         message: format!("key {key:?}: {why}"),
     };
@@ -460,10 +499,11 @@ fn parse_metadata_key(key: &str, prefix: &str, layout: &KeyLayout) -> crate::Res
         .and_then(|r| r.strip_prefix('/'))
         .and_then(|r| r.strip_suffix(".json"))
         .ok_or_else(|| bad(&format!("expected {prefix}/tenant=…/hour=<HH>.json")))?;
-    // The partition grammar lives in one place: reuse the ingest-key parser on the same
-    // directory with a fixed file name.
-    let probe = format!("{}/{dir}/job.parquet", layout.ingest_prefix());
-    let (partition, _) = layout
+    // The partition grammar of metadata keys is this project's own, whatever the ingest
+    // layout: reuse the default layout's parser on the directory with a fixed file name.
+    let own = KeyLayout::default();
+    let probe = format!("{}/{dir}/job.parquet", own.ingest_prefix());
+    let (partition, _) = own
         .parse_ingest_key(&probe)
         .map_err(|e| bad(&e.to_string()))?;
     if format!("{prefix}/{}.json", partition.relative_dir()) != key {
@@ -544,42 +584,6 @@ pub fn is_writer_side_file(path: &str) -> bool {
         .any(|s| s.starts_with('_') || s.starts_with('.'));
     let crc = segments.last().is_some_and(|name| name.ends_with(".crc"));
     side_segment || crc
-}
-
-/// Parses `tenant=…/year=…/month=…/day=…/hour=…[/file]`.
-fn parse_partition_path(path: &str) -> std::result::Result<(PartitionId, Option<String>), String> {
-    let segments: Vec<&str> = path.split('/').collect();
-    if segments.len() < 5 || segments.len() > 6 {
-        return Err("expected tenant=…/year=…/month=…/day=…/hour=…/<file>".into());
-    }
-    let field = |i: usize, name: &str, width: usize| -> std::result::Result<&str, String> {
-        let value = segments[i]
-            .strip_prefix(name)
-            .and_then(|s| s.strip_prefix('='))
-            .ok_or_else(|| format!("segment {} should be {name}=…", i + 1))?;
-        if width > 0 && (value.len() != width || !value.bytes().all(|b| b.is_ascii_digit())) {
-            return Err(format!("{name}={value:?} must be {width} digits"));
-        }
-        Ok(value)
-    };
-    let tenant = field(0, "tenant", 0)?;
-    validate_tenant(tenant).map_err(|e| e.to_string())?;
-    let year: i32 = field(1, "year", 4)?.parse().map_err(|_| "bad year")?;
-    let month: u32 = field(2, "month", 2)?.parse().map_err(|_| "bad month")?;
-    let day: u32 = field(3, "day", 2)?.parse().map_err(|_| "bad day")?;
-    let hour: u32 = field(4, "hour", 2)?.parse().map_err(|_| "bad hour")?;
-    let instant = date_hour(year, month, day, hour)
-        .ok_or_else(|| format!("{year:04}-{month:02}-{day:02} hour {hour:02} is not a UTC hour"))?;
-    let partition = PartitionId {
-        tenant: tenant.to_string(),
-        hour_start: instant,
-    };
-    let file = match segments.get(5) {
-        None => None,
-        Some(&"") => return Err("empty file name".into()),
-        Some(f) => Some((*f).to_string()),
-    };
-    Ok((partition, file))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use ourios_compaction::budget::Budget;
 use ourios_compaction::late::{LatePolicy, parse_share};
 use ourios_compaction::options::FanOut;
-use ourios_compaction::partition::DEFAULT_INGEST_PREFIX;
+use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::serverless::function_settings::readiness_from_lookup;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::settings::{
@@ -31,9 +31,22 @@ pub struct StoreArgs {
     /// Store root: s3://bucket/prefix, file:///abs/dir, a directory path, or memory://.
     #[arg(long, env = "OURIOS_STORE")]
     pub store: String,
-    /// Prefix of ingest files under the store root.
-    #[arg(long, env = "OURIOS_INGEST_PREFIX", default_value = DEFAULT_INGEST_PREFIX)]
-    pub ingest_prefix: String,
+    /// Prefix of ingest files under the store root, in this project's layout (default data;
+    /// a shorthand for --layout 'PREFIX/tenant={tenant}/year=%Y/month=%m/day=%d/hour=%H').
+    #[arg(long, env = "OURIOS_INGEST_PREFIX")]
+    pub ingest_prefix: Option<String>,
+    /// The ingest key template under the store root: %Y %m %d %H (UTC), %M for minute
+    /// directories (last), {tenant} before the hour, e.g. 'logs/dt=%Y%m%d/svc={tenant}/hour=%H'
+    /// (default: data/tenant={tenant}/year=%Y/month=%m/day=%d/hour=%H).
+    #[arg(long, env = "OURIOS_LAYOUT", conflicts_with = "ingest_prefix")]
+    pub layout: Option<String>,
+}
+
+impl StoreArgs {
+    /// The key layout these flags set.
+    pub fn key_layout(&self) -> ourios_compaction::Result<KeyLayout> {
+        KeyLayout::from_settings(self.layout.as_deref(), self.ingest_prefix.as_deref())
+    }
 }
 
 /// A size flag: bytes or a number with KiB, MiB or GiB, e.g. `64MiB`.

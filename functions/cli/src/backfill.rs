@@ -48,7 +48,7 @@ pub async fn run_backfill(
     request: &BackfillRequest,
     run: &BackfillRun,
 ) -> Result<ExitCode> {
-    let layout = KeyLayout::new(&store_args.ingest_prefix)?;
+    let layout = store_args.key_layout()?;
     let store = Store::open(&store_args.store)?;
     let bar = ProgressBar::new(std::io::stderr().is_terminal());
     let answer = match &run.run_local {

@@ -76,7 +76,7 @@ async fn compact(args: CompactArgs) -> Result<ExitCode> {
 /// `files`: the live, quarantined and unaddressable files of a partition, or of every
 /// partition of a range of hours (one tenant's or every tenant's).
 async fn files(args: FilesArgs) -> Result<ExitCode> {
-    let layout = KeyLayout::new(&args.store.ingest_prefix)?;
+    let layout = args.store.key_layout()?;
     let store = Store::open(&args.store.store)?;
     let (from, to) = match (&args.hour, &args.from, &args.to) {
         (Some(hour), _, _) => (hour.as_str(), hour.as_str()),
@@ -147,7 +147,7 @@ async fn files(args: FilesArgs) -> Result<ExitCode> {
 
 /// `symlinks`: the symlink manifests of a range of hours rewritten from their live sets.
 async fn symlinks(args: SymlinksArgs) -> Result<ExitCode> {
-    let layout = KeyLayout::new(&args.store.ingest_prefix)?;
+    let layout = args.store.key_layout()?;
     let store = Store::open(&args.store.store)?;
     let partitions = hours_files(
         &store,
@@ -250,7 +250,7 @@ async fn gc(args: GcArgs) -> Result<ExitCode> {
             vec![report]
         }
         (tenant, hour) => {
-            let layout = KeyLayout::new(&store.ingest_prefix)?;
+            let layout = store.key_layout()?;
             let store = Store::open(&store.store)?;
             let scope = GcScope { tenant, hour };
             let summary = collect_garbage_in(&store, &layout, &scope, grace, dry_run).await?;
@@ -268,7 +268,7 @@ async fn gc(args: GcArgs) -> Result<ExitCode> {
 
 /// `query`: one tenant's rows of a window.
 async fn query(args: QueryArgs) -> Result<ExitCode> {
-    let layout = KeyLayout::new(&args.store.ingest_prefix)?;
+    let layout = args.store.key_layout()?;
     let store = Store::open(&args.store.store)?;
     let query = WindowQuery {
         tenant: args.tenant,
@@ -355,7 +355,7 @@ async fn bench_ranges(args: BenchRangesArgs) -> Result<ExitCode> {
 }
 
 fn open(store: &StoreArgs, partition: &PartitionArgs) -> Result<(Store, KeyLayout, PartitionId)> {
-    let layout = KeyLayout::new(&store.ingest_prefix)?;
+    let layout = store.key_layout()?;
     let partition = PartitionId::parse(&partition.tenant, &partition.hour)?;
     Ok((Store::open(&store.store)?, layout, partition))
 }

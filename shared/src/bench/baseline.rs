@@ -42,7 +42,7 @@ pub async fn rewrite_plain(
     let manifest = load_latest(store, layout, partition).await?;
     let dir = layout.ingest_dir(partition);
     let listing = store.list_sorted(&dir).await?;
-    let live = live_set(&dir, &listing, &manifest);
+    let live = live_set(layout, &dir, &listing, &manifest);
     let mut staged = Vec::new();
     for meta in &live.ingest {
         let local = store

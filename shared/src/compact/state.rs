@@ -31,7 +31,7 @@ pub(crate) async fn read_partition(
         objects: listing,
         unaddressable,
     } = store.list(&ingest_dir).await?;
-    let live = live_set(&ingest_dir, &listing, &manifest);
+    let live = live_set(layout, &ingest_dir, &listing, &manifest);
     let wanted = if live.ingest.is_empty() && manifest.compacted_in_one_piece() {
         None
     } else {

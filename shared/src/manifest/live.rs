@@ -9,7 +9,7 @@ use object_store::path::Path;
 
 use super::Manifest;
 use crate::object_key::ObjectKey;
-use crate::partition::{is_ingest_file_name, is_writer_side_file};
+use crate::partition::{KeyLayout, is_ingest_file_name, is_writer_side_file};
 
 /// The files a reader must read for a partition right now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -39,8 +39,14 @@ impl LiveSet {
     }
 }
 
-/// Applies the reader rule to a listing of the partition's ingest directory `dir`.
-pub fn live_set(dir: &Path, ingest_listing: &[ObjectMeta], manifest: &Manifest) -> LiveSet {
+/// Applies the reader rule to a listing of the partition's ingest directory `dir` (files in
+/// it, and in its minute directories when `layout` has them).
+pub fn live_set(
+    layout: &KeyLayout,
+    dir: &Path,
+    ingest_listing: &[ObjectMeta],
+    manifest: &Manifest,
+) -> LiveSet {
     // In the manifest's order: key order (by range where recorded, else by name).
     let compacted: Vec<ObjectKey> = manifest.compacted.iter().map(|c| c.key.clone()).collect();
     let excluded = manifest.excluded_keys();
@@ -48,11 +54,17 @@ pub fn live_set(dir: &Path, ingest_listing: &[ObjectMeta], manifest: &Manifest) 
         .iter()
         .filter(|m| m.location.filename().is_some_and(is_ingest_file_name))
         .filter(|m| {
-            // Only files directly in the partition directory count.
-            m.location
-                .prefix_match(dir)
-                .is_some_and(|rest| rest.count() == 1)
-                && !excluded.contains(m.location.as_ref())
+            // Only files directly in the partition directory count, or in its minute
+            // directories.
+            let in_partition = m.location.prefix_match(dir).is_some_and(|rest| {
+                let rest: Vec<_> = rest.collect();
+                match rest.as_slice() {
+                    [_] => true,
+                    [minute, _] => layout.template().is_minute_dir(minute.as_ref()),
+                    _ => false,
+                }
+            });
+            in_partition && !excluded.contains(m.location.as_ref())
         })
         .cloned()
         .collect();

@@ -410,7 +410,7 @@ pub async fn partition_files(
     let manifest = load_latest(store, layout, partition).await?;
     let dir = layout.ingest_dir(partition);
     let listing = store.list(&dir).await?;
-    let live = live_set(&dir, &listing.objects, &manifest);
+    let live = live_set(layout, &dir, &listing.objects, &manifest);
     let outputs = (manifest.compacted.iter()).map(|c| LiveFile {
         key: c.key.clone(),
         bytes: c.bytes,
@@ -457,17 +457,29 @@ pub async fn hours_files(
             vec![tenant.to_string()]
         }
         None => {
+            // Tenants with ingest files (where the layout keeps them, for each hour's
+            // directory of tenants) or with manifests (this project's own layout).
+            let template = layout.template();
+            let mut roots = std::collections::BTreeSet::new();
+            let mut hour = start;
+            while hour <= end && roots.len() < MAX_HOURS_FILES_PARTITIONS {
+                roots.extend(template.tenants_dir(hour));
+                hour += chrono::Duration::hours(1);
+            }
             let mut tenants = std::collections::BTreeSet::new();
-            let roots = [layout.ingest_prefix(), crate::partition::MANIFESTS_PREFIX];
-            for root in roots {
+            for root in &roots {
                 for dir in store
-                    .list_dirs(&object_store::path::Path::from(root))
+                    .list_dirs(&object_store::path::Path::from(root.as_str()))
                     .await?
                 {
-                    let name = dir.filename().and_then(|n| field_value(n, "tenant"));
-                    if let Some(t) = name.filter(|t| validate_tenant(t).is_ok()) {
-                        tenants.insert(t.to_string());
-                    }
+                    tenants.extend(dir.filename().and_then(|n| template.tenant_of_dir(n)));
+                }
+            }
+            let manifests = object_store::path::Path::from(crate::partition::MANIFESTS_PREFIX);
+            for dir in store.list_dirs(&manifests).await? {
+                let name = dir.filename().and_then(|n| field_value(n, "tenant"));
+                if let Some(t) = name.filter(|t| validate_tenant(t).is_ok()) {
+                    tenants.insert(t.to_string());
                 }
             }
             tenants.into_iter().collect()

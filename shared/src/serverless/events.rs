@@ -675,7 +675,7 @@ pub fn classify(record: &Record, scope: &KeyScope, layout: &KeyLayout, watch: Wa
     }
     let parsed = match watch {
         Watch::Ingest => layout.parse_ingest_key(relative).map(|(p, _)| p),
-        Watch::Jobs => parse_job_key(relative, layout),
+        Watch::Jobs => parse_job_key(relative),
     };
     match parsed {
         Ok(partition) => Classified::Accepted {

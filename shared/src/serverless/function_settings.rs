@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::late::LatePolicy;
-use crate::partition::{DEFAULT_INGEST_PREFIX, KeyLayout};
+use crate::partition::KeyLayout;
 use crate::serverless::events::KeyScope;
 use crate::serverless::readiness::ReadinessConfig;
 use crate::settings::{Lookup, get_or, parse_count, parse_duration, parse_size};
@@ -40,16 +40,14 @@ impl FunctionSettings {
                     .into(),
             })?;
         let url = StoreUrl::parse(&store_url)?;
-        let prefix = get_or(
-            lookup,
-            "OURIOS_INGEST_PREFIX",
-            DEFAULT_INGEST_PREFIX.to_string(),
-            |s| Ok(s.to_string()),
+        let layout = KeyLayout::from_settings(
+            lookup("OURIOS_LAYOUT").as_deref(),
+            lookup("OURIOS_INGEST_PREFIX").as_deref(),
         )?;
         let readiness = readiness_from_lookup(lookup)?;
         Ok(Self {
             store_url,
-            layout: KeyLayout::new(&prefix)?,
+            layout,
             scope: KeyScope::for_store(&url),
             readiness,
             backfill_interval: get_or(
@@ -175,6 +173,31 @@ mod tests {
                 },
             }
         );
+    }
+
+    #[test]
+    fn a_layout_is_read_and_refused_beside_an_ingest_prefix() {
+        let template = "logs/dt=%Y%m%d/svc={tenant}/hour=%H";
+        let s = FunctionSettings::from_lookup(&lookup(&[
+            ("OURIOS_STORE", "memory://"),
+            ("OURIOS_LAYOUT", template),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (s.layout.ingest_prefix(), s.layout.template().source()),
+            ("logs", template)
+        );
+        let both = FunctionSettings::from_lookup(&lookup(&[
+            ("OURIOS_STORE", "memory://"),
+            ("OURIOS_LAYOUT", template),
+            ("OURIOS_INGEST_PREFIX", "ingest"),
+        ]));
+        assert!(both.is_err_and(|e| e.to_string().contains("both a layout")));
+        let broken = FunctionSettings::from_lookup(&lookup(&[
+            ("OURIOS_STORE", "memory://"),
+            ("OURIOS_LAYOUT", "logs/%Y/%m/%d/{tenant}"),
+        ]));
+        assert!(broken.is_err_and(|e| e.to_string().contains("no %H")));
     }
 
     #[test]

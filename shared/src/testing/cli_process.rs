@@ -8,12 +8,14 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 /// The CLI at `bin` with `args`, without the environment that would change its defaults (the
-/// store, the function's memory, the prices).
+/// store, the layout, the function's memory, the prices).
 pub fn cli_command(bin: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(bin);
     command
         .args(args)
         .env_remove("OURIOS_STORE")
+        .env_remove("OURIOS_LAYOUT")
+        .env_remove("OURIOS_INGEST_PREFIX")
         .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE");
     for name in crate::cost::PRICE_VARIABLES {
         command.env_remove(name);

@@ -161,7 +161,7 @@ impl Sim {
             .expect("manifest");
         let dir = self.layout.ingest_dir(&partition);
         let listing = self.store.list_sorted(&dir).await.expect("list");
-        let live = live_set(&dir, &listing, &base);
+        let live = live_set(&KeyLayout::default(), &dir, &listing, &base);
         if live.ingest.is_empty() && live.compacted.len() <= 1 {
             return;
         }
@@ -332,9 +332,11 @@ impl Sim {
                 .expect("manifest");
             let dir = self.layout.ingest_dir(partition);
             let listing = self.store.list_sorted(&dir).await.expect("list");
-            let live: Vec<String> = (live_set(&dir, &listing, &manifest).keys().iter())
-                .map(ToString::to_string)
-                .collect();
+            let live: Vec<String> = (live_set(&KeyLayout::default(), &dir, &listing, &manifest)
+                .keys()
+                .iter())
+            .map(ToString::to_string)
+            .collect();
             let quarantined: Vec<String> = manifest
                 .quarantined
                 .iter()

@@ -14,5 +14,6 @@ mod bloat;
 mod cli;
 mod demo;
 mod hostile;
+mod layouts;
 mod wide;
 mod writers;

@@ -28,8 +28,8 @@ use crate::late::{LateVerdict, read_checked};
 use crate::manifest::{LiveSet, live_set, load_latest};
 use crate::options::JobMode;
 use crate::partition::{
-    GC_DUE_PREFIX, KeyLayout, PartitionId, SWEEP_CURSOR_KEY, field_value, is_ingest_file_name,
-    parse_gc_due_key, parse_hour, parse_late_key, validate_tenant,
+    GC_DUE_PREFIX, KeyLayout, PartitionId, SWEEP_CURSOR_KEY, is_ingest_file_name, parse_gc_due_key,
+    parse_hour, parse_late_key, validate_tenant,
 };
 use crate::report::Status;
 use crate::serverless::events::BackfillRequest;
@@ -189,7 +189,7 @@ pub async fn partition_facts(
         return Ok((PartitionFacts::empty(partition), LiveSet::default()));
     }
     let manifest = load_latest(store, layout, partition).await?;
-    let live = live_set(&dir, &listing, &manifest);
+    let live = live_set(layout, &dir, &listing, &manifest);
     let mut facts = PartitionFacts::new(partition, &live, &manifest);
     if manifest.version > 0 && !live.ingest.is_empty() {
         // Files that may be late: those a check passed wait without another.
@@ -313,11 +313,14 @@ fn dispatch_outcome(
     }
 }
 
-/// Tenants under the ingest prefix (one delimited listing), or the given ones, validated.
+/// The tenants of `hours`, or the given ones, validated: one delimited listing of each
+/// directory the layout keeps tenants in for those hours (one in all when it does not depend
+/// on the hour, as in this project's layout).
 pub async fn find_tenants(
     store: &Store,
     layout: &KeyLayout,
     given: Option<&[String]>,
+    hours: &[DateTime<Utc>],
 ) -> Result<Vec<String>> {
     if let Some(given) = given {
         for tenant in given {
@@ -326,21 +329,28 @@ pub async fn find_tenants(
         let unique: BTreeSet<String> = given.iter().cloned().collect();
         return Ok(unique.into_iter().collect());
     }
-    let root = Path::from(layout.ingest_prefix());
-    let dirs = store.list_dirs(&root).await?;
-    let mut tenants: Vec<String> = dirs
+    let template = layout.template();
+    let dirs: BTreeSet<String> = hours
         .iter()
-        .filter_map(|p| field_value(p.filename()?, "tenant").map(str::to_string))
-        .filter(|t| {
-            let ok = validate_tenant(t).is_ok();
-            if !ok {
-                tracing::warn!(tenant = %t, "ignoring a directory that is not a tenant");
-            }
-            ok
-        })
+        .filter_map(|hour| template.tenants_dir(*hour))
         .collect();
-    tenants.sort();
-    Ok(tenants)
+    let mut tenants = BTreeSet::new();
+    for dir in dirs {
+        for child in store.list_dirs(&Path::from(dir.as_str())).await? {
+            let Some(name) = child.filename() else {
+                continue;
+            };
+            match template.tenant_of_dir(name) {
+                Some(tenant) => {
+                    tenants.insert(tenant);
+                }
+                None => {
+                    tracing::warn!(directory = %child, "ignoring a directory that is not a tenant")
+                }
+            }
+        }
+    }
+    Ok(tenants.into_iter().collect())
 }
 
 /// Time a sweep or backfill keeps free before the invocation's deadline, to report and save
@@ -397,11 +407,12 @@ pub async fn sweep_until(
     config: &ReadinessConfig,
     deadline: Option<Instant>,
 ) -> Result<SweepReport> {
-    let tenants = find_tenants(store, layout, None).await?;
+    let window: Vec<DateTime<Utc>> = sweep_window(now, config.sweep_hours);
+    let tenants = find_tenants(store, layout, None, &window).await?;
     let mut partitions = Vec::new();
     for tenant in &tenants {
-        for hour in sweep_window(now, config.sweep_hours) {
-            partitions.push(PartitionId::new(tenant, hour)?);
+        for hour in &window {
+            partitions.push(PartitionId::new(tenant, *hour)?);
         }
     }
     if let Some(after) = read_sweep_cursor(store).await
@@ -444,7 +455,7 @@ pub async fn sweep_until(
     }
     let swept: BTreeSet<PartitionId> = partitions.into_iter().collect();
     dispatch_late_waiting(store, layout, now, config, deadline, &swept, &mut report).await;
-    dispatch_garbage_due(store, layout, now, config, deadline, &mut report).await;
+    dispatch_garbage_due(store, now, config, deadline, &mut report).await;
     Ok(report)
 }
 
@@ -474,7 +485,7 @@ async fn dispatch_late_waiting(
         }
     };
     let waiting = (records.iter())
-        .filter_map(|m| Some((m, parse_late_key(m.location.as_ref(), layout).ok()?)))
+        .filter_map(|m| Some((m, parse_late_key(m.location.as_ref()).ok()?)))
         .filter(|(_, partition)| !swept.contains(partition))
         .take(MAX_LATE_WAITING_PER_SWEEP);
     for (meta, partition) in waiting {
@@ -510,7 +521,6 @@ pub const MAX_GARBAGE_DUE_PER_SWEEP: usize = 500;
 /// Failures are counted in the report; at most [`MAX_GARBAGE_DUE_PER_SWEEP`] a sweep.
 async fn dispatch_garbage_due(
     store: &Store,
-    layout: &KeyLayout,
     now: DateTime<Utc>,
     config: &ReadinessConfig,
     deadline: Option<Instant>,
@@ -531,7 +541,7 @@ async fn dispatch_garbage_due(
     let grace = chrono::Duration::from_std(config.gc_grace).unwrap_or(chrono::Duration::MAX);
     let due = (markers.iter())
         .filter(|m| m.last_modified + grace <= now)
-        .filter_map(|m| parse_gc_due_key(m.location.as_ref(), layout).ok())
+        .filter_map(|m| parse_gc_due_key(m.location.as_ref()).ok())
         .take(MAX_GARBAGE_DUE_PER_SWEEP);
     for partition in due {
         if out_of_time(deadline) {
@@ -629,7 +639,10 @@ pub async fn backfill_partitions(
         });
     }
     let num_hours = ((to - from).num_hours() + 1) as usize;
-    let tenants = find_tenants(store, layout, request.tenants.as_deref()).await?;
+    let hours: Vec<DateTime<Utc>> = (0..num_hours)
+        .map(|h| from + chrono::Duration::hours(h as i64))
+        .collect();
+    let tenants = find_tenants(store, layout, request.tenants.as_deref(), &hours).await?;
     let total = num_hours.saturating_mul(tenants.len());
     if total > MAX_BACKFILL_PARTITIONS {
         return Err(Error::Config {

@@ -113,7 +113,7 @@ proptest! {
         };
         let config = ReadinessConfig::default();
         let decide = |listing: &[ObjectMeta]| {
-            let live = live_set(&dir, listing, &manifest);
+            let live = live_set(&KeyLayout::default(), &dir, listing, &manifest);
             let facts = PartitionFacts::new(&partition, &live, &manifest);
             let decision = plan_partition(&facts, job, now, &config, requested);
             (live, facts, decision.label(), decision.to_string())

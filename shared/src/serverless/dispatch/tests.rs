@@ -1104,3 +1104,41 @@ async fn a_failure_that_changes_starts_the_count_again() {
             .is_empty()
     );
 }
+
+/// A layout that keeps its tenants under each day's directory: the sweep finds them by listing
+/// the window's days, and plans each tenant's hours; `files` over a range finds them too.
+#[tokio::test]
+async fn the_sweep_finds_tenants_where_the_layout_keeps_them() {
+    let store = memory();
+    let layout = KeyLayout::from_template("logs/dt=%Y%m%d/svc={tenant}/hour=%H").expect("layout");
+    for tenant in ["api", "web"] {
+        let partition = PartitionId::parse(tenant, "2026-11-29T10").expect("partition");
+        crate::testing::land_files(&store, &layout, &partition, 2, 50).await;
+    }
+    // A directory of the day that names no tenant is skipped.
+    put_bytes(
+        &store,
+        "logs/dt=20261129/README/x.parquet",
+        bytes::Bytes::from_static(b"x"),
+    )
+    .await;
+    let window = crate::serverless::readiness::sweep_window(closed(), 3);
+    let tenants = find_tenants(&store, &layout, None, &window)
+        .await
+        .expect("tenants");
+    assert_eq!(tenants, ["api", "web"]);
+    let report = sweep_until(&store, &layout, closed(), &ReadinessConfig::default(), None)
+        .await
+        .expect("a sweep");
+    let dispatched: Vec<String> = (report.partitions.iter())
+        .filter(|p| p.decision == OutcomeDecision::Dispatched)
+        .map(|p| format!("{} {}", p.tenant, p.hour))
+        .collect();
+    assert_eq!(dispatched, ["api 2026-11-29T10", "web 2026-11-29T10"]);
+    let hours =
+        crate::manifest::hours_files(&store, &layout, None, "2026-11-29T09", "2026-11-29T11")
+            .await
+            .expect("files of a range");
+    let found: Vec<String> = hours.iter().map(|(p, _)| p.relative_dir()).collect();
+    assert_eq!(found.len(), 2, "{found:?}");
+}

@@ -79,6 +79,42 @@ fn accepts_encoded_ingest_keys() {
 }
 
 #[test]
+fn keys_of_another_layout_are_read_through_its_template() {
+    let layout = KeyLayout::from_template("logs/year=%Y/month=%m/day=%d/svc={tenant}/hr=%H/min=%M")
+        .expect("a layout");
+    let payload = |key: &str| json!({"Records": [s3_record("ObjectCreated:CompleteMultipartUpload", "logs-bucket", key)]});
+    let classify_in = |key: &str| {
+        let Ok(Invocation::Notifications { records, .. }) = parse_invocation(&payload(key)) else {
+            panic!("an S3 notification parses");
+        };
+        classify(&records[0], &any_bucket(), &layout, Watch::Ingest)
+    };
+    for key in [
+        "logs/year%3D2026/month%3D11/day%3D29/svc%3Dacme/hr%3D10/min%3D07/abc.parquet",
+        "logs/year%3D2026/month%3D11/day%3D29/svc%3Dacme/hr%3D10/abc.parquet",
+    ] {
+        match classify_in(key) {
+            Classified::Accepted { partition, .. } => {
+                assert_eq!(partition.relative_dir(), P, "{key}");
+            }
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    // This project's layout is outside that one's prefix; a key below it that breaks the
+    // template is rejected, naming the layout.
+    assert!(matches!(
+        classify_in(&format!("data/{P}/x.parquet")),
+        Classified::Ignored { .. }
+    ));
+    match classify_in(
+        "logs/year%3D2026/month%3D11/day%3D29/svc%3Dacme/hr%3D10/min%3D61/abc.parquet",
+    ) {
+        Classified::Rejected { reason, .. } => assert!(reason.contains("logs/year=%Y"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn rejects_keys_failing_the_grammar_after_one_decoding() {
     for key in [
         "data/tenant%3Dacme/year%3D2026/month%3D11/day%3D29/hour%3D25/f.parquet",
@@ -456,14 +492,14 @@ fn job_keys_round_trip_strictly() {
     let p = PartitionId::parse("acme", "2026-11-29T10").unwrap();
     let key = job_key(&p);
     assert_eq!(key, format!("_compaction/jobs/{P}.json"));
-    assert_eq!(parse_job_key(&key, &layout()).unwrap(), p);
+    assert_eq!(parse_job_key(&key).unwrap(), p);
     for bad in [
         "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=25.json",
         "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10/x.json",
         "_compaction/jobs/tenant=acme/year=2026/month=11/day=29/hour=10",
         "_compaction/jobs/../jobs/tenant=acme/year=2026/month=11/day=29/hour=10.json",
     ] {
-        assert!(parse_job_key(bad, &layout()).is_err(), "{bad}");
+        assert!(parse_job_key(bad).is_err(), "{bad}");
     }
     // The compactor watches job records only; ingest keys are not its business.
     let ingest = object_record("ObjectCreated:Put", "b", format!("data/{P}/f.parquet"));

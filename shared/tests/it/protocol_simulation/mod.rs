@@ -710,7 +710,10 @@ impl Sim {
                     .expect("the manifest reads");
                 let dir = self.layout.ingest_dir(&partition);
                 let listing = self.raw.list_sorted(&dir).await.expect("the listing reads");
-                let live: Vec<String> = (live_set(&dir, &listing, &manifest).keys().iter())
+                let live: Vec<String> =
+                    (live_set(&KeyLayout::default(), &dir, &listing, &manifest)
+                        .keys()
+                        .iter())
                     .map(ToString::to_string)
                     .collect();
                 let quarantined: Vec<String> = manifest

@@ -1,0 +1,149 @@
+//! Lakes in other writers' key layouts (`--layout`): Vector's `dt=%Y%m%d/hour=%H` with a
+//! tenant level, a plain `%Y/%m/%d/%H` path under a tenant, and Fluent Bit's minute
+//! sub-partitions (`hr=%H/min=%M`), whose files in the hour's directory and in its minute
+//! directories are one partition. Each is generated, compacted, listed and queried through its
+//! template; templates that cannot work fail at start, naming the problem.
+
+use std::path::Path;
+
+use crate::common::{json, run};
+use serde_json::Value;
+
+const HOUR: &str = "2026-11-29T10";
+
+fn ok(args: &[&str]) -> Value {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json(&out)
+}
+
+/// Every file under `dir`, relative to it (none when it is gone).
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    if !dir.exists() {
+        return found;
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).expect("a directory") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).expect("under the root");
+                found.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn lakes_in_other_layouts_compact_list_and_query_through_their_template() {
+    for (layout, hour_dir) in [
+        (
+            "logs/dt=%Y%m%d/svc={tenant}/hour=%H",
+            "logs/dt=20261129/svc=acme/hour=10",
+        ),
+        ("raw/{tenant}/%Y/%m/%d/%H", "raw/acme/2026/11/29/10"),
+        (
+            "logs/year=%Y/month=%m/day=%d/tenant={tenant}/hr=%H/min=%M",
+            "logs/year=2026/month=11/day=29/tenant=acme/hr=10",
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = dir.path().to_string_lossy().into_owned();
+        let base = ["--store", store.as_str(), "--layout", layout];
+        let partition = ["--tenant", "acme", "--hour", HOUR];
+        let with = |command: &str, extra: &[&str]| -> Vec<String> {
+            let mut args = vec![command.to_string()];
+            args.extend(
+                base.iter()
+                    .chain(&partition)
+                    .chain(extra)
+                    .map(|s| s.to_string()),
+            );
+            args
+        };
+        let args = with("generate", &["--files", "4", "--rows", "500", "--json"]);
+        ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let generated = files_under(&dir.path().join(hour_dir));
+        assert_eq!(generated.len(), 4, "{layout}: {generated:?}");
+        if layout.contains("%M") {
+            // Two of the hour's files sit in minute directories, as Fluent Bit writes them.
+            for (file, minute) in generated.iter().take(2).zip(["min=07", "min=42"]) {
+                let into = dir.path().join(hour_dir).join(minute);
+                std::fs::create_dir_all(&into).expect("a minute directory");
+                std::fs::rename(dir.path().join(hour_dir).join(file), into.join(file))
+                    .expect("moved into its minute");
+            }
+        }
+
+        let args = with("compact", &["--json", "--gc-grace", "0s"]);
+        let report = ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(report["status"], "compacted", "{layout}: {report}");
+        assert_eq!(report["inputs"]["files"], 4, "{layout}: {report}");
+        assert_eq!(report["inputs"]["rows"], 2000, "{layout}: {report}");
+
+        let args = with("files", &["--json"]);
+        let files = ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let live = files["live"].as_array().expect("live files");
+        assert_eq!(live.len(), 1, "{layout}: {files}");
+        assert!(
+            live[0]
+                .as_str()
+                .is_some_and(|k| k.starts_with("compacted/")),
+            "{layout}: {files}"
+        );
+        assert!(
+            files_under(&dir.path().join(hour_dir)).is_empty(),
+            "{layout}: the retired inputs are collected"
+        );
+
+        let mut query = ourios_compaction::testing::query_hour_args(&store, "acme");
+        query.extend(["--layout", layout, "--limit", "0", "--json"]);
+        let query = ok(&query);
+        assert_eq!(query["stats"]["rows_matched"], 2000, "{layout}: {query}");
+    }
+}
+
+#[test]
+fn a_layout_that_cannot_work_fails_at_start_naming_the_problem() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().into_owned();
+    for (layout, says) in [
+        ("logs/%Y/%m/%d/{tenant}", "no %H"),
+        ("logs/%Y/%m/%d/%H/%Q/{tenant}", "unknown placeholder %Q"),
+        ("logs/%Y/%m/%d/%H/min=%M/x", "%M"),
+        ("compacted/{tenant}/%Y/%m/%d/%H", "overlaps"),
+    ] {
+        let out = run(&[
+            "files", "--store", &store, "--layout", layout, "--tenant", "acme", "--hour", HOUR,
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{layout}");
+        assert!(
+            stderr.contains(says) && stderr.contains(layout),
+            "{layout}: {stderr}"
+        );
+    }
+    let out = run(&[
+        "files",
+        "--store",
+        &store,
+        "--layout",
+        "logs/{tenant}/%Y/%m/%d/%H",
+        "--ingest-prefix",
+        "ingest",
+        "--tenant",
+        "acme",
+        "--hour",
+        HOUR,
+    ]);
+    assert!(!out.status.success(), "both a layout and an ingest prefix");
+}
