@@ -377,6 +377,19 @@ class TemplateTest(unittest.TestCase):
             for value in ["*", "logs*", "lo?s", "a/../b", "/logs", "logs/", "a//b", ".."]:
                 self.assertIsNone(re.fullmatch(pattern, value), f"{name} accepts {value!r}")
 
+    def test_a_layout_is_a_template_and_nothing_else(self):
+        # It reaches the functions' environment only; they refuse a template that cannot work.
+        pattern = self.template["Parameters"]["Layout"]["AllowedPattern"]
+        for value in [
+            "",
+            "logs/dt=%Y%m%d/svc={tenant}/hour=%H",
+            "logs/year=%Y/month=%m/day=%d/tenant={tenant}/hr=%H/min=%M",
+            "raw/{tenant}/%Y/%m/%d/%H",
+        ]:
+            self.assertRegex(value, pattern)
+        for value in ["*", "logs/*", "a'b", 'a"b', "/logs", "logs/", "a//b", "a b"]:
+            self.assertIsNone(re.fullmatch(pattern, value), f"Layout accepts {value!r}")
+
     def test_every_iam_statement_names_its_resources(self):
         found = 0
         for role, statement in statements(self.template):

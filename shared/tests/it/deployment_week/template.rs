@@ -38,13 +38,18 @@ fn template() -> Value {
     serde_norway::from_str(&text).expect("infra/template.yaml is YAML")
 }
 
-/// A value with `!Ref` of a parameter resolved to its default and `!If` to its first branch
-/// when its condition's parameter is not the "off" value (the only conditions used here).
+/// A value with `!Ref` of a parameter resolved to its default (`AWS::NoValue` to null, which
+/// leaves the property out) and `!If` to its first branch when its condition's parameter is
+/// not the "off" value (the only conditions used here).
 fn resolve(t: &Value, v: &Value) -> Value {
     match v {
         Value::Tagged(tagged) if tagged.tag == "!Ref" => {
             let name = tagged.value.as_str().expect("!Ref names a parameter");
-            t["Parameters"][name]["Default"].clone()
+            match name {
+                // Leaves the property out.
+                "AWS::NoValue" => Value::Null,
+                _ => t["Parameters"][name]["Default"].clone(),
+            }
         }
         Value::Tagged(tagged) if tagged.tag == "!If" => {
             let branches = tagged.value.as_sequence().expect("!If [cond, a, b]");
@@ -189,7 +194,10 @@ pub(crate) fn environment(function: &str) -> std::collections::BTreeMap<String, 
                 Value::Tagged(tagged) if tagged.tag == "!Sub" => {
                     substitute(&t, tagged.value.as_str().expect("!Sub of a string"))
                 }
-                other => number_or_text(&resolve(&t, other)),
+                other => match resolve(&t, other) {
+                    Value::Null => continue,
+                    resolved => number_or_text(&resolved),
+                },
             };
             env.insert(name, value);
         }
