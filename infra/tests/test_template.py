@@ -389,6 +389,11 @@ class TemplateTest(unittest.TestCase):
             self.assertRegex(value, pattern)
         for value in ["*", "logs/*", "a'b", 'a"b', "/logs", "logs/", "a//b", "a b"]:
             self.assertIsNone(re.fullmatch(pattern, value), f"Layout accepts {value!r}")
+        names = self.template["Parameters"]["InputNames"]["AllowedPattern"]
+        for value in ["", "*", "*.parquet", "stream-?-*"]:
+            self.assertRegex(value, names)
+        for value in ["a/*", "a b", "'*'"]:
+            self.assertIsNone(re.fullmatch(names, value), f"InputNames accepts {value!r}")
 
     def test_every_iam_statement_names_its_resources(self):
         found = 0

@@ -10,6 +10,10 @@
 //! _compaction/planner/sweep-cursor.json                                          the sweep's cursor
 //! ```
 //!
+//! The ingest line is the default layout; a writer's own is any ingest key template
+//! (`--layout`, the `key_template` module), whose literal head is the ingest prefix. Outputs and
+//! metadata keep this project's grammar whatever the ingest layout.
+//!
 //! Compacted outputs and metadata live outside the ingest prefix, so notifications filtered
 //! on the ingest prefix never fire for the compactor's own writes. The names of a job's local
 //! scratch files (run files, staged inputs) are made here too ([`scratch_file_name`]).
@@ -160,6 +164,82 @@ pub fn validate_tenant(tenant: &str) -> Result<()> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KeyLayout {
     template: KeyTemplate,
+    input_names: InputNames,
+}
+
+/// Which object names in a partition are inputs (`--input-names`, `OURIOS_INPUT_NAMES`): a
+/// pattern of the name, `*` for any run of characters and `?` for one (default `*.parquet`;
+/// `*` for writers that add no extension). Whatever the pattern, a name starting with `_` or
+/// `.` is a writer's side file and one holding an ASCII control character cannot be addressed:
+/// neither is an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputNames(String);
+
+/// The input names when nothing else says.
+pub const DEFAULT_INPUT_NAMES: &str = "*.parquet";
+
+impl Default for InputNames {
+    fn default() -> Self {
+        Self(DEFAULT_INPUT_NAMES.to_string())
+    }
+}
+
+impl InputNames {
+    /// The pattern `pattern`: a file name, not a path.
+    pub fn parse(pattern: &str) -> Result<Self> {
+        let pattern = pattern.trim();
+        if pattern.is_empty() || pattern.contains('/') {
+            return Err(Error::Config {
+                message: format!(
+                    "input names {pattern:?}: a pattern of file names such as *.parquet or *, \
+                     not a path"
+                ),
+            });
+        }
+        Ok(Self(pattern.to_string()))
+    }
+
+    /// The pattern.
+    pub fn pattern(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `name` (a file name) is an input's.
+    pub fn matches(&self, name: &str) -> bool {
+        !name.is_empty()
+            && !name.starts_with('_')
+            && !name.starts_with('.')
+            && !name.contains('/')
+            && !name.chars().any(|c| c.is_ascii_control())
+            && glob(self.0.as_bytes(), name.as_bytes())
+    }
+}
+
+/// `*` and `?` matching of `name` against `pattern`.
+fn glob(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((at, matched)) => {
+                    p = at + 1;
+                    n = matched + 1;
+                    star = Some((at, matched + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// Prefix of ingest files under the store root when nothing else says.
@@ -213,12 +293,21 @@ impl KeyLayout {
 
     /// The layout an operator set: a template (`--layout`, `OURIOS_LAYOUT`), or this project's
     /// layout under another ingest prefix (`--ingest-prefix`, `OURIOS_INGEST_PREFIX`, its
-    /// shorthand), or the default; setting both is an error. Empty values count as unset.
-    pub fn from_settings(layout: Option<&str>, ingest_prefix: Option<&str>) -> Result<Self> {
+    /// shorthand), or the default; setting both is an error. `input_names` (`--input-names`,
+    /// `OURIOS_INPUT_NAMES`) decides which names are inputs. Empty values count as unset.
+    pub fn from_settings(
+        layout: Option<&str>,
+        ingest_prefix: Option<&str>,
+        input_names: Option<&str>,
+    ) -> Result<Self> {
         fn set(v: Option<&str>) -> Option<&str> {
             v.map(str::trim).filter(|v| !v.is_empty())
         }
-        match (set(layout), set(ingest_prefix)) {
+        let names = match set(input_names) {
+            Some(pattern) => InputNames::parse(pattern)?,
+            None => InputNames::default(),
+        };
+        let layout = match (set(layout), set(ingest_prefix)) {
             (Some(layout), Some(prefix)) => Err(Error::Config {
                 message: format!(
                     "both a layout ({layout:?}) and an ingest prefix ({prefix:?}) are set: the \
@@ -228,7 +317,8 @@ impl KeyLayout {
             (Some(layout), None) => Self::from_template(layout),
             (None, Some(prefix)) => Self::new(prefix),
             (None, None) => Ok(Self::default()),
-        }
+        }?;
+        Ok(layout.with_input_names(names))
     }
 
     /// The layout of an ingest key template (`--layout`, [`KeyTemplate`]).
@@ -245,7 +335,26 @@ impl KeyLayout {
                 ),
             });
         }
-        Ok(Self { template })
+        Ok(Self {
+            template,
+            input_names: InputNames::default(),
+        })
+    }
+
+    /// This layout with `input_names` deciding which names are inputs.
+    pub fn with_input_names(mut self, input_names: InputNames) -> Self {
+        self.input_names = input_names;
+        self
+    }
+
+    /// Which object names in a partition are inputs.
+    pub fn input_names(&self) -> &InputNames {
+        &self.input_names
+    }
+
+    /// Whether `name` (a file name) is an input's ([`InputNames::matches`]).
+    pub fn is_input_name(&self, name: &str) -> bool {
+        self.input_names.matches(name)
     }
 
     /// The ingest key template.
@@ -382,11 +491,12 @@ impl KeyLayout {
             message: format!("key {key:?} names no tenant"),
         })?;
         let partition = PartitionId::new(tenant, read.hour)?;
-        if !is_ingest_file_name(&read.file) {
+        if !self.is_input_name(&read.file) {
             return Err(Error::Partition {
                 message: format!(
-                    "key {key:?}: file name must end in .parquet, not start with '_' or '.', \
-                     and hold no ASCII control characters"
+                    "key {key:?}: file name must match the input names {:?}, not start with \
+                     '_' or '.', and hold no ASCII control characters",
+                    self.input_names.pattern()
                 ),
             });
         }
@@ -589,6 +699,48 @@ pub fn is_writer_side_file(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn input_names_match_their_pattern_and_never_side_files() {
+        let default = InputNames::default();
+        for (name, input) in [
+            ("a.parquet", true),
+            ("a.parquet.tmp", false),
+            (".parquet", false),
+            ("_a.parquet", false),
+            (".a.parquet", false),
+            ("a", false),
+        ] {
+            assert_eq!(default.matches(name), input, "{name}");
+        }
+        let any = InputNames::parse("*").expect("a pattern");
+        for (name, input) in [
+            ("logs-1-2026-11-29-10-00-00-abc", true),
+            ("a.parquet", true),
+            ("_SUCCESS", false),
+            (".part-0.crc", false),
+            ("ctl\u{1}x", false),
+        ] {
+            assert_eq!(any.matches(name), input, "{name}");
+        }
+        let firehose = InputNames::parse("stream-?-*").expect("a pattern");
+        assert!(firehose.matches("stream-1-2026-abc"));
+        assert!(!firehose.matches("stream-12-2026"));
+        assert!(!firehose.matches("other-1-2026"));
+        for bad in ["", "a/*", "  "] {
+            assert!(InputNames::parse(bad).is_err(), "{bad:?}");
+        }
+        let layout = KeyLayout::from_settings(None, None, Some("*")).expect("a layout");
+        let (_, file) = layout
+            .parse_ingest_key("data/tenant=a/year=2026/month=11/day=29/hour=10/noext")
+            .expect("an input");
+        assert_eq!(file, "noext");
+        assert!(
+            KeyLayout::default()
+                .parse_ingest_key("data/tenant=a/year=2026/month=11/day=29/hour=10/noext")
+                .is_err()
+        );
+    }
 
     #[test]
     fn formats_and_parses_round_trip() {

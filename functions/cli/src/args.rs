@@ -40,12 +40,20 @@ pub struct StoreArgs {
     /// (default: data/tenant={tenant}/year=%Y/month=%m/day=%d/hour=%H).
     #[arg(long, env = "OURIOS_LAYOUT", conflicts_with = "ingest_prefix")]
     pub layout: Option<String>,
+    /// Which object names in a partition are inputs: a pattern with * and ? (default
+    /// *.parquet; * for writers that add no extension). Names starting with _ or . never are.
+    #[arg(long, env = "OURIOS_INPUT_NAMES")]
+    pub input_names: Option<String>,
 }
 
 impl StoreArgs {
     /// The key layout these flags set.
     pub fn key_layout(&self) -> ourios_compaction::Result<KeyLayout> {
-        KeyLayout::from_settings(self.layout.as_deref(), self.ingest_prefix.as_deref())
+        KeyLayout::from_settings(
+            self.layout.as_deref(),
+            self.ingest_prefix.as_deref(),
+            self.input_names.as_deref(),
+        )
     }
 }
 

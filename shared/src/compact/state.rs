@@ -41,7 +41,7 @@ pub(crate) async fn read_partition(
         manifest,
         listing,
         wanted,
-        unaddressable: unaddressable_inputs(&ingest_dir, &unaddressable),
+        unaddressable: unaddressable_inputs(layout, &ingest_dir, &unaddressable),
     })
 }
 

@@ -9,7 +9,7 @@ use object_store::path::Path;
 
 use super::Manifest;
 use crate::object_key::ObjectKey;
-use crate::partition::{KeyLayout, is_ingest_file_name, is_writer_side_file};
+use crate::partition::{KeyLayout, is_writer_side_file};
 
 /// The files a reader must read for a partition right now.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -52,7 +52,11 @@ pub fn live_set(
     let excluded = manifest.excluded_keys();
     let mut ingest: Vec<ObjectMeta> = ingest_listing
         .iter()
-        .filter(|m| m.location.filename().is_some_and(is_ingest_file_name))
+        .filter(|m| {
+            m.location
+                .filename()
+                .is_some_and(|n| layout.is_input_name(n))
+        })
         .filter(|m| {
             // Only files directly in the partition directory count, or in its minute
             // directories.
@@ -73,17 +77,23 @@ pub fn live_set(
 }
 
 /// The keys of a listing of the partition's ingest directory `dir` that the store cannot
-/// address ([`crate::store::Listing::unaddressable`]) and that look like data: ending in
-/// `.parquet`, not a writer's side file. They are never read, so their rows are in no live
-/// set until the object is renamed; reports name them.
-pub fn unaddressable_inputs(dir: &Path, unaddressable: &[String]) -> Vec<String> {
+/// address ([`crate::store::Listing::unaddressable`]) and that look like data: a name the
+/// layout's input names match (control characters aside), not a writer's side file. They are
+/// never read, so their rows are in no live set until the object is renamed; reports name them.
+pub fn unaddressable_inputs(
+    layout: &KeyLayout,
+    dir: &Path,
+    unaddressable: &[String],
+) -> Vec<String> {
     let dir = format!("{dir}/");
+    let looks_like_input = |rest: &str| {
+        let name = rest.rsplit('/').next().unwrap_or(rest);
+        let printable: String = name.chars().filter(|c| !c.is_ascii_control()).collect();
+        layout.is_input_name(&printable) && !is_writer_side_file(rest)
+    };
     unaddressable
         .iter()
-        .filter(|key| {
-            key.strip_prefix(&dir)
-                .is_some_and(|rest| rest.ends_with(".parquet") && !is_writer_side_file(rest))
-        })
+        .filter(|key| key.strip_prefix(&dir).is_some_and(looks_like_input))
         .cloned()
         .collect()
 }
@@ -106,6 +116,9 @@ mod tests {
             "data/tenant=a/year=2026/month=01/day=01/hour=000/ctl\u{1}.parquet",
         ]
         .map(String::from);
-        assert_eq!(unaddressable_inputs(&dir, &keys), keys[..3]);
+        assert_eq!(
+            unaddressable_inputs(&KeyLayout::default(), &dir, &keys),
+            keys[..3]
+        );
     }
 }

@@ -425,7 +425,7 @@ pub async fn partition_files(
         live: live.keys(),
         files: outputs.chain(ingest).collect(),
         quarantined: manifest.quarantined.clone(),
-        unaddressable: unaddressable_inputs(&dir, &listing.unaddressable),
+        unaddressable: unaddressable_inputs(layout, &dir, &listing.unaddressable),
         manifest_version: manifest.version,
     })
 }

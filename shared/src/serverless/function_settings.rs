@@ -43,6 +43,7 @@ impl FunctionSettings {
         let layout = KeyLayout::from_settings(
             lookup("OURIOS_LAYOUT").as_deref(),
             lookup("OURIOS_INGEST_PREFIX").as_deref(),
+            lookup("OURIOS_INPUT_NAMES").as_deref(),
         )?;
         let readiness = readiness_from_lookup(lookup)?;
         Ok(Self {
@@ -198,6 +199,23 @@ mod tests {
             ("OURIOS_LAYOUT", "logs/%Y/%m/%d/{tenant}"),
         ]));
         assert!(broken.is_err_and(|e| e.to_string().contains("no %H")));
+        let any_name = FunctionSettings::from_lookup(&lookup(&[
+            ("OURIOS_STORE", "memory://"),
+            ("OURIOS_INPUT_NAMES", "*"),
+        ]))
+        .unwrap();
+        assert!(
+            any_name
+                .layout
+                .is_input_name("logs-2026-11-29-10-00-00-0a1b")
+        );
+        let default =
+            FunctionSettings::from_lookup(&lookup(&[("OURIOS_STORE", "memory://")])).unwrap();
+        assert!(
+            !default
+                .layout
+                .is_input_name("logs-2026-11-29-10-00-00-0a1b")
+        );
     }
 
     #[test]

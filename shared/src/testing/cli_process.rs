@@ -16,6 +16,7 @@ pub fn cli_command(bin: &Path, args: &[&str]) -> Command {
         .env_remove("OURIOS_STORE")
         .env_remove("OURIOS_LAYOUT")
         .env_remove("OURIOS_INGEST_PREFIX")
+        .env_remove("OURIOS_INPUT_NAMES")
         .env_remove("AWS_LAMBDA_FUNCTION_MEMORY_SIZE");
     for name in crate::cost::PRICE_VARIABLES {
         command.env_remove(name);

@@ -147,3 +147,47 @@ fn a_layout_that_cannot_work_fails_at_start_naming_the_problem() {
     ]);
     assert!(!out.status.success(), "both a layout and an ingest prefix");
 }
+
+/// Firehose names its objects without an extension unless told otherwise: with the default
+/// input names they are not inputs and nothing is compacted; with `--input-names '*'` they are
+/// (the writer's side files still are not).
+#[test]
+fn objects_without_an_extension_are_inputs_when_the_input_names_say_so() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().into_owned();
+    let layout = "firehose/{tenant}/%Y/%m/%d/%H";
+    let hour_dir = dir.path().join("firehose/acme/2026/11/29/10");
+    let partition = ["--tenant", "acme", "--hour", HOUR];
+    let mut generate = vec!["generate", "--store", &store, "--layout", layout];
+    generate.extend(partition);
+    generate.extend(["--files", "3", "--rows", "200", "--json"]);
+    ok(&generate);
+    for file in files_under(&hour_dir) {
+        let bare = file.trim_end_matches(".parquet").replace('.', "-");
+        std::fs::rename(hour_dir.join(&file), hour_dir.join(bare)).expect("renamed");
+    }
+    std::fs::write(hour_dir.join("_SUCCESS"), b"").expect("a side file");
+    let compact = |names: Option<&str>| {
+        let mut args = vec!["compact", "--store", &store, "--layout", layout];
+        args.extend(partition);
+        args.extend(["--json", "--gc-grace", "0s"]);
+        if let Some(names) = names {
+            args.extend(["--input-names", names]);
+        }
+        ok(&args)
+    };
+    let skipped = compact(None);
+    assert_eq!(skipped["inputs"]["files"], 0, "{skipped}");
+    let report = compact(Some("*"));
+    assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(
+        (&report["inputs"]["files"], &report["inputs"]["rows"]),
+        (&Value::from(3), &Value::from(600)),
+        "{report}"
+    );
+    assert_eq!(
+        files_under(&hour_dir),
+        ["_SUCCESS"],
+        "only the side file is left"
+    );
+}

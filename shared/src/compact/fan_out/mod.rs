@@ -211,7 +211,7 @@ async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<(
     let produced = tasks::gather(job).await?;
     let ingest_dir = layout.ingest_dir(partition);
     let listing = store.list(&ingest_dir).await?;
-    report.unaddressable = unaddressable_inputs(&ingest_dir, &listing.unaddressable);
+    report.unaddressable = unaddressable_inputs(layout, &ingest_dir, &listing.unaddressable);
     let listing = listing.objects;
     let split = tasks::read_split(job).await.ok();
     let committed = commit_produced(job, &manifest, &listing, produced, report).await;

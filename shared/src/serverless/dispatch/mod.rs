@@ -28,8 +28,8 @@ use crate::late::{LateVerdict, read_checked};
 use crate::manifest::{LiveSet, live_set, load_latest};
 use crate::options::JobMode;
 use crate::partition::{
-    GC_DUE_PREFIX, KeyLayout, PartitionId, SWEEP_CURSOR_KEY, is_ingest_file_name, parse_gc_due_key,
-    parse_hour, parse_late_key, validate_tenant,
+    GC_DUE_PREFIX, KeyLayout, PartitionId, SWEEP_CURSOR_KEY, parse_gc_due_key, parse_hour,
+    parse_late_key, validate_tenant,
 };
 use crate::report::Status;
 use crate::serverless::events::BackfillRequest;
@@ -181,9 +181,11 @@ pub async fn partition_facts(
 ) -> Result<(PartitionFacts, LiveSet)> {
     let dir = layout.ingest_dir(partition);
     let listing = store.list_sorted(&dir).await?;
-    let has_candidates = listing
-        .iter()
-        .any(|m| m.location.filename().is_some_and(is_ingest_file_name));
+    let has_candidates = listing.iter().any(|m| {
+        m.location
+            .filename()
+            .is_some_and(|n| layout.is_input_name(n))
+    });
     if !has_candidates {
         // Nothing could be uncompacted: skip reading the manifest.
         return Ok((PartitionFacts::empty(partition), LiveSet::default()));
