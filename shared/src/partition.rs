@@ -273,22 +273,18 @@ impl KeyLayout {
     /// This project's layout with its ingest files under `ingest_prefix` (default `data`):
     /// `<ingest_prefix>/tenant={tenant}/year=%Y/month=%m/day=%d/hour=%H`.
     pub fn new(ingest_prefix: &str) -> Result<Self> {
-        let trimmed = ingest_prefix.trim_matches('/');
-        if trimmed.is_empty() || trimmed.contains('%') || trimmed.contains('{') {
-            return Err(Error::Config {
-                message: format!(
-                    "ingest prefix {ingest_prefix:?} must be a non-empty path outside \
-                     {COMPACTED_PREFIX}/ and {METADATA_PREFIX}/"
-                ),
-            });
-        }
-        let template = format!("{trimmed}/tenant={{tenant}}/year=%Y/month=%m/day=%d/hour=%H");
-        Self::from_template(&template).map_err(|e| Error::Config {
+        let bad = |why: String| Error::Config {
             message: format!(
                 "ingest prefix {ingest_prefix:?} must be a non-empty path outside \
-                 {COMPACTED_PREFIX}/ and {METADATA_PREFIX}/ ({e})"
+                 {COMPACTED_PREFIX}/ and {METADATA_PREFIX}/{why}"
             ),
-        })
+        };
+        let trimmed = ingest_prefix.trim_matches('/');
+        if trimmed.is_empty() || trimmed.contains('%') || trimmed.contains('{') {
+            return Err(bad(String::new()));
+        }
+        let template = format!("{trimmed}/tenant={{tenant}}/year=%Y/month=%m/day=%d/hour=%H");
+        Self::from_template(&template).map_err(|e| bad(format!(" ({e})")))
     }
 
     /// The layout an operator set: a template (`--layout`, `OURIOS_LAYOUT`), or this project's

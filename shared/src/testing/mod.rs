@@ -273,6 +273,23 @@ pub async fn put_bytes(store: &Store, key: &str, bytes: Bytes) {
         .expect("test put succeeds");
 }
 
+/// The body of `partition`'s symlink manifest under `layout`; `None` when there is none.
+pub async fn symlink_manifest(
+    store: &Store,
+    layout: &crate::partition::KeyLayout,
+    partition: &crate::partition::PartitionId,
+) -> Option<String> {
+    let got = (store.object_store())
+        .get(&layout.symlink_key(partition))
+        .await
+        .ok()?;
+    let body = got
+        .bytes()
+        .await
+        .expect("the symlink manifest's body reads");
+    Some(String::from_utf8(body.to_vec()).expect("a symlink manifest is UTF-8"))
+}
+
 /// Reads a whole object.
 pub async fn get_bytes(store: &Store, key: &str) -> Bytes {
     store

@@ -237,6 +237,16 @@ async fn rfc0036_2_one_service_window_scans_at_most_the_bound() {
     }
 }
 
+/// `service`'s window of `minutes` minutes from minute `from_min` of the hour starting at
+/// `start` (Unix nanoseconds).
+fn minutes_of(service: &str, start: i64, from_min: i64, minutes: i64) -> WindowPredicate {
+    WindowPredicate {
+        service: Some(service.to_string()),
+        from_nanos: start + from_min * MINUTE,
+        to_nanos: start + (from_min + minutes) * MINUTE,
+    }
+}
+
 /// The query of the acme hour's `predicate`.
 fn window(predicate: &WindowPredicate) -> WindowQuery {
     WindowQuery {
@@ -310,11 +320,7 @@ async fn assert_rfc0036_2_bound(source: &std::path::Path, blocks: usize, late: b
         let first_bytes = get_bytes(&store, &first.key).await;
         let first_rgs = row_group_batches(&first_bytes);
         for (from_min, minutes) in windows {
-            let predicate = WindowPredicate {
-                service: Some(services[10].clone()),
-                from_nanos: start + from_min * MINUTE,
-                to_nanos: start + (from_min + minutes) * MINUTE,
-            };
+            let predicate = minutes_of(&services[10], start, from_min, minutes);
             let result = query_window(&store, &layout, &KeyColumns::default(), &window(&predicate))
                 .await
                 .expect("query");
@@ -347,11 +353,7 @@ async fn assert_rfc0036_2_bound(source: &std::path::Path, blocks: usize, late: b
     // The biggest service, a middle one and the tiniest, over windows of 10, 30 and 60 minutes.
     for service in [&services[0], &services[10], &services[39]] {
         for (from_min, minutes) in windows {
-            let predicate = WindowPredicate {
-                service: Some(service.clone()),
-                from_nanos: start + from_min * MINUTE,
-                to_nanos: start + (from_min + minutes) * MINUTE,
-            };
+            let predicate = minutes_of(service, start, from_min, minutes);
             let result = query_window(&store, &layout, &KeyColumns::default(), &window(&predicate))
                 .await
                 .expect("query");

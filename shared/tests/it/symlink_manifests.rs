@@ -15,26 +15,15 @@ use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::store::hooked::{HookedStore, Inner, PutRequest, StoreHooks, StoreResult};
-use ourios_compaction::testing::{land_file, multi_thread_runtime, put_bytes, test_partition};
-
-fn symlink_key(partition: &PartitionId) -> String {
-    KeyLayout::default().symlink_key(partition).to_string()
-}
+use ourios_compaction::testing::{
+    land_file, multi_thread_runtime, put_bytes, symlink_manifest, test_partition,
+};
 
 /// The symlink manifest's lines (empty when there is none).
 async fn listed(store: &Store, partition: &PartitionId) -> Vec<String> {
-    let key = object_store::path::Path::from(symlink_key(partition));
-    match store.object_store().get(&key).await {
-        Ok(got) => {
-            let bytes = got.bytes().await.expect("body");
-            String::from_utf8(bytes.to_vec())
-                .expect("UTF-8")
-                .lines()
-                .map(str::to_string)
-                .collect()
-        }
-        Err(_) => Vec::new(),
-    }
+    let body = symlink_manifest(store, &KeyLayout::default(), partition).await;
+    body.map(|b| b.lines().map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 /// Compacts `partition` with the default options.
@@ -105,16 +94,8 @@ fn commits_releases_and_quarantines_rewrite_it_to_the_live_urls() {
             "{released:?}"
         );
         // The body is exactly the URLs, one a line.
-        let key = object_store::path::Path::from(symlink_key(&partition));
-        let body = store
-            .object_store()
-            .get(&key)
-            .await
-            .expect("get")
-            .bytes()
-            .await
-            .expect("body");
-        assert_eq!(body.as_ref(), symlink_body(&released).as_bytes());
+        let body = symlink_manifest(&store, &KeyLayout::default(), &partition).await;
+        assert_eq!(body, Some(symlink_body(&released)));
     });
 }
 

@@ -10,7 +10,7 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
-use ourios_compaction::testing::put_bytes;
+use ourios_compaction::testing::{put_bytes, symlink_manifest};
 use ourios_integration_tests::{
     all_keys, assert_exactly_once, assert_live_exactly_once, cli_json, cli_json_with_env,
     land_files, live_set, live_tags, query_hour_args, s3_url,
@@ -69,16 +69,8 @@ async fn every_subcommand_works_on_s3() {
     assert_eq!(after["urls"][0]["bytes"], report["output"]["bytes"]);
     // The commit rewrote the hour's symlink manifest to the same list; `symlinks` finds it so.
     let partition = PartitionId::parse(tenant, hour).expect("partition");
-    let symlink = KeyLayout::default().symlink_key(&partition);
-    let body = (store
-        .object_store()
-        .get(&symlink)
-        .await
-        .expect("a symlink manifest"))
-    .bytes()
-    .await
-    .expect("its body");
-    assert_eq!(String::from_utf8_lossy(&body), format!("{file_url}\n"));
+    let body = symlink_manifest(&store, &KeyLayout::default(), &partition).await;
+    assert_eq!(body, Some(format!("{file_url}\n")));
     let rewritten = cli_json(&[
         "symlinks", "--store", &url, "--tenant", tenant, "--from", hour, "--to", hour, "--json",
     ]);

@@ -7,10 +7,10 @@
 //! of `cargo lambda watch --only-lambda-apis`, then sends payloads with
 //! `cargo lambda invoke --data-file`.
 
-use object_store::ObjectStoreExt;
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::partition::job_key;
 use ourios_compaction::store::{Store, StoreUrl};
+use ourios_compaction::testing::symlink_manifest;
 use ourios_integration_tests::emulator::{
     Emulator, FUNCTIONS, event_for_store, land_announced_files, load, move_event, workspace_root,
 };
@@ -173,19 +173,11 @@ async fn planner_and_compactor_under_cargo_lambda() {
         "outputs, manifests and the symlink manifest only: {stray:?}"
     );
     // The symlink manifest Athena reads lists the live set, as URLs of the functions' store.
-    let symlink = KeyLayout::default().symlink_key(&partition);
-    let listed = (store
-        .object_store()
-        .get(&symlink)
-        .await
-        .expect("a symlink manifest"))
-    .bytes()
-    .await
-    .expect("its body");
+    let listed = symlink_manifest(&store, &KeyLayout::default(), &partition).await;
     let expected: String = (files.live.iter())
         .map(|key| format!("{}\n", store.url_of(key)))
         .collect();
-    assert_eq!(String::from_utf8_lossy(&listed), expected);
+    assert_eq!(listed, Some(expected));
 
     // 6. A late file: checked at once and left live, unmerged; once it has waited the late
     // wait, the sweep dispatches its merge. It costs one rewrite of the hour.
