@@ -60,11 +60,12 @@ pub fn live_set(
         .filter(|m| {
             // Only files directly in the partition directory count, or in its minute
             // directories.
-            let in_partition = m.location.prefix_match(dir).is_some_and(|rest| {
-                let rest: Vec<_> = rest.collect();
-                match rest.as_slice() {
-                    [_] => true,
-                    [minute, _] => layout.template().is_minute_dir(minute.as_ref()),
+            let in_partition = m.location.prefix_match(dir).is_some_and(|mut rest| {
+                match (rest.next(), rest.next(), rest.next()) {
+                    (Some(_), None, _) => true,
+                    (Some(minute), Some(_), None) => {
+                        layout.template().is_minute_dir(minute.as_ref())
+                    }
                     _ => false,
                 }
             });
