@@ -3,9 +3,10 @@
 #
 #   bash tests/run.sh           everything: formatting, lints, the infra checks (cfn-lint,
 #                               checkov, the functions' zips), the interoperability check with
-#                               pyarrow, DuckDB and Polars, and every test of the workspace in
-#                               release mode, with a real S3-compatible server started here (the
-#                               lints, docs and infra checks build beside the release build)
+#                               pyarrow, DuckDB and Polars, and every test of the workspace
+#                               (profile quick, the inner loop's build), with a real S3-compatible
+#                               server started here (the lints, docs and the functions' release
+#                               zips build beside the workspace)
 #   bash tests/run.sh --quick   the inner loop: formatting and the unit, property and in-memory
 #                               tests (no S3 server, no function builds, no stress shapes; 10
 #                               seeds of each simulation)
@@ -247,7 +248,7 @@ finish() {
     local name="$1" title="$2" status seconds
     while [[ ! -f "$logs/$name.status" ]]; do sleep 1; done
     read -r status seconds <"$logs/$name.status"
-    step "$title (beside the release build; ${seconds}s, exit $status)"
+    step "$title (beside the workspace build; ${seconds}s, exit $status)"
     cat "$logs/$name.log"
     if [[ "$status" != 0 ]]; then
         echo "$title failed" >&2
@@ -260,37 +261,41 @@ lint_and_docs() {
         echo "-- cargo doc (broken and private intra-doc links fail)" &&
         RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 }
-# The lints and docs build profile dev (target/debug), the release build below target/release;
-# the functions' zips are cross-compiled in a build directory of their own, since a cross build
-# locks the host's release directory for its build scripts.
+# The lints and docs build profile dev (target/debug), the workspace below profile quick
+# (target/quick); the functions' zips are cross-compiled in release, in a build directory of their
+# own, since a cross build locks the host's directory for its build scripts.
 background lint "lint_and_docs"
 background infra env CARGO_TARGET_DIR="$target_dir/lambda-build" bash infra/tests/check.sh
 
-# One release build of the whole workspace, tests and examples included: `cargo test
-# --workspace` below finds everything built, with the same features. A build of one package
-# (`-p`, or `cargo run --example`) resolves that package's features alone and compiles most
-# dependencies again, so the binaries used below (the CLI, which the concurrency tests run as
-# processes; the interop fixtures; the functions under the Lambda emulator) are taken from it.
-step "cargo build --release --workspace --all-targets (clippy, docs and the infra checks run beside it)"
-cargo build --release --workspace --all-targets
+# One build of the whole workspace, tests and examples included, in profile `quick`: the inner
+# loop's build (dependencies optimised, the workspace's crates not), so a full run after
+# `--quick` compiles nothing again, and the cheapest build to start from (the release profile
+# stays the functions' zips' and the benchmarks'). The stress shapes' peak-RSS bounds mean the
+# same or more here: the heap a job holds does not depend on the optimisation level, and
+# unoptimised code maps more of its larger binary, so a shape under its bound here is under it
+# in release. `cargo test --workspace` below finds everything built, with the same features. A
+# build of one package (`-p`, or `cargo run --example`) resolves that package's features alone
+# and compiles most dependencies again, so the binaries used below (the CLI, which the
+# concurrency tests run as processes; the interop fixtures; the functions under the Lambda
+# emulator) are taken from it.
+step "cargo build --profile quick --workspace --all-targets (clippy, docs and the infra checks run beside it)"
+cargo build --profile quick --workspace --all-targets
 finish lint "cargo clippy and cargo doc"
-finish infra "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
-rm -rf "$logs"
-release_dir="$(cd "$target_dir" && pwd)/release"
-export OURIOS_COMPACT_BIN="$release_dir/ourios-compact"
+bin_dir="$(cd "$target_dir" && pwd)/quick"
+export OURIOS_COMPACT_BIN="$bin_dir/ourios-compact"
 
 # Block-layout files (1, 4 and 8 row groups per block; strings, dictionaries, nulls, a struct,
 # a list, page indexes, bloom filters) must read back identically in other readers.
 step "interop: pyarrow, DuckDB and Polars read block-layout files"
 interop_dir="$(mktemp -d)"
-"$release_dir/examples/interop_fixtures" "$interop_dir"
+"$bin_dir/examples/interop_fixtures" "$interop_dir"
 "$OURIOS_INTEROP_PYTHON" tests/interop/check_readers.py "$interop_dir"
 rm -rf "$interop_dir"
 # The README's recipes: DuckDB, Polars, pyarrow and DataFusion read `files --urls` of hours in
 # every state (compacted within the grace, a late file, a quarantined one, fanned out, after GC,
 # not compacted yet) and count what `query` counts.
 step "interop: DuckDB, Polars, pyarrow and DataFusion read the live set (files --urls)"
-"$OURIOS_INTEROP_PYTHON" tests/interop/live_set_readers.py "$release_dir/ourios-compact"
+"$OURIOS_INTEROP_PYTHON" tests/interop/live_set_readers.py "$bin_dir/ourios-compact"
 
 server_pid=""
 server_dir=""
@@ -386,5 +391,8 @@ with open("infra/local/lifecycle.json") as f:
 print(f"bucket {bucket} ready")
 EOF
 
-step "cargo test"
-cargo test --release --workspace
+# The functions' arm64 build may still run: the tests share the cores with its last crates.
+step "cargo test (profile quick)"
+cargo test --profile quick --workspace
+finish infra "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
+rm -rf "$logs"

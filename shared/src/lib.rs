@@ -93,6 +93,7 @@
 //! | store | [`store`] | store URLs and object-store helpers |
 //! | | [`store::aws_api`] | signed requests to AWS APIs (S3 by raw key, Step Functions) over object_store's HTTP client and SigV4 signer, retried as the SDKs retry |
 //! | | [`store::aws_env`] | the S3 endpoint, region and object_store builder from the AWS environment, empty variables unset |
+//! | | [`store::tls`] | the TLS of every HTTPS client: rustls on `ring`, installed once |
 //! | | [`store::credentials`] | the credentials of every AWS client: the environment's keys, else the standard AWS chain (feature `credential-chain`) |
 //! | | [`store::raw_s3`] | S3 calls by raw key: listings with unaddressable keys, a job's own incomplete uploads, conditional deletes |
 //! | | [`store::upload`] | streaming multipart upload |

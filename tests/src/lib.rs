@@ -100,13 +100,18 @@ impl Backend {
     }
 }
 
-/// The release CLI binary (`tests/run.sh` builds it and sets `OURIOS_COMPACT_BIN`).
+/// The CLI binary: `OURIOS_COMPACT_BIN` (`tests/run.sh` builds it and sets it), else the one
+/// beside this test's profile directory (`target/<profile>/ourios-compact`).
 pub fn cli_bin() -> std::path::PathBuf {
     let path = std::env::var(CLI_BIN_ENV)
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/release/ourios-compact")
+            // target/<profile>/deps/<test> -> target/<profile>/ourios-compact
+            let exe = std::env::current_exe().expect("the test's executable");
+            exe.parent()
+                .and_then(std::path::Path::parent)
+                .map(|dir| dir.join("ourios-compact"))
+                .expect("the test runs from target/<profile>/deps")
         });
     assert!(
         path.is_file(),

@@ -110,6 +110,7 @@ impl AwsApi {
         base: &str,
         credentials: AwsCredentialProvider,
     ) -> Result<Self> {
+        crate::store::tls::install_crypto_provider();
         let options = ClientOptions::new().with_allow_http(base.starts_with("http://"));
         let http = ReqwestConnector::default()
             .connect(&options)

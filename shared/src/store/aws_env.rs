@@ -36,6 +36,7 @@ pub fn region(lookup: Lookup<'_>) -> String {
 /// plain HTTP when its URL says so. Without keys in the environment, the credentials come from
 /// the standard chain when built with it ([`credentials`]).
 pub fn object_store_builder() -> AmazonS3Builder {
+    crate::store::tls::install_crypto_provider();
     let mut builder = AmazonS3Builder::new();
     for (name, value) in std::env::vars_os() {
         let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {

@@ -56,7 +56,9 @@ mod chain {
 
     use async_trait::async_trait;
     use aws_config::default_provider::credentials::DefaultCredentialsChain;
+    use aws_config::provider_config::ProviderConfig;
     use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider, future};
+    use aws_smithy_http_client::tls;
     use object_store::CredentialProvider;
     use object_store::aws::AwsCredential;
 
@@ -72,7 +74,17 @@ mod chain {
         {
             future::ProvideCredentials::new(async move {
                 let chain = (self.0)
-                    .get_or_init(|| DefaultCredentialsChain::builder().build())
+                    .get_or_init(|| {
+                        crate::store::tls::install_crypto_provider();
+                        let https = aws_smithy_http_client::Builder::new()
+                            .tls_provider(tls::Provider::Rustls(
+                                tls::rustls_provider::CryptoMode::Ring,
+                            ))
+                            .build_https();
+                        DefaultCredentialsChain::builder()
+                            .configure(ProviderConfig::default().with_http_client(https))
+                            .build()
+                    })
                     .await;
                 chain.provide_credentials().await
             })

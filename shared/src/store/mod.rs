@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod hooked;
 pub mod raw_s3;
 pub mod request_counts;
+pub mod tls;
 pub mod upload;
 
 use std::path::{Path as FsPath, PathBuf};

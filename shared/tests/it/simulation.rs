@@ -321,7 +321,7 @@ impl Sim {
     /// quarantined key exists, and no quarantined file is live.
     async fn check(&self, step: usize) {
         let replay = format!(
-            "replay with OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test it simulation::",
+            "replay with OURIOS_SIM_SEED={} cargo test --profile quick -p ourios-compaction --test it simulation::",
             self.seed
         );
         let present = self.sim.keys();
@@ -464,7 +464,7 @@ impl Sim {
                 && ingest_left == quarantined,
             "seed {}: {partition} converges to {expected} compacted file(s) beside its quarantined \
              ones: {compacted:?} {ingest_left:?} {quarantined:?}; replay with OURIOS_SIM_SEED={} \
-             cargo test --release -p ourios-compaction --test it simulation::",
+             cargo test --profile quick -p ourios-compaction --test it simulation::",
             self.seed,
             self.seed
         );

@@ -127,6 +127,7 @@ impl IamServer {
     /// The store root as `user` sees it.
     fn store(&self, user: &str) -> Store {
         let (key, secret) = self.credentials(user);
+        ourios_compaction::store::tls::install_crypto_provider();
         let s3 = AmazonS3Builder::new()
             .with_endpoint(self.endpoint())
             .with_allow_http(true)

@@ -2,8 +2,8 @@
 //! emulator and the CLI as a process, one module per concern, compiled as one test binary.
 //!
 //! They need the environment `bash tests/run.sh` sets (the S3 test server's endpoint and
-//! bucket, the release CLI). Run one module with its path as the filter: `cargo test --release
-//! -p ourios-integration-tests --test it crashes::`.
+//! bucket, the CLI built in the same profile). Run one module with its path as the filter:
+//! `cargo test --profile quick -p ourios-integration-tests --test it crashes::`.
 
 mod cli_s3;
 mod commit_protocol;

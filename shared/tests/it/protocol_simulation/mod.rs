@@ -289,7 +289,7 @@ impl Sim {
 
     fn replay(&self) -> String {
         format!(
-            "replay with OURIOS_SIM_SEED={} cargo test --release -p ourios-compaction --test it \
+            "replay with OURIOS_SIM_SEED={} cargo test --profile quick -p ourios-compaction --test it \
              protocol_simulation::",
             self.seed
         )
