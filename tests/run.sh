@@ -86,6 +86,61 @@ ensure_venv() {
         echo "$want" >"$stamp"
 }
 
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+logs="$(mktemp -d)"
+background_pids=()
+# Stops a process and every process under it (a background step's cargo and rustc children).
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do
+        kill_tree "$child"
+    done
+    kill -TERM "$1" 2>/dev/null || true
+}
+# Stops the background steps still running when the run ends early.
+stop_background() {
+    local pid
+    for pid in "${background_pids[@]}"; do
+        kill_tree "$pid"
+    done
+}
+trap 'stop_background; rm -rf "$logs"' EXIT
+
+# Runs a step in the background, its output in $logs/<name>.log, so the builds share the two
+# cores: each one alone leaves a core idle while one large crate or a link runs by itself.
+background() {
+    local name="$1"
+    shift
+    (
+        start=$SECONDS
+        status=0
+        "$@" >"$logs/$name.log" 2>&1 || status=$?
+        echo "$status $((SECONDS - start))" >"$logs/$name.status"
+    ) &
+    background_pids+=($!)
+}
+
+# Prints a background step's log under its header, and fails the run if the step failed.
+finish() {
+    local name="$1" title="$2" status seconds
+    while [[ ! -f "$logs/$name.status" ]]; do sleep 1; done
+    read -r status seconds <"$logs/$name.status"
+    step "$title (in the background: ${seconds}s, exit $status)"
+    cat "$logs/$name.log"
+    if [[ "$status" != 0 ]]; then
+        echo "$title failed" >&2
+        exit 1
+    fi
+}
+
+# The workspace's build starts now, beside the tools' installation (mostly downloads): the step
+# that builds it below finds it under way, waits for it, and shows what it printed.
+case "$mode" in
+    quick) background prebuild cargo test --profile quick --workspace --exclude ourios-integration-tests --no-run ;;
+    full) background prebuild cargo build --profile quick --workspace --all-targets ;;
+esac
+
 step "tools (pinned, project-local; installed only when missing)"
 ensure_rust_component rustfmt fmt
 if ! ensure_venv "$venv" tests/requirements.txt; then
@@ -137,7 +192,7 @@ if [[ "$mode" == quick ]]; then
     # shared/tests/it alone takes most of the time: the others run beside it, each as cargo
     # would run it (from its package's directory), their output printed when all have ended.
     step "the test binaries side by side ($(wc -l <"$binaries") of them; $OURIOS_SIM_SEEDS seeds a simulation)"
-    logs="$(mktemp -d)"
+    test_logs="$(mktemp -d)"
     pids=()
     index=0
     while IFS=$'\t' read -r name directory executable; do
@@ -145,20 +200,20 @@ if [[ "$mode" == quick ]]; then
         (
             cd "$directory"
             status=0
-            "$executable" --skip stress_ --skip bench_ "${filter[@]}" >"$logs/$index.log" 2>&1 || status=$?
-            echo "$status $name" >"$logs/$index.status"
+            "$executable" --skip stress_ --skip bench_ "${filter[@]}" >"$test_logs/$index.log" 2>&1 || status=$?
+            echo "$status $name" >"$test_logs/$index.status"
         ) &
         pids+=($!)
     done <"$binaries"
     wait "${pids[@]}"
     failed=()
     for ((i = 1; i <= index; i++)); do
-        read -r status name <"$logs/$i.status"
+        read -r status name <"$test_logs/$i.status"
         echo "-- $name (exit $status)"
-        cat "$logs/$i.log"
+        cat "$test_logs/$i.log"
         [[ "$status" == 0 ]] || failed+=("$name")
     done
-    rm -rf "$logs" "$binaries"
+    rm -rf "$test_logs" "$binaries"
     if [[ ${#failed[@]} -gt 0 ]]; then
         echo "failed: ${failed[*]}" >&2
         exit 1
@@ -208,54 +263,6 @@ fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-target_dir="${CARGO_TARGET_DIR:-target}"
-mkdir -p "$target_dir"
-logs="$(mktemp -d)"
-background_pids=()
-# Stops a process and every process under it (a background step's cargo and rustc children).
-kill_tree() {
-    local child
-    for child in $(pgrep -P "$1" 2>/dev/null); do
-        kill_tree "$child"
-    done
-    kill -TERM "$1" 2>/dev/null || true
-}
-# Stops the background steps still running when the run ends early.
-stop_background() {
-    local pid
-    for pid in "${background_pids[@]}"; do
-        kill_tree "$pid"
-    done
-}
-trap stop_background EXIT
-
-# Runs a step in the background, its output in $logs/<name>.log, so the builds below share the
-# two cores: each one alone leaves a core idle while one large crate or a link runs by itself.
-background() {
-    local name="$1"
-    shift
-    (
-        start=$SECONDS
-        status=0
-        "$@" >"$logs/$name.log" 2>&1 || status=$?
-        echo "$status $((SECONDS - start))" >"$logs/$name.status"
-    ) &
-    background_pids+=($!)
-}
-
-# Prints a background step's log under its header, and fails the run if the step failed.
-finish() {
-    local name="$1" title="$2" status seconds
-    while [[ ! -f "$logs/$name.status" ]]; do sleep 1; done
-    read -r status seconds <"$logs/$name.status"
-    step "$title (beside the workspace build; ${seconds}s, exit $status)"
-    cat "$logs/$name.log"
-    if [[ "$status" != 0 ]]; then
-        echo "$title failed" >&2
-        exit 1
-    fi
-}
-
 lint_and_docs() {
     cargo clippy --workspace --all-targets -- -D warnings &&
         echo "-- cargo doc (broken and private intra-doc links fail)" &&
@@ -279,6 +286,7 @@ background infra env CARGO_TARGET_DIR="$target_dir/lambda-build" bash infra/test
 # concurrency tests run as processes; the interop fixtures; the functions under the Lambda
 # emulator) are taken from it.
 step "cargo build --profile quick --workspace --all-targets (clippy, docs and the infra checks run beside it)"
+finish prebuild "the workspace's build, started before the tools"
 cargo build --profile quick --workspace --all-targets
 finish lint "cargo clippy and cargo doc"
 bin_dir="$(cd "$target_dir" && pwd)/quick"
@@ -308,7 +316,7 @@ stop_server() {
         rm -rf "$server_dir"
     fi
 }
-trap 'stop_server; stop_background' EXIT
+trap 'stop_server; stop_background; rm -rf "$logs"' EXIT
 
 free_port() {
     "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
@@ -395,4 +403,3 @@ EOF
 step "cargo test (profile quick)"
 cargo test --profile quick --workspace
 finish infra "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"
-rm -rf "$logs"
