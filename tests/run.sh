@@ -170,8 +170,8 @@ if [[ "$mode" == quick ]]; then
     fi
     step "cargo fmt --check"
     cargo fmt --all -- --check
-    # Profile `quick` (Cargo.toml): optimised dependencies, the workspace's own crates
-    # unoptimised and incremental. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
+    # Profile `quick` (Cargo.toml): optimised dependencies, the engine at level 1 and the thin
+    # crates unoptimised, incremental; the full run's build too. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
     # release-sized partitions under peak-RSS bounds and are left to the full run, as is every
     # test that needs the S3 server or cargo-lambda (the ourios-integration-tests crate).
     # The two simulations run 10 seeds each here (the full run: 5,000 and 200); OURIOS_SIM_SEEDS
