@@ -5,22 +5,11 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::common::{compact_json, json, run, run_with_env};
+use crate::common::{compact_json, json, run, run_ok, run_with_env};
 use serde_json::Value;
 
 const HOUR: &str = "2026-11-29T10";
 const MIB: u64 = 1 << 20;
-
-/// Runs the CLI with `args`, which must succeed (stderr in the panic message otherwise).
-fn run_ok(args: &[&str]) -> Output {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn generate(store: &Path, tenant: &str, extra: &[&str]) {
     let store = store.to_string_lossy();

@@ -6,19 +6,13 @@
 
 use std::path::Path;
 
-use crate::common::{json, run};
+use crate::common::{json, run, run_ok};
 use serde_json::Value;
 
 const HOUR: &str = "2026-11-29T10";
 
 fn ok(args: &[&str]) -> Value {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    json(&out)
+    json(&run_ok(args))
 }
 
 /// Every file under `dir`, relative to it (none when it is gone).

@@ -23,6 +23,18 @@ pub fn run(args: &[&str]) -> Output {
     run_with_env(args, &[])
 }
 
+/// Runs [`command`], which must succeed (the arguments and stderr in the panic message
+/// otherwise).
+pub fn run_ok(args: &[&str]) -> Output {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Runs [`command`] with the variables `env` set.
 pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     ourios_compaction::testing::run_cli(bin(), args, env)
