@@ -12,7 +12,8 @@
 //!
 //! The ingest line is the default layout; a writer's own is any ingest key template
 //! (`--layout`, the `key_template` module), whose literal head is the ingest prefix. Outputs and
-//! metadata keep this project's grammar whatever the ingest layout.
+//! metadata keep this project's grammar whatever the ingest layout; a layout without
+//! `{tenant}` drops the `tenant=<T>/` level from all of them.
 //!
 //! Compacted outputs and metadata live outside the ingest prefix, so notifications filtered
 //! on the ingest prefix never fire for the compactor's own writes. The names of a job's local
@@ -29,17 +30,31 @@ use crate::key_template::KeyTemplate;
 /// Nanoseconds in one hour.
 pub const HOUR_NANOS: i64 = 3_600_000_000_000;
 
-/// One (tenant, UTC hour) partition.
+/// One UTC hour partition, of a tenant when the layout has tenants (`{tenant}` in its
+/// template).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PartitionId {
-    tenant: String,
+    tenant: Option<String>,
     hour_start: DateTime<Utc>,
 }
 
 impl PartitionId {
     /// A partition from a tenant name and any instant inside the hour.
     pub fn new(tenant: &str, instant: DateTime<Utc>) -> Result<Self> {
-        validate_tenant(tenant)?;
+        Self::of(Some(tenant), instant)
+    }
+
+    /// A partition of a layout without tenants: the hour alone.
+    pub fn hour_only(instant: DateTime<Utc>) -> Result<Self> {
+        Self::of(None, instant)
+    }
+
+    /// A partition of `tenant` (none for a layout without tenants) and any instant inside the
+    /// hour.
+    pub fn of(tenant: Option<&str>, instant: DateTime<Utc>) -> Result<Self> {
+        if let Some(tenant) = tenant {
+            validate_tenant(tenant)?;
+        }
         let hour_start = Utc
             .with_ymd_and_hms(
                 instant.year(),
@@ -54,7 +69,7 @@ impl PartitionId {
                 message: format!("{instant} has no hour start"),
             })?;
         Ok(Self {
-            tenant: tenant.to_string(),
+            tenant: tenant.map(str::to_string),
             hour_start,
         })
     }
@@ -64,9 +79,14 @@ impl PartitionId {
         Self::new(tenant, parse_hour(hour)?)
     }
 
-    /// The tenant name.
-    pub fn tenant(&self) -> &str {
-        &self.tenant
+    /// A partition from an optional tenant and an hour written `YYYY-MM-DDTHH` (UTC).
+    pub fn parse_of(tenant: Option<&str>, hour: &str) -> Result<Self> {
+        Self::of(tenant, parse_hour(hour)?)
+    }
+
+    /// The tenant name; `None` in a layout without tenants.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
     }
 
     /// The first instant of the hour.
@@ -79,22 +99,34 @@ impl PartitionId {
         self.hour_start.format("%Y-%m-%dT%H").to_string()
     }
 
+    /// The tenant and the hour, for logs and tables: `acme 2026-11-29T10`, or the hour alone.
+    pub fn label(&self) -> String {
+        match &self.tenant {
+            Some(tenant) => format!("{tenant} {}", self.hour_label()),
+            None => self.hour_label(),
+        }
+    }
+
     /// Half-open `[start, end)` of the hour in Unix nanoseconds.
     pub fn time_range_nanos(&self) -> (i64, i64) {
         let start = self.hour_start.timestamp() * 1_000_000_000;
         (start, start + HOUR_NANOS)
     }
 
-    /// The partition-relative directory: `tenant=…/year=…/month=…/day=…/hour=…`.
+    /// The partition-relative directory: `tenant=…/year=…/month=…/day=…/hour=…`, without the
+    /// tenant's level in a layout without tenants.
     pub fn relative_dir(&self) -> String {
-        format!(
-            "tenant={}/year={:04}/month={:02}/day={:02}/hour={:02}",
-            self.tenant,
+        let hour = format!(
+            "year={:04}/month={:02}/day={:02}/hour={:02}",
             self.hour_start.year(),
             self.hour_start.month(),
             self.hour_start.day(),
             self.hour_start.hour()
-        )
+        );
+        match &self.tenant {
+            Some(tenant) => format!("tenant={tenant}/{hour}"),
+            None => hour,
+        }
     }
 
     /// The partition that follows this one for the same tenant.
@@ -269,6 +301,10 @@ pub const SYMLINK_PREFIX: &str = "_compaction/symlink";
 /// Where the sweep stopped when it ran out of time; the next sweep starts after it.
 pub const SWEEP_CURSOR_KEY: &str = "_compaction/planner/sweep-cursor.json";
 
+/// This project's partition grammar without its tenant level (the metadata keys of a layout
+/// without tenants), as a template under a placeholder head.
+const OWN_HOUR_TEMPLATE: &str = "data/year=%Y/month=%m/day=%d/hour=%H";
+
 impl KeyLayout {
     /// This project's layout with its ingest files under `ingest_prefix` (default `data`):
     /// `<ingest_prefix>/tenant={tenant}/year=%Y/month=%m/day=%d/hour=%H`.
@@ -317,20 +353,10 @@ impl KeyLayout {
         Ok(layout.with_input_names(names))
     }
 
-    /// The layout of an ingest key template (`--layout`, [`KeyTemplate`]).
-    ///
-    /// Partitions without a tenant (a template without `{tenant}`) are not supported yet: such
-    /// a template is refused, naming it.
+    /// The layout of an ingest key template (`--layout`, [`KeyTemplate`]). Without `{tenant}`
+    /// in it a partition is its hour alone.
     pub fn from_template(template: &str) -> Result<Self> {
         let template = KeyTemplate::parse(template)?;
-        if !template.has_tenant() {
-            return Err(Error::Config {
-                message: format!(
-                    "layout {:?}: a layout without {{tenant}} is not supported yet",
-                    template.source()
-                ),
-            });
-        }
         Ok(Self {
             template,
             input_names: InputNames::default(),
@@ -341,6 +367,47 @@ impl KeyLayout {
     pub fn with_input_names(mut self, input_names: InputNames) -> Self {
         self.input_names = input_names;
         self
+    }
+
+    /// Whether this layout's partitions have a tenant (`{tenant}` in its template).
+    pub fn has_tenant(&self) -> bool {
+        self.template.has_tenant()
+    }
+
+    /// The partition of `tenant` and `hour` (`YYYY-MM-DDTHH`) in this layout: a tenant is
+    /// required when the template has `{tenant}` and refused when it has not.
+    pub fn partition(&self, tenant: Option<&str>, hour: &str) -> Result<PartitionId> {
+        self.partition_at(tenant, parse_hour(hour)?)
+    }
+
+    /// [`Self::partition`] of any instant inside the hour.
+    pub fn partition_at(
+        &self,
+        tenant: Option<&str>,
+        instant: DateTime<Utc>,
+    ) -> Result<PartitionId> {
+        self.check(&PartitionId::of(tenant, instant)?)
+    }
+
+    /// `partition` when its tenant fits this layout (one when the template has `{tenant}`,
+    /// none when it has not); an error that says which otherwise.
+    pub fn check(&self, partition: &PartitionId) -> Result<PartitionId> {
+        match (self.has_tenant(), partition.tenant()) {
+            (true, None) => Err(Error::Config {
+                message: format!(
+                    "layout {:?} has a tenant level: name the tenant of hour {}",
+                    self.template.source(),
+                    partition.hour_label()
+                ),
+            }),
+            (false, Some(tenant)) => Err(Error::Config {
+                message: format!(
+                    "layout {:?} has no tenant level, but tenant {tenant:?} was named",
+                    self.template.source()
+                ),
+            }),
+            _ => Ok(partition.clone()),
+        }
     }
 
     /// Which object names in a partition are inputs.
@@ -368,7 +435,7 @@ impl KeyLayout {
     pub fn ingest_dir(&self, partition: &PartitionId) -> Path {
         Path::from(
             self.template
-                .hour_dir(Some(partition.tenant()), partition.hour_start()),
+                .hour_dir(partition.tenant(), partition.hour_start()),
         )
     }
 
@@ -483,10 +550,12 @@ impl KeyLayout {
                     self.template.head()
                 ),
             })?;
-        let tenant = read.tenant.as_deref().ok_or_else(|| Error::Partition {
-            message: format!("key {key:?} names no tenant"),
-        })?;
-        let partition = PartitionId::new(tenant, read.hour)?;
+        if self.has_tenant() && read.tenant.is_none() {
+            return Err(Error::Partition {
+                message: format!("key {key:?} names no tenant"),
+            });
+        }
+        let partition = PartitionId::of(read.tenant.as_deref(), read.hour)?;
         if !self.is_input_name(&read.file) {
             return Err(Error::Partition {
                 message: format!(
@@ -604,10 +673,19 @@ fn parse_metadata_key(key: &str, prefix: &str) -> crate::Result<PartitionId> {
         .strip_prefix(prefix)
         .and_then(|r| r.strip_prefix('/'))
         .and_then(|r| r.strip_suffix(".json"))
-        .ok_or_else(|| bad(&format!("expected {prefix}/tenant=…/hour=<HH>.json")))?;
+        .ok_or_else(|| {
+            bad(&format!(
+                "expected {prefix}/[tenant=…/]year=…/hour=<HH>.json"
+            ))
+        })?;
     // The partition grammar of metadata keys is this project's own, whatever the ingest
-    // layout: reuse the default layout's parser on the directory with a fixed file name.
-    let own = KeyLayout::default();
+    // layout: reuse the default layout's parser (or its tenant-less form's) on the directory
+    // with a fixed file name.
+    let own = if dir.starts_with("tenant=") {
+        KeyLayout::default()
+    } else {
+        KeyLayout::from_template(OWN_HOUR_TEMPLATE).map_err(|e| bad(&e.to_string()))?
+    };
     let probe = format!("{}/{dir}/job.parquet", own.ingest_prefix());
     let (partition, _) = own
         .parse_ingest_key(&probe)
@@ -619,7 +697,7 @@ fn parse_metadata_key(key: &str, prefix: &str) -> crate::Result<PartitionId> {
     Ok(partition)
 }
 
-/// The directory of `partition` under `root` (a prefix holding `tenant=…` directories).
+/// The directory of `partition` under `root` (a prefix holding partition directories).
 pub fn partition_dir(root: &Path, partition: &PartitionId) -> Path {
     Path::from(format!("{root}/{}", partition.relative_dir()))
 }
@@ -751,6 +829,66 @@ mod tests {
         assert_eq!(parsed, p);
         assert_eq!(file, "f1.parquet");
         assert_eq!(p.hour_label(), "2026-11-29T10");
+    }
+
+    #[test]
+    fn partitions_without_a_tenant_drop_its_level_from_every_key() {
+        let layout = KeyLayout::from_template("logs/%Y/%m/%d/%H").expect("a layout");
+        assert!(!layout.has_tenant());
+        let (p, file) = layout
+            .parse_ingest_key("logs/2026/11/29/10/firehose-1-2026-11-29-10-00-00.parquet")
+            .expect("an ingest key");
+        assert_eq!((p.tenant(), p.hour_label()), (None, "2026-11-29T10".into()));
+        assert_eq!(file, "firehose-1-2026-11-29-10-00-00.parquet");
+        assert_eq!(p.label(), "2026-11-29T10");
+        assert_eq!(layout.ingest_dir(&p).as_ref(), "logs/2026/11/29/10");
+        let own = "year=2026/month=11/day=29/hour=10";
+        assert_eq!(p.relative_dir(), own);
+        assert_eq!(
+            layout.compacted_dir(&p).as_ref(),
+            format!("compacted/{own}")
+        );
+        assert_eq!(
+            layout.manifest_key(&p, 3).as_ref(),
+            format!("_compaction/manifests/{own}/v00000000000000000003.json")
+        );
+        // Metadata keys read back to the same partition, with and without a tenant.
+        let with = PartitionId::parse("acme", "2026-11-29T10").expect("a partition");
+        for partition in [&p, &with] {
+            assert_eq!(
+                &parse_job_key(&job_key(partition)).expect("a job key"),
+                partition
+            );
+            assert_eq!(
+                &parse_late_key(late_key(partition).as_ref()).expect("a late key"),
+                partition
+            );
+            assert_eq!(
+                &parse_gc_due_key(gc_due_key(partition).as_ref()).expect("a due key"),
+                partition
+            );
+        }
+        assert!(parse_job_key("_compaction/jobs/year=2026/month=11/day=29/hour=1.json").is_err());
+        // A tenant is refused where the layout has none, and required where it has one.
+        let refused = layout.partition(Some("acme"), "2026-11-29T10").unwrap_err();
+        assert!(refused.to_string().contains("no tenant level"), "{refused}");
+        assert_eq!(
+            layout.partition(None, "2026-11-29T10").expect("the hour"),
+            p
+        );
+        let required = KeyLayout::default()
+            .partition(None, "2026-11-29T10")
+            .unwrap_err();
+        assert!(
+            required.to_string().contains("name the tenant"),
+            "{required}"
+        );
+        assert_eq!(
+            KeyLayout::default()
+                .partition(Some("acme"), "2026-11-29T10")
+                .expect("a partition"),
+            with
+        );
     }
 
     #[test]

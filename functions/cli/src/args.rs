@@ -235,9 +235,9 @@ impl CostArgs {
 /// One partition.
 #[derive(Debug, Args, Clone)]
 pub struct PartitionArgs {
-    /// Tenant name.
+    /// Tenant name (required when the layout has {tenant}; refused when it has not).
     #[arg(long)]
-    pub tenant: String,
+    pub tenant: Option<String>,
     /// Hour, UTC, as YYYY-MM-DDTHH.
     #[arg(long)]
     pub hour: String,
@@ -505,9 +505,9 @@ pub struct BackfillArgs {
 pub struct QueryArgs {
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Tenant name (required: a query never crosses tenants).
+    /// Tenant name (required when the layout has {tenant}: a query never crosses tenants).
     #[arg(long)]
-    pub tenant: String,
+    pub tenant: Option<String>,
     /// Service name (default: every service).
     #[arg(long)]
     pub service: Option<String>,

@@ -109,7 +109,7 @@ async fn run_locally(
         let (facts, _) = partition_facts(store, layout, partition).await?;
         if facts.has_work() {
             let mut outcome = PartitionOutcome {
-                tenant: partition.tenant().to_string(),
+                tenant: partition.tenant().map(str::to_string),
                 hour: partition.hour_label(),
                 decision: OutcomeDecision::WouldCompact,
                 reason: format!(
@@ -149,7 +149,11 @@ async fn run_locally(
 
 fn print_text(answer: &Answer) {
     for p in &answer.report.partitions {
-        println!("{} {}  {:<16} {}", p.tenant, p.hour, p.decision, p.reason);
+        let partition = match &p.tenant {
+            Some(tenant) => format!("{tenant} {}", p.hour),
+            None => p.hour.clone(),
+        };
+        println!("{partition}  {:<16} {}", p.decision, p.reason);
     }
     let verb = match (answer.run_local, answer.report.dry_run) {
         (true, false) => "compacted",

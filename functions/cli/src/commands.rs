@@ -88,7 +88,9 @@ async fn files(args: FilesArgs) -> Result<ExitCode> {
         }
     };
     let one = match (&args.tenant, &args.hour) {
-        (Some(tenant), Some(hour)) => Some(PartitionId::parse(tenant, hour)?),
+        (tenant, Some(hour)) if tenant.is_some() || !layout.has_tenant() => {
+            Some(layout.partition(tenant.as_deref(), hour)?)
+        }
         _ => None,
     };
     let partitions = match &one {
@@ -240,8 +242,9 @@ async fn gc(args: GcArgs) -> Result<ExitCode> {
         json,
     } = args;
     let grace = grace.unwrap_or(DEFAULT_GC_GRACE);
+    let one_partition = tenant.is_some() || !store.key_layout()?.has_tenant();
     let reports = match (tenant, hour) {
-        (Some(tenant), Some(hour)) => {
+        (tenant, Some(hour)) if one_partition => {
             let (store, layout, partition) = open(&store, &PartitionArgs { tenant, hour })?;
             let report = collect_garbage(&store, &layout, &partition, grace, dry_run).await?;
             if json {
@@ -356,7 +359,7 @@ async fn bench_ranges(args: BenchRangesArgs) -> Result<ExitCode> {
 
 fn open(store: &StoreArgs, partition: &PartitionArgs) -> Result<(Store, KeyLayout, PartitionId)> {
     let layout = store.key_layout()?;
-    let partition = PartitionId::parse(&partition.tenant, &partition.hour)?;
+    let partition = layout.partition(partition.tenant.as_deref(), &partition.hour)?;
     Ok((Store::open(&store.store)?, layout, partition))
 }
 
@@ -389,7 +392,7 @@ fn open_file(file: &str) -> Result<(Store, ObjectKey)> {
 
 /// A progress line on stderr for the compaction of `partition`, redrawn at most twice a second.
 fn progress_line(partition: &ourios_compaction::partition::PartitionId) -> Progress {
-    let label = format!("{} {}", partition.tenant(), partition.hour_label());
+    let label = partition.label();
     let last = std::sync::Mutex::new(None::<Instant>);
     Progress(std::sync::Arc::new(move |rows, total_rows| {
         if let Ok(mut last) = last.lock()

@@ -84,7 +84,7 @@ async fn shape(
 pub(crate) fn window_for(partition: &PartitionId, service: &str) -> WindowQuery {
     let (start, _) = partition.time_range_nanos();
     WindowQuery {
-        tenant: partition.tenant().to_string(),
+        tenant: partition.tenant().map(str::to_string),
         service: Some(service.to_string()),
         from_nanos: start + 20 * 60 * 1_000_000_000,
         to_nanos: start + 30 * 60 * 1_000_000_000,

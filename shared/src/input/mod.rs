@@ -368,17 +368,18 @@ fn validate_rows(
             }
         }
     }
-    if let Some(tenant) = batch.column_by_name(&keys.tenant) {
+    if let (Some(tenant), Some(expected)) = (batch.column_by_name(&keys.tenant), partition.tenant())
+    {
         let as_utf8 = cast(tenant, &DataType::Utf8).map_err(|e| format!("tenant column: {e}"))?;
         let values = as_utf8.as_string::<i32>();
         for i in 0..values.len() {
-            if values.is_valid(i) && values.value(i) != partition.tenant() {
+            if values.is_valid(i) && values.value(i) != expected {
                 return Err(format!(
                     "row {}: {} = {:?} does not match the partition's tenant {:?}",
                     row_base + i as u64,
                     keys.tenant,
                     values.value(i),
-                    partition.tenant()
+                    expected
                 ));
             }
         }

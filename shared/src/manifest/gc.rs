@@ -506,37 +506,56 @@ pub async fn find_partitions(store: &Store, scope: &GcScope) -> Result<Vec<Parti
     let mut found = std::collections::BTreeSet::new();
     for root in [MANIFESTS_PREFIX.to_string(), COMPACTED_PREFIX.to_string()] {
         let root = Path::from(root);
-        let tenants = match &scope.tenant {
-            Some(t) => vec![t.clone()],
-            None => child_values(store, &root, "tenant").await?,
-        };
-        for tenant in tenants {
-            if validate_tenant(&tenant).is_err() {
-                tracing::warn!(root = %root, tenant, "ignoring a directory that is not a tenant");
-                continue;
+        // (tenant, the directory holding its `year=` directories): `tenant=<T>/` directories,
+        // and the root itself where a layout without tenants keeps its hours.
+        let tenants: Vec<(Option<String>, Path)> = match &scope.tenant {
+            Some(t) => vec![(Some(t.clone()), field_dir(&root, "tenant", t))],
+            None => {
+                let mut tenants = Vec::new();
+                let mut hours_at_root = false;
+                for dir in store.list_dirs(&root).await? {
+                    let Some(name) = dir.filename() else { continue };
+                    if let Some(tenant) = field_value(name, "tenant") {
+                        if validate_tenant(tenant).is_err() {
+                            tracing::warn!(root = %root, tenant, "ignoring a directory that is not a tenant");
+                            continue;
+                        }
+                        tenants.push((Some(tenant.to_string()), dir.clone()));
+                    } else if field_value(name, "year").is_some() {
+                        hours_at_root = true;
+                    }
+                }
+                tenants.sort();
+                if hours_at_root {
+                    tenants.push((None, root.clone()));
+                }
+                tenants
             }
+        };
+        for (tenant, dir) in tenants {
             if let Some(hour) = wanted_hour {
-                let partition = PartitionId::new(&tenant, hour)?;
+                let partition = PartitionId::of(tenant.as_deref(), hour)?;
                 let dir = partition_dir(&root, &partition);
                 if !store.list_sorted(&dir).await?.is_empty() {
                     found.insert(partition);
                 }
                 continue;
             }
-            for hour in hours_of_tenant(store, &root, &tenant).await? {
-                found.insert(PartitionId::parse(&tenant, &hour)?);
+            for hour in hours_under(store, &dir).await? {
+                found.insert(PartitionId::parse_of(tenant.as_deref(), &hour)?);
             }
         }
     }
     Ok(found.into_iter().collect())
 }
 
-/// Every `YYYY-MM-DDTHH` under `<root>/tenant=<tenant>/`, one delimited listing per level.
-async fn hours_of_tenant(store: &Store, root: &Path, tenant: &str) -> Result<Vec<String>> {
-    let tenant_dir = field_dir(root, "tenant", tenant);
+/// Every `YYYY-MM-DDTHH` under `dir` (a tenant's directory, or a root holding `year=`
+/// directories), one delimited listing per level.
+async fn hours_under(store: &Store, dir: &Path) -> Result<Vec<String>> {
+    let tenant_dir = dir;
     let mut hours = Vec::new();
-    for year in child_values(store, &tenant_dir, "year").await? {
-        let year_dir = field_dir(&tenant_dir, "year", &year);
+    for year in child_values(store, tenant_dir, "year").await? {
+        let year_dir = field_dir(tenant_dir, "year", &year);
         for month in child_values(store, &year_dir, "month").await? {
             let month_dir = field_dir(&year_dir, "month", &month);
             for day in child_values(store, &month_dir, "day").await? {

@@ -451,11 +451,13 @@ pub async fn hours_files(
             message: format!("hour range {from} .. {to} ends before it starts"),
         });
     }
-    let tenants: Vec<String> = match tenant {
+    let tenants: Vec<Option<String>> = match tenant {
         Some(tenant) => {
             validate_tenant(tenant)?;
-            vec![tenant.to_string()]
+            layout.check(&PartitionId::new(tenant, start)?)?;
+            vec![Some(tenant.to_string())]
         }
+        None if !layout.has_tenant() => vec![None],
         None => {
             // Tenants with ingest files (where the layout keeps them, for each hour's
             // directory of tenants) or with manifests (this project's own layout).
@@ -482,7 +484,7 @@ pub async fn hours_files(
                     tenants.insert(t.to_string());
                 }
             }
-            tenants.into_iter().collect()
+            tenants.into_iter().map(Some).collect()
         }
     };
     let hours = ((end - start).num_hours() + 1) as usize;
@@ -500,7 +502,7 @@ pub async fn hours_files(
     for tenant in &tenants {
         for h in 0..hours {
             let hour = start + chrono::Duration::hours(h as i64);
-            let partition = PartitionId::new(tenant, hour)?;
+            let partition = PartitionId::of(tenant.as_deref(), hour)?;
             let files = partition_files(store, layout, &partition).await?;
             let any = !(files.live.is_empty()
                 && files.quarantined.is_empty()

@@ -40,8 +40,9 @@ use crate::store::counting::CountingStore;
 /// A window query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowQuery {
-    /// The tenant (required: a query never crosses tenants).
-    pub tenant: String,
+    /// The tenant (required in a layout with tenants: a query never crosses tenants; none in
+    /// a layout without).
+    pub tenant: Option<String>,
     /// The service, or `None` for every service.
     pub service: Option<String>,
     /// Window start, Unix nanoseconds, inclusive.
@@ -93,7 +94,6 @@ pub async fn query_window(
     keys: &KeyColumns,
     query: &WindowQuery,
 ) -> Result<QueryResult> {
-    crate::partition::validate_tenant(&query.tenant)?;
     if query.from_nanos >= query.to_nanos {
         return Err(Error::Config {
             message: "the window is empty: --from must be before --to".into(),
@@ -108,7 +108,13 @@ pub async fn query_window(
     };
     let mut stats = QueryStats::default();
     let mut found = Vec::new();
-    for partition in partitions_in_window(&query.tenant, query.from_nanos, query.to_nanos)? {
+    let window = partitions_in_window(
+        layout,
+        query.tenant.as_deref(),
+        query.from_nanos,
+        query.to_nanos,
+    )?;
+    for partition in window {
         let files = partition_files(store, layout, &partition).await?;
         stats.quarantined_files += files.quarantined.len() as u64;
         stats.unaddressable_files += files.unaddressable.len() as u64;
@@ -132,8 +138,14 @@ pub async fn query_window(
     Ok(QueryResult { rows, stats })
 }
 
-/// The partitions of a tenant whose hours overlap `[from, to)`.
-fn partitions_in_window(tenant: &str, from: i64, to: i64) -> Result<Vec<PartitionId>> {
+/// The partitions of a tenant (of the layout's, when it has none) whose hours overlap
+/// `[from, to)`.
+fn partitions_in_window(
+    layout: &KeyLayout,
+    tenant: Option<&str>,
+    from: i64,
+    to: i64,
+) -> Result<Vec<PartitionId>> {
     let first = from.div_euclid(HOUR_NANOS);
     let last = (to - 1).div_euclid(HOUR_NANOS);
     if last - first > 24 * 366 {
@@ -148,7 +160,7 @@ fn partitions_in_window(tenant: &str, from: i64, to: i64) -> Result<Vec<Partitio
                 chrono::DateTime::from_timestamp(secs, 0).ok_or_else(|| Error::Config {
                     message: format!("hour {h} is out of range"),
                 })?;
-            PartitionId::new(tenant, instant)
+            layout.partition_at(tenant, instant)
         })
         .collect()
 }

@@ -89,11 +89,13 @@ pub struct BackfillRequest {
     pub dry_run: bool,
 }
 
-/// A direct compaction request: `{"tenant": "acme", "hour": "2026-11-29T10"}`.
+/// A direct compaction request: `{"tenant": "acme", "hour": "2026-11-29T10"}`, or
+/// `{"hour": "2026-11-29T10"}` in a layout without tenants.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DirectJob {
-    tenant: String,
+    #[serde(default)]
+    tenant: Option<String>,
     hour: String,
 }
 
@@ -115,8 +117,8 @@ pub enum Invocation {
     Sweep,
     /// A direct compaction request (operators, tests).
     Compact {
-        /// Tenant name as given.
-        tenant: String,
+        /// Tenant name as given (none in a layout without tenants).
+        tenant: Option<String>,
         /// Hour as given.
         hour: String,
     },

@@ -384,7 +384,7 @@ pub fn plan_partition(
 
 /// The hours the sweep covers: the `hours` whole hours before `now`'s hour, and `now`'s.
 pub fn sweep_window(now: DateTime<Utc>, hours: u32) -> Vec<DateTime<Utc>> {
-    let Ok(current) = PartitionId::new("sweep", now) else {
+    let Ok(current) = PartitionId::hour_only(now) else {
         return Vec::new();
     };
     let start = current.hour_start();

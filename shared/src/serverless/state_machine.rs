@@ -199,7 +199,7 @@ pub fn execution_input(partition: &PartitionId, job: &str, shape: FanOutShape) -
     })
 }
 
-/// An execution's name: `<tenant>-<YYYYMMDDHH>-<job>`, with characters Step Functions does
+/// An execution's name: `<tenant>-<YYYYMMDDHH>-<job>` (`<YYYYMMDDHH>-<job>` without a tenant), with characters Step Functions does
 /// not allow in names replaced by `_`, at most 80 characters (the tenant is shortened; the
 /// job id, which makes it unique, is kept whole).
 pub fn execution_name(partition: &PartitionId, job: &str) -> String {
@@ -221,8 +221,13 @@ pub fn execution_name(partition: &PartitionId, job: &str) -> String {
         .collect();
     let job = clean(job);
     let room = 80usize.saturating_sub(hour.len() + job.len() + 2);
-    let tenant: String = clean(partition.tenant()).chars().take(room).collect();
-    let name = format!("{tenant}-{hour}-{job}");
+    let name = match partition.tenant() {
+        Some(tenant) => {
+            let tenant: String = clean(tenant).chars().take(room).collect();
+            format!("{tenant}-{hour}-{job}")
+        }
+        None => format!("{hour}-{job}"),
+    };
     name.chars().take(80).collect()
 }
 
@@ -266,12 +271,12 @@ mod tests {
         assert_eq!(task.step, crate::compact::fan_out::FanOutStep::Plan);
         assert_eq!(
             (
-                task.tenant.as_str(),
+                task.tenant.as_deref(),
                 task.hour.as_str(),
                 task.job.as_deref(),
                 task.ranges
             ),
-            ("acme", "2026-11-29T10", Some("j1"), Some(4))
+            (Some("acme"), "2026-11-29T10", Some("j1"), Some(4))
         );
     }
 

@@ -135,14 +135,15 @@ pub async fn run_job(
     .expect("the job runs")
 }
 
-/// The `(tenant, hour)` of each outcome that dispatched a job, in the outcomes' order.
+/// The `(tenant, hour)` of each outcome that dispatched a job, in the outcomes' order (an
+/// empty tenant in a layout without tenants).
 pub fn dispatched(
     outcomes: &[crate::serverless::dispatch::PartitionOutcome],
 ) -> Vec<(String, String)> {
     outcomes
         .iter()
         .filter(|o| o.decision == "dispatched")
-        .map(|o| (o.tenant.clone(), o.hour.clone()))
+        .map(|o| (o.tenant.clone().unwrap_or_default(), o.hour.clone()))
         .collect()
 }
 

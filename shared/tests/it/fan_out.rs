@@ -209,7 +209,7 @@ fn fanned_out_ranges_are_disjoint_sorted_and_identical_for_any_workers() {
         let (start, _) = test_partition().time_range_nanos();
         for service in [Some("cart"), Some("ads"), None] {
             let query = WindowQuery {
-                tenant: "acme".into(),
+                tenant: Some("acme".into()),
                 service: service.map(str::to_string),
                 from_nanos: start + 40_000_000_000,
                 to_nanos: start + 120_000_000_000,
@@ -744,7 +744,7 @@ fn late_files_merge_into_only_the_ranges_their_keys_touch() {
             ingest(&store, &layout, &[late], 100 + n).await;
             // While it waits, a one-service window also scans the late file's row groups.
             let query = WindowQuery {
-                tenant: "acme".into(),
+                tenant: Some("acme".into()),
                 service: Some(service.to_string()),
                 from_nanos: start,
                 to_nanos: start + 3_600_000_000_000,

@@ -63,7 +63,7 @@ fn task(step: FanOutStep, index: Option<usize>) -> FanOutTask {
     let partition = test_partition();
     FanOutTask {
         step,
-        tenant: partition.tenant().to_string(),
+        tenant: partition.tenant().map(str::to_string),
         hour: partition.hour_label(),
         job: Some(JOB.to_string()),
         index,

@@ -140,7 +140,7 @@ async fn query_equals_a_full_scan_before_and_after_compaction() {
                 _ => Some(services[rng.next(services.len() as u64) as usize].clone()),
             };
             let q = WindowQuery {
-                tenant: "acme".into(),
+                tenant: Some("acme".into()),
                 service,
                 from_nanos: from,
                 to_nanos: to,
@@ -250,7 +250,7 @@ fn minutes_of(service: &str, start: i64, from_min: i64, minutes: i64) -> WindowP
 /// The query of the acme hour's `predicate`.
 fn window(predicate: &WindowPredicate) -> WindowQuery {
     WindowQuery {
-        tenant: "acme".into(),
+        tenant: Some("acme".into()),
         service: predicate.service.clone(),
         from_nanos: predicate.from_nanos,
         to_nanos: predicate.to_nanos,
@@ -432,7 +432,7 @@ async fn a_window_over_microsecond_times_matches_in_nanoseconds() {
     put_bytes(&store, &key, parquet_bytes(&[batch], 16)).await;
 
     let query = WindowQuery {
-        tenant: "acme".into(),
+        tenant: Some("acme".into()),
         service: Some("svc".into()),
         from_nanos: start + 20 * MINUTE,
         to_nanos: start + 30 * MINUTE,

@@ -76,7 +76,7 @@ async fn a_spark_partition_compacts_and_its_side_files_stay_untouched() {
     assert!(files.quarantined.is_empty(), "{:?}", files.quarantined);
 
     let query = WindowQuery {
-        tenant: "acme".into(),
+        tenant: Some("acme".into()),
         service: None,
         from_nanos: start,
         to_nanos: start + 3_600_000_000_000,

@@ -80,7 +80,7 @@ impl Partition {
                 "--store",
                 &self.url,
                 "--tenant",
-                self.id.tenant(),
+                self.id.tenant().expect("a tenant"),
                 "--hour",
                 &self.id.hour_label(),
                 "--memory-budget",

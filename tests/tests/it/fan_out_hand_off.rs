@@ -239,7 +239,7 @@ fn step(job: &str, step: &str, index: Option<&Value>) -> Value {
 /// The job of a direct `{"tenant", "hour"}` invocation for the test partition.
 async fn compact_directly(compactor: &Compactor) -> JobOutcome {
     let invocation = Invocation::Compact {
-        tenant: "acme".into(),
+        tenant: Some("acme".into()),
         hour: "2026-11-29T10".into(),
     };
     match run(compactor, invocation).await {
@@ -524,7 +524,7 @@ async fn a_job_that_ran_out_of_time_in_place_is_handed_off_on_its_next_attempt()
         ..compactor.clone()
     };
     let invocation = Invocation::Compact {
-        tenant: "acme".into(),
+        tenant: Some("acme".into()),
         hour: "2026-11-29T10".into(),
     };
     let margin = slow.settings.deadline_margin;

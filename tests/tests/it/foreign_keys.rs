@@ -92,7 +92,7 @@ async fn foreign_keys_are_skipped_and_stop_no_partition_on_s3() {
         (&acme, &acme_tags, foreign_in_partition(&layout, &acme)),
         (&beta, &beta_tags, Vec::new()),
     ] {
-        let tenant = partition.tenant();
+        let tenant = partition.tenant().expect("a tenant");
         let base = ["--store", url.as_str(), "--tenant", tenant, "--hour", HOUR];
         let files = cli_json(&[&["files"], &base[..], &["--json"]].concat());
         assert_eq!(

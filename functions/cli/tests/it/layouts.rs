@@ -1,8 +1,9 @@
 //! Lakes in other writers' key layouts (`--layout`): Vector's `dt=%Y%m%d/hour=%H` with a
 //! tenant level, a plain `%Y/%m/%d/%H` path under a tenant, and Fluent Bit's minute
 //! sub-partitions (`hr=%H/min=%M`), whose files in the hour's directory and in its minute
-//! directories are one partition. Each is generated, compacted, listed and queried through its
-//! template; templates that cannot work fail at start, naming the problem.
+//! directories are one partition, each with and without a tenant level. Each is generated,
+//! compacted, listed and queried through its template; templates that cannot work fail at
+//! start, naming the problem.
 
 use std::path::Path;
 
@@ -104,6 +105,135 @@ fn lakes_in_other_layouts_compact_list_and_query_through_their_template() {
         let query = ok(&query);
         assert_eq!(query["stats"]["rows_matched"], 2000, "{layout}: {query}");
     }
+}
+
+/// The writers' own defaults have no tenant level (Firehose's `YYYY/MM/DD/HH/`, Vector's
+/// `dt=%Y%m%d/hour=%H`, Fluent Bit's minute directories): a partition is its hour alone, no
+/// command needs `--tenant`, and outputs, manifests and job records drop the tenant level.
+#[test]
+fn lakes_without_a_tenant_level_compact_by_the_hour_alone() {
+    for (layout, hour_dir) in [
+        ("firehose/%Y/%m/%d/%H", "firehose/2026/11/29/10"),
+        ("logs/dt=%Y%m%d/hour=%H", "logs/dt=20261129/hour=10"),
+        (
+            "logs/year=%Y/month=%m/day=%d/hr=%H/min=%M",
+            "logs/year=2026/month=11/day=29/hr=10",
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = dir.path().to_string_lossy().into_owned();
+        let base = ["--store", store.as_str(), "--layout", layout];
+        let with = |command: &str, extra: &[&str]| -> Vec<String> {
+            let mut args = vec![command.to_string()];
+            args.extend(base.iter().chain(extra).map(|s| s.to_string()));
+            args
+        };
+        let call = |args: Vec<String>| ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        for (hour, files) in [(HOUR, "4"), ("2026-11-29T11", "2")] {
+            call(with(
+                "generate",
+                &["--hour", hour, "--files", files, "--rows", "500", "--json"],
+            ));
+        }
+        assert_eq!(
+            files_under(&dir.path().join(hour_dir)).len(),
+            4,
+            "{layout}: the hour's files, no tenant level"
+        );
+
+        // A tenant where the layout has none is refused, naming the layout.
+        let out = run(&with("files", &["--tenant", "acme", "--hour", HOUR])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{layout}: a tenant named");
+        assert!(
+            stderr.contains("no tenant level") && stderr.contains(layout),
+            "{layout}: {stderr}"
+        );
+
+        let report = call(with(
+            "compact",
+            &["--hour", HOUR, "--json", "--gc-grace", "0s"],
+        ));
+        assert_eq!(report["status"], "compacted", "{layout}: {report}");
+        assert_eq!(report["inputs"]["rows"], 2000, "{layout}: {report}");
+        // The other hour through a backfill of the range, run here.
+        let backfill = call(with(
+            "backfill",
+            &[
+                "--from",
+                HOUR,
+                "--to",
+                "2026-11-29T11",
+                "--run-local",
+                "--json",
+            ],
+        ));
+        assert_eq!(backfill["scheduled"], 1, "{layout}: {backfill}");
+        assert_eq!(
+            backfill["partitions"][0]["tenant"],
+            Value::Null,
+            "{backfill}"
+        );
+        assert_eq!(
+            backfill["partitions"][0]["hour"], "2026-11-29T11",
+            "{layout}: {backfill}"
+        );
+
+        let own: Vec<String> = files_under(dir.path())
+            .into_iter()
+            .filter(|f| f.starts_with("compacted/") || f.starts_with("_compaction/manifests/"))
+            .collect();
+        assert!(!own.is_empty(), "{layout}");
+        for key in &own {
+            assert!(
+                !key.contains("tenant=") && key.contains("/year=2026/month=11/day=29/hour="),
+                "{layout}: {key} keeps the project's grammar without a tenant level"
+            );
+        }
+
+        let files = call(with(
+            "files",
+            &["--from", HOUR, "--to", "2026-11-29T11", "--json"],
+        ));
+        let partitions = files["partitions"].as_array().expect("partitions");
+        assert_eq!(partitions.len(), 2, "{layout}: {files}");
+        for partition in partitions {
+            assert_eq!(partition["tenant"], Value::Null, "{files}");
+            assert_eq!(partition["live"], 1, "{layout}: {files}");
+        }
+        let files = call(with("files", &["--hour", HOUR, "--json"]));
+        assert_eq!(files["live"].as_array().map(Vec::len), Some(1), "{files}");
+
+        let query = call(with(
+            "query",
+            &[
+                "--from",
+                "2026-11-29T10:00:00Z",
+                "--to",
+                "2026-11-29T12:00:00Z",
+                "--limit",
+                "0",
+                "--json",
+            ],
+        ));
+        assert_eq!(query["stats"]["rows_matched"], 3000, "{layout}: {query}");
+        let gc = call(with("gc", &["--grace", "0s", "--json"]));
+        assert!(gc.is_object() || gc.is_array(), "{layout}: {gc}");
+        assert!(
+            files_under(&dir.path().join(hour_dir)).is_empty(),
+            "{layout}: the retired inputs are collected"
+        );
+    }
+    // A layout with a tenant level still needs the tenant of a single partition.
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().into_owned();
+    let out = run(&["compact", "--store", &store, "--hour", HOUR]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("name the tenant"), "{stderr}");
 }
 
 #[test]

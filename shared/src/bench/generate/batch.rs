@@ -116,7 +116,7 @@ impl FileRows {
         let (slice_start, slice_end) = (slice(file_index), slice(file_index + 1));
         Ok(Self {
             schema: ingest_schema(spec.wide),
-            tenant: partition.tenant().to_string(),
+            tenant: partition.tenant().unwrap_or_default().to_string(),
             wide: spec.wide,
             services,
             cumulative_weights,

@@ -66,8 +66,9 @@ pub enum FanOutStep {
 pub struct FanOutTask {
     /// Which step.
     pub step: FanOutStep,
-    /// The partition's tenant.
-    pub tenant: String,
+    /// The partition's tenant (null, or absent, in a layout without tenants).
+    #[serde(default)]
+    pub tenant: Option<String>,
     /// The partition's hour, `YYYY-MM-DDTHH`.
     pub hour: String,
     /// The job (every step but `plan`, which names it unless given one: the compactor that
@@ -92,7 +93,7 @@ pub async fn run_fan_out_task(
     options: &CompactOptions,
     task: &FanOutTask,
 ) -> Result<TaskAnswer> {
-    let partition = PartitionId::parse(&task.tenant, &task.hour)?;
+    let partition = layout.partition(task.tenant.as_deref(), &task.hour)?;
     let needed = |what: &str, value: Option<&str>| {
         value.map(str::to_string).ok_or_else(|| Error::Config {
             message: format!("a fan-out {:?} task needs its {what}", task.step),

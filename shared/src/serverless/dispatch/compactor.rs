@@ -232,7 +232,7 @@ impl Compactor {
                 format!("fan-out commit {status}: {body}"),
             ));
         }
-        let partition = PartitionId::parse(&task.tenant, &task.hour)?;
+        let partition = self.layout.partition(task.tenant.as_deref(), &task.hour)?;
         let job = report.attempt_id.clone();
         let record = end_fanned_out_job(
             &self.store,
@@ -259,7 +259,8 @@ impl Compactor {
         let invalid = |message: String| InvocationError::new(ErrorKind::InvalidInput, message);
         let records: Vec<Record> = match invocation {
             Invocation::Compact { tenant, hour } => {
-                return Ok((vec![PartitionId::parse(&tenant, &hour)?], Vec::new()));
+                let partition = self.layout.partition(tenant.as_deref(), &hour)?;
+                return Ok((vec![partition], Vec::new()));
             }
             Invocation::Notifications { records, .. } => records,
             Invocation::SqsBatch(messages) => {

@@ -28,8 +28,8 @@ pub struct JobRecord {
     pub format: u32,
     /// The partition, as `tenant=…/…/hour=…`.
     pub partition: String,
-    /// Tenant.
-    pub tenant: String,
+    /// Tenant (null in a layout without tenants).
+    pub tenant: Option<String>,
     /// Hour, `YYYY-MM-DDTHH`.
     pub hour: String,
     /// Id of this job (on every log line of the compactor that runs it).
@@ -76,7 +76,7 @@ impl JobRecord {
         Self {
             format: JOB_FORMAT,
             partition: partition.relative_dir(),
-            tenant: partition.tenant().to_string(),
+            tenant: partition.tenant().map(str::to_string),
             hour: partition.hour_label(),
             job_id: format!("{:016x}", rand::random::<u64>()),
             reason: reason.to_string(),

@@ -369,7 +369,7 @@ async fn late_files_reaching_the_share_are_merged_at_once() {
     let waits = deployment.event().await;
     assert_eq!(waits.late.map(|l| l.action), Some(LateAction::Check));
     let by_hand = crate::serverless::events::Invocation::Compact {
-        tenant: deployment.partition.tenant().to_string(),
+        tenant: deployment.partition.tenant().map(str::to_string),
         hour: deployment.partition.hour_label(),
     };
     let answer = deployment.compactor.handle(by_hand, None).await.unwrap();

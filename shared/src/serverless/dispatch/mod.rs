@@ -112,8 +112,8 @@ impl PartialEq<&str> for OutcomeDecision {
 /// What happened to one partition, as the planner reports it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PartitionOutcome {
-    /// Tenant.
-    pub tenant: String,
+    /// Tenant (null in a layout without tenants).
+    pub tenant: Option<String>,
     /// Hour, `YYYY-MM-DDTHH`.
     pub hour: String,
     /// What was done.
@@ -136,7 +136,7 @@ impl PartitionOutcome {
     /// An outcome of `decision` for `partition`, without a job id or an error kind.
     pub fn new(partition: &PartitionId, decision: OutcomeDecision, reason: String) -> Self {
         Self {
-            tenant: partition.tenant().to_string(),
+            tenant: partition.tenant().map(str::to_string),
             hour: partition.hour_label(),
             decision,
             reason,
@@ -317,19 +317,31 @@ fn dispatch_outcome(
 
 /// The tenants of `hours`, or the given ones, validated: one delimited listing of each
 /// directory the layout keeps tenants in for those hours (one in all when it does not depend
-/// on the hour, as in this project's layout).
+/// on the hour, as in this project's layout). A layout without tenants has one, `None`, and
+/// refuses given ones.
 pub async fn find_tenants(
     store: &Store,
     layout: &KeyLayout,
     given: Option<&[String]>,
     hours: &[DateTime<Utc>],
-) -> Result<Vec<String>> {
+) -> Result<Vec<Option<String>>> {
+    if !layout.has_tenant() {
+        if let Some(tenant) = given.and_then(|g| g.first()) {
+            return Err(Error::Config {
+                message: format!(
+                    "layout {:?} has no tenant level, but tenant {tenant:?} was named",
+                    layout.template().source()
+                ),
+            });
+        }
+        return Ok(vec![None]);
+    }
     if let Some(given) = given {
         for tenant in given {
             validate_tenant(tenant)?;
         }
         let unique: BTreeSet<String> = given.iter().cloned().collect();
-        return Ok(unique.into_iter().collect());
+        return Ok(unique.into_iter().map(Some).collect());
     }
     let template = layout.template();
     let dirs: BTreeSet<String> = hours
@@ -352,7 +364,7 @@ pub async fn find_tenants(
             }
         }
     }
-    Ok(tenants.into_iter().collect())
+    Ok(tenants.into_iter().map(Some).collect())
 }
 
 /// Time a sweep or backfill keeps free before the invocation's deadline, to report and save
@@ -414,7 +426,7 @@ pub async fn sweep_until(
     let mut partitions = Vec::new();
     for tenant in &tenants {
         for hour in &window {
-            partitions.push(PartitionId::new(tenant, *hour)?);
+            partitions.push(PartitionId::of(tenant.as_deref(), *hour)?);
         }
     }
     if let Some(after) = read_sweep_cursor(store).await
@@ -656,8 +668,8 @@ pub async fn backfill_partitions(
     let mut partitions = Vec::with_capacity(total);
     for tenant in &tenants {
         for h in 0..num_hours {
-            partitions.push(PartitionId::new(
-                tenant,
+            partitions.push(PartitionId::of(
+                tenant.as_deref(),
                 from + chrono::Duration::hours(h as i64),
             )?);
         }

@@ -187,7 +187,15 @@ async fn plan_events(keys: &[String]) -> (Vec<String>, Vec<String>, Vec<String>)
     let mut partitions: Vec<String> = handled
         .partitions
         .iter()
-        .map(|p| format!("{} {} {} {}", p.tenant, p.hour, p.decision, p.reason))
+        .map(|p| {
+            format!(
+                "{} {} {} {}",
+                p.tenant.as_deref().unwrap_or("-"),
+                p.hour,
+                p.decision,
+                p.reason
+            )
+        })
         .collect();
     partitions.sort();
     let mut ignored: Vec<String> = handled

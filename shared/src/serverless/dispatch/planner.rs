@@ -260,7 +260,8 @@ impl Planner {
             )),
             Invocation::Compact { tenant, hour } => Err(Error::Config {
                 message: format!(
-                    "the planner does not compact ({tenant} {hour}); invoke the compactor with this request"
+                    "the planner does not compact ({} {hour}); invoke the compactor with this request",
+                    tenant.as_deref().unwrap_or("-")
                 ),
             }),
             Invocation::Http(_) => Err(Error::invariant(

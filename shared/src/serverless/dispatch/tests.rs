@@ -422,7 +422,7 @@ async fn the_sweep_collects_an_old_hours_retired_inputs_once_past_the_grace() {
     };
     let ours = |report: &SweepReport| {
         (report.partitions.iter())
-            .find(|o| o.tenant == p.tenant() && o.hour == p.hour_label())
+            .find(|o| o.tenant.as_deref() == p.tenant() && o.hour == p.hour_label())
             .map(|o| o.decision)
     };
     assert_eq!(ours(&sweep().await), None, "nothing due within the grace");
@@ -516,7 +516,7 @@ async fn the_sweep_collects_the_orphan_of_an_attempt_that_never_committed() {
         .await
         .unwrap();
     let ours = (report.partitions.iter())
-        .find(|o| o.tenant == p.tenant() && o.hour == p.hour_label())
+        .find(|o| o.tenant.as_deref() == p.tenant() && o.hour == p.hour_label())
         .map(|o| o.decision);
     assert_eq!(ours, Some(OutcomeDecision::Dispatched), "{report:?}");
     // That job only collects; its end re-arms the record for the hour, still to compact.
@@ -688,7 +688,7 @@ async fn the_sweep_goes_past_a_failing_partition_and_resumes_after_its_deadline(
         .partitions
         .iter()
         .filter(|o| o.hour == "2026-11-29T11")
-        .map(|o| (o.tenant.as_str(), o.decision.as_str()))
+        .map(|o| (o.tenant.as_deref().unwrap_or_default(), o.decision.as_str()))
         .collect();
     assert_eq!(
         decided,
@@ -722,7 +722,11 @@ async fn the_sweep_goes_past_a_failing_partition_and_resumes_after_its_deadline(
         assert!(!report.complete);
         assert_eq!(report.partitions.len(), 1);
         let o = &report.partitions[0];
-        visited.push(format!("{}/{}", o.tenant, o.hour));
+        visited.push(format!(
+            "{}/{}",
+            o.tenant.as_deref().unwrap_or_default(),
+            o.hour
+        ));
     }
     // 3 tenants × 3 hours: nine sweeps see nine different partitions.
     let distinct: BTreeSet<&String> = visited.iter().collect();
@@ -1126,13 +1130,13 @@ async fn the_sweep_finds_tenants_where_the_layout_keeps_them() {
     let tenants = find_tenants(&store, &layout, None, &window)
         .await
         .expect("tenants");
-    assert_eq!(tenants, ["api", "web"]);
+    assert_eq!(tenants, [Some("api".to_string()), Some("web".to_string())]);
     let report = sweep_until(&store, &layout, closed(), &ReadinessConfig::default(), None)
         .await
         .expect("a sweep");
     let dispatched: Vec<String> = (report.partitions.iter())
         .filter(|p| p.decision == OutcomeDecision::Dispatched)
-        .map(|p| format!("{} {}", p.tenant, p.hour))
+        .map(|p| format!("{} {}", p.tenant.as_deref().unwrap_or_default(), p.hour))
         .collect();
     assert_eq!(dispatched, ["api 2026-11-29T10", "web 2026-11-29T10"]);
     let hours =
@@ -1141,4 +1145,107 @@ async fn the_sweep_finds_tenants_where_the_layout_keeps_them() {
             .expect("files of a range");
     let found: Vec<String> = hours.iter().map(|(p, _)| p.relative_dir()).collect();
     assert_eq!(found.len(), 2, "{found:?}");
+}
+
+/// Firehose's default layout has no tenant level: an upload's event dispatches its hour alone,
+/// the compactor merges it, and the sweep, backfill, GC and `files` find hours by listing the
+/// project's own keys without a tenant level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_without_tenants_is_planned_compacted_and_swept_by_the_hour() {
+    let store = memory();
+    let layout = KeyLayout::from_template("firehose/%Y/%m/%d/%H").expect("layout");
+    let ten = PartitionId::hour_only(at("2026-11-29T10:00:00Z")).expect("an hour");
+    let eleven = ten.next_hour();
+    crate::testing::land_files(&store, &layout, &ten, 2, 50).await;
+    crate::testing::land_files(&store, &layout, &eleven, 1, 50).await;
+    let key = format!("{}/f0.parquet", layout.ingest_dir(&ten));
+    let event = json!({"Records": [{
+        "eventSource": "aws:s3", "eventName": "ObjectCreated:CompleteMultipartUpload",
+        "s3": {"bucket": {"name": "logs-bucket"}, "object": {"key": key}}}]});
+    let planner = Planner {
+        layout: layout.clone(),
+        ..planner(&store)
+    };
+    let answer = planner
+        .handle(parse_invocation(&event).expect("an event"), closed())
+        .await
+        .expect("handled");
+    assert_eq!(answer.counts().dispatched, 1, "{answer:?}");
+    let record = job::read_job(&store, &ten)
+        .await
+        .unwrap()
+        .unwrap()
+        .record
+        .unwrap();
+    assert_eq!(record.tenant, None);
+    assert!(
+        all_keys(&store)
+            .await
+            .contains(&"_compaction/jobs/year=2026/month=11/day=29/hour=10.json".to_string())
+    );
+
+    let scratch = tempfile::tempdir().expect("scratch");
+    let outcome = job_lifecycle::run_compaction_job(
+        &store,
+        &layout,
+        &ten,
+        &CompactOptions::new(scratch.path()),
+        &ReadinessConfig::default(),
+    )
+    .await
+    .expect("the job runs");
+    assert_eq!(outcome.report.status, Status::Compacted);
+    let files = partition_files(&store, &layout, &ten).await.unwrap();
+    assert_eq!(files.live.len(), 1, "{:?}", files.live);
+    assert!(files.live[0].starts_with("compacted/year=2026/month=11/day=29/hour=10/"));
+
+    // The sweep plans the other hour once its grace has passed; the hour compacted is left
+    // alone.
+    let later = at("2026-11-29T12:30:00Z");
+    let report = sweep_until(&store, &layout, later, &ReadinessConfig::default(), None)
+        .await
+        .expect("a sweep");
+    let dispatched: Vec<(Option<String>, String)> = (report.partitions.iter())
+        .filter(|p| p.decision == OutcomeDecision::Dispatched)
+        .map(|p| (p.tenant.clone(), p.hour.clone()))
+        .collect();
+    assert_eq!(
+        dispatched,
+        [(None, "2026-11-29T11".to_string())],
+        "{report:?}"
+    );
+    // A backfill that names a tenant is refused; one that does not finds both hours.
+    let request = |tenants: Option<Vec<String>>| BackfillRequest {
+        tenants,
+        from: "2026-11-29T10".into(),
+        to: "2026-11-29T11".into(),
+        dry_run: true,
+    };
+    let named = backfill(
+        &store,
+        &layout,
+        &request(Some(vec!["acme".into()])),
+        closed(),
+        &ReadinessConfig::default(),
+        Duration::ZERO,
+        &|_, _| {},
+    )
+    .await
+    .unwrap_err();
+    assert!(named.to_string().contains("no tenant level"), "{named}");
+    let found = backfill_partitions(&store, &layout, &request(None))
+        .await
+        .expect("partitions");
+    assert_eq!(found, [ten.clone(), eleven.clone()]);
+
+    let gc_found = crate::manifest::gc::find_partitions(&store, &Default::default())
+        .await
+        .expect("GC's partitions");
+    assert_eq!(gc_found, std::slice::from_ref(&ten));
+    let hours =
+        crate::manifest::hours_files(&store, &layout, None, "2026-11-29T09", "2026-11-29T12")
+            .await
+            .expect("files of a range");
+    let found: Vec<&PartitionId> = hours.iter().map(|(p, _)| p).collect();
+    assert_eq!(found, [&ten, &eleven]);
 }

@@ -481,7 +481,15 @@ fn backfill_sweep_and_direct_jobs() {
     assert_eq!(
         parse_invocation(&json!({"tenant": "acme", "hour": "2026-11-29T10"})),
         Ok(Invocation::Compact {
-            tenant: "acme".into(),
+            tenant: Some("acme".into()),
+            hour: "2026-11-29T10".into()
+        })
+    );
+    // A layout without tenants: the hour alone.
+    assert_eq!(
+        parse_invocation(&json!({"hour": "2026-11-29T10"})),
+        Ok(Invocation::Compact {
+            tenant: None,
             hour: "2026-11-29T10".into()
         })
     );

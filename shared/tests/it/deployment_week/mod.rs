@@ -1423,7 +1423,7 @@ impl Sim {
                     self.seed
                 );
             }
-            if self.book.keys().any(|p| p.tenant() == "ledger") {
+            if self.book.keys().any(|p| p.tenant() == Some("ledger")) {
                 assert_eq!(
                     parked.len(),
                     1,

@@ -972,7 +972,7 @@ async fn run_fan_out(
 ) -> Option<()> {
     let task = |step: FanOutStep, index: Option<usize>| FanOutTask {
         step,
-        tenant: partition.tenant().to_string(),
+        tenant: partition.tenant().map(str::to_string),
         hour: partition.hour_label(),
         job: Some(job.to_string()),
         index,
