@@ -394,6 +394,20 @@ class TemplateTest(unittest.TestCase):
             self.assertRegex(value, names)
         for value in ["a/*", "a b", "'*'"]:
             self.assertIsNone(re.fullmatch(names, value), f"InputNames accepts {value!r}")
+        # The key columns reach the functions' environment only, as the flags of the CLI.
+        for name, good, bad in [
+            ("TimeColumn", ["", "timestamp", "time_unix_nano"], ["a,b", "a b", "'t'"]),
+            ("SortKey", ["", "host,timestamp", "service.name,time_unix_nano"], ["a,", ",a", "a b"]),
+            ("BloomColumns", ["", "trace_id", "service.name,trace_id"], ["a,,b", "a;b"]),
+        ]:
+            pattern = self.template["Parameters"][name]["AllowedPattern"]
+            for value in good:
+                self.assertRegex(value, pattern)
+            for value in bad:
+                self.assertIsNone(re.fullmatch(pattern, value), f"{name} accepts {value!r}")
+        variables = self.template["Globals"]["Function"]["Environment"]["Variables"]
+        for variable in ["OURIOS_TIME_COLUMN", "OURIOS_SORT_KEY", "OURIOS_BLOOM_COLUMNS"]:
+            self.assertIn(variable, variables)
 
     def test_every_iam_statement_names_its_resources(self):
         found = 0

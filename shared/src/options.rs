@@ -21,6 +21,9 @@ pub struct KeyColumns {
     pub time: String,
     /// The optional tenant column checked against the partition, default `tenant_id`.
     pub tenant: String,
+    /// The columns whose row groups get a bloom filter (`--bloom-columns`,
+    /// `OURIOS_BLOOM_COLUMNS`); `None`: the service column's alone.
+    pub bloom: Option<Vec<String>>,
 }
 
 impl Default for KeyColumns {
@@ -29,6 +32,79 @@ impl Default for KeyColumns {
             service: "service.name".to_string(),
             time: "time_unix_nano".to_string(),
             tenant: "tenant_id".to_string(),
+            bloom: None,
+        }
+    }
+}
+
+impl KeyColumns {
+    /// The key columns an operator set: the time column (`--time-column`,
+    /// `OURIOS_TIME_COLUMN`), the sort key (`--sort-key`, `OURIOS_SORT_KEY`: comma-separated
+    /// column names, each ascending with nulls first) and the bloom columns
+    /// (`--bloom-columns`, `OURIOS_BLOOM_COLUMNS`, comma-separated). Empty values count as
+    /// unset. The sort key is a string column then the time column (default
+    /// `service.name,time_unix_nano`); a key of another shape is refused, naming it.
+    pub fn from_settings(
+        time_column: Option<&str>,
+        sort_key: Option<&str>,
+        bloom_columns: Option<&str>,
+    ) -> crate::Result<Self> {
+        let list = |v: Option<&str>| -> Option<Vec<String>> {
+            let v = v.map(str::trim).filter(|v| !v.is_empty())?;
+            Some(v.split(',').map(|c| c.trim().to_string()).collect())
+        };
+        let bad = |message: String| crate::Error::Config { message };
+        let mut keys = Self::default();
+        if let Some(time) = time_column.map(str::trim).filter(|t| !t.is_empty()) {
+            keys.time = time.to_string();
+        }
+        if let Some(columns) = list(sort_key) {
+            let shown = columns.join(",");
+            if columns.iter().any(String::is_empty) {
+                return Err(bad(format!("sort key {shown:?}: a column name is empty")));
+            }
+            match columns.as_slice() {
+                [first, last] if time_column.is_none_or(|t| t.trim().is_empty()) => {
+                    keys.service = first.clone();
+                    keys.time = last.clone();
+                }
+                [first, last] if *last == keys.time => keys.service = first.clone(),
+                [_, last] => {
+                    return Err(bad(format!(
+                        "sort key {shown:?} ends with {last:?}, not the time column {:?}",
+                        keys.time
+                    )));
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "sort key {shown:?}: this version sorts by one string column then the \
+                         time column (e.g. service.name,time_unix_nano); {} columns are not \
+                         supported",
+                        columns.len()
+                    )));
+                }
+            }
+            if keys.service == keys.time {
+                return Err(bad(format!("sort key {shown:?} names one column twice")));
+            }
+        }
+        if let Some(columns) = list(bloom_columns) {
+            if columns.iter().any(String::is_empty) {
+                return Err(bad(format!(
+                    "bloom columns {:?}: a column name is empty",
+                    columns.join(",")
+                )));
+            }
+            keys.bloom = Some(columns);
+        }
+        Ok(keys)
+    }
+
+    /// The columns that get a bloom filter: the set ones, else the service column.
+    pub fn bloom_columns(&self) -> Vec<&str> {
+        match &self.bloom {
+            Some(columns) => columns.iter().map(String::as_str).collect(),
+            None => vec![self.service.as_str()],
         }
     }
 }
@@ -223,8 +299,8 @@ impl CompactOptions {
     /// Options of a job under `settings`, each job-level choice at its default.
     pub fn with_settings(settings: CompactSettings) -> Self {
         Self {
+            keys: settings.keys.clone(),
             settings,
-            keys: KeyColumns::default(),
             merge_fan_in: DEFAULT_MERGE_FAN_IN,
             deadline: None,
             progress: None,
@@ -294,6 +370,51 @@ impl CompactOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_columns_are_settings_and_a_key_of_another_shape_is_refused() {
+        assert_eq!(
+            KeyColumns::from_settings(None, Some(""), Some(" ")).expect("unset"),
+            KeyColumns::default()
+        );
+        let vector =
+            KeyColumns::from_settings(None, Some("host, timestamp"), Some("host,trace_id"))
+                .expect("Vector's keys");
+        assert_eq!(
+            (vector.service.as_str(), vector.time.as_str()),
+            ("host", "timestamp")
+        );
+        assert_eq!(vector.bloom_columns(), ["host", "trace_id"]);
+        assert_eq!(KeyColumns::default().bloom_columns(), ["service.name"]);
+        let time_only = KeyColumns::from_settings(Some("ts"), None, None).expect("a time column");
+        assert_eq!(
+            (time_only.service.as_str(), time_only.time.as_str()),
+            ("service.name", "ts")
+        );
+        let both = KeyColumns::from_settings(Some("ts"), Some("host,ts"), None).expect("both");
+        assert_eq!((both.service.as_str(), both.time.as_str()), ("host", "ts"));
+        let config = crate::settings::fixed_lookup(&[
+            ("OURIOS_TIME_COLUMN", "timestamp"),
+            ("OURIOS_SORT_KEY", "host,timestamp"),
+            ("OURIOS_BLOOM_COLUMNS", "trace_id"),
+        ]);
+        let settings = crate::settings::CompactSettings::from_lookup(&config).expect("settings");
+        assert_eq!(settings.keys.bloom_columns(), ["trace_id"]);
+        assert_eq!(CompactOptions::with_settings(settings).keys.service, "host");
+        for (time, key, says) in [
+            (Some("ts"), "host,timestamp", "not the time column"),
+            (None, "a,b,c", "3 columns"),
+            (None, "timestamp", "1 columns"),
+            (None, "a,,b", "empty"),
+            (None, "ts,ts", "twice"),
+        ] {
+            let e = KeyColumns::from_settings(time, Some(key), None).unwrap_err();
+            assert!(
+                e.to_string().contains(says) && e.to_string().contains(key),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn a_job_that_timed_out_fans_out_with_more_ranges_each_time() {

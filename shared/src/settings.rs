@@ -10,7 +10,7 @@ use crate::cost::{ONE_VCPU_FUNCTION_MB, Prices};
 use crate::error::{Error, Result};
 use crate::options::{
     CompactOptions, DEFAULT_BUDGET_BYTES, DEFAULT_GC_GRACE, DEFAULT_ROW_GROUPS_PER_BLOCK, FanOut,
-    budget_for_function_memory,
+    KeyColumns, budget_for_function_memory,
 };
 
 /// A variable's value, if set (the binaries pass [`process_env`]).
@@ -140,6 +140,9 @@ pub struct CompactSettings {
     /// (freed pages below it stay for reuse instead of being faulted in again); else `None`,
     /// every half budget of merged rows.
     pub release_memory_above_bytes: Option<u64>,
+    /// The time column, the sort key and the bloom columns (`OURIOS_TIME_COLUMN`,
+    /// `OURIOS_SORT_KEY`, `OURIOS_BLOOM_COLUMNS`; [`KeyColumns::from_settings`]).
+    pub keys: KeyColumns,
 }
 
 impl CompactSettings {
@@ -160,6 +163,7 @@ impl CompactSettings {
             fan_out: FanOut::Off,
             workers: 1,
             release_memory_above_bytes: None,
+            keys: KeyColumns::default(),
         }
     }
 
@@ -208,6 +212,11 @@ impl CompactSettings {
             })?,
             release_memory_above_bytes: function_memory_mb
                 .map(|mib| mib.saturating_mul(1 << 20) / 2),
+            keys: KeyColumns::from_settings(
+                lookup("OURIOS_TIME_COLUMN").as_deref(),
+                lookup("OURIOS_SORT_KEY").as_deref(),
+                lookup("OURIOS_BLOOM_COLUMNS").as_deref(),
+            )?,
         })
     }
 

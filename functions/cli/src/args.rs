@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use ourios_compaction::budget::Budget;
 use ourios_compaction::late::{LatePolicy, parse_share};
-use ourios_compaction::options::FanOut;
+use ourios_compaction::options::{FanOut, KeyColumns};
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::serverless::function_settings::readiness_from_lookup;
 use ourios_compaction::serverless::readiness::ReadinessConfig;
@@ -44,9 +44,30 @@ pub struct StoreArgs {
     /// *.parquet; * for writers that add no extension). Names starting with _ or . never are.
     #[arg(long, env = "OURIOS_INPUT_NAMES")]
     pub input_names: Option<String>,
+    /// The column that must lie inside the hour: Int64 or UInt64 nanoseconds, or a timestamp
+    /// of any unit, INT96 included (default time_unix_nano).
+    #[arg(long, env = "OURIOS_TIME_COLUMN")]
+    pub time_column: Option<String>,
+    /// The columns to sort by, comma-separated, each ascending with nulls first: a string
+    /// column, then the time column (default service.name,time_unix_nano).
+    #[arg(long, env = "OURIOS_SORT_KEY")]
+    pub sort_key: Option<String>,
+    /// Columns whose row groups get a bloom filter, comma-separated; a name is a top-level
+    /// column, else a path into structs (default: the sort key's string column).
+    #[arg(long, env = "OURIOS_BLOOM_COLUMNS")]
+    pub bloom_columns: Option<String>,
 }
 
 impl StoreArgs {
+    /// The key columns these flags set.
+    pub fn key_columns(&self) -> ourios_compaction::Result<KeyColumns> {
+        KeyColumns::from_settings(
+            self.time_column.as_deref(),
+            self.sort_key.as_deref(),
+            self.bloom_columns.as_deref(),
+        )
+    }
+
     /// The key layout these flags set.
     pub fn key_layout(&self) -> ourios_compaction::Result<KeyLayout> {
         KeyLayout::from_settings(

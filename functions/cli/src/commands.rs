@@ -52,6 +52,7 @@ pub async fn run(command: Command) -> Result<ExitCode> {
 async fn compact(args: CompactArgs) -> Result<ExitCode> {
     let (store, layout, partition) = open(&args.store, &args.partition)?;
     let mut options = args.settings.settings(&process_env)?.options(None);
+    options.keys = args.store.key_columns()?;
     if let Some(config) = args.late.readiness(&process_env)? {
         let now = chrono::Utc::now();
         let (mode, verdict) = late_policy_mode(&store, &layout, &partition, now, &config).await?;
@@ -280,7 +281,8 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
         to_nanos: parse_instant(&args.to)?,
         limit: args.limit,
     };
-    let result = query_window(&store, &layout, &Default::default(), &query).await?;
+    let keys = args.store.key_columns()?;
+    let result = query_window(&store, &layout, &keys, &query).await?;
     let hidden = result.stats.quarantined_files + result.stats.unaddressable_files;
     if hidden > 0 {
         eprintln!(
@@ -316,12 +318,14 @@ async fn backfill(args: BackfillArgs) -> Result<ExitCode> {
         to: args.to,
         dry_run: args.dry_run,
     };
+    let keys = args.store.key_columns()?;
     let run = crate::backfill::BackfillRun {
         interval: args.interval.unwrap_or(DEFAULT_BACKFILL_INTERVAL),
         run_local: (args.run_local)
             .then(|| {
                 args.settings.settings(&process_env).map(|s| {
                     let mut options = s.options(None);
+                    options.keys = keys;
                     // A function never takes this run's uploads for a killed attempt's.
                     options.local_attempt = true;
                     // Asked for: late files are merged, whatever a job record says.

@@ -62,6 +62,7 @@ async fn setup(scratch: &Path) -> Compactor {
             fan_out: FanOut::Off,
             workers: 1,
             release_memory_above_bytes: None,
+            keys: Default::default(),
         },
         readiness: ReadinessConfig::default(),
         state_machine: None,
@@ -234,6 +235,12 @@ fn options_follow_the_settings_and_the_deadline() {
             fan_out: FanOut::Auto,
             workers: 3,
             release_memory_above_bytes: Some(1769 << 20),
+            keys: ourios_compaction::options::KeyColumns::from_settings(
+                Some("timestamp"),
+                Some("host,timestamp"),
+                Some("trace_id"),
+            )
+            .expect("key columns"),
         },
         readiness: ReadinessConfig::default(),
         state_machine: None,
@@ -259,6 +266,11 @@ fn options_follow_the_settings_and_the_deadline() {
         options.settings.release_memory_above_bytes,
         Some(1769 << 20)
     );
+    assert_eq!(
+        (options.keys.service.as_str(), options.keys.time.as_str()),
+        ("host", "timestamp")
+    );
+    assert_eq!(options.keys.bloom_columns(), ["trace_id"]);
 }
 
 /// The job's cost in a compactor's answer, with the function memory the settings read from

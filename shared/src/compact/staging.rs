@@ -262,12 +262,32 @@ async fn check_inputs(
 ) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
     let partition = partition.clone();
     let keys = options.keys.clone();
+    let missing = crate::input::schema::missing_time_column(&keys);
     let budget = options.settings.budget_bytes;
     let verdicts = tokio::task::spawn_blocking(move || {
         crate::input::check_inputs(staged, &partition, &keys, budget)
     })
     .await
     .map_err(|e| Error::invariant(format!("input check task failed: {e}")))??;
+    // A time column that no input holds is a setting's mistake (a typo, another writer's
+    // name), not bad files: the job fails naming it, and nothing is quarantined.
+    let lacking: Vec<&Path> = (verdicts.iter())
+        .filter(|(_, v)| matches!(v, Err(reason) if *reason == missing))
+        .map(|(staged, _)| &staged.key)
+        .collect();
+    if let Some(first) = lacking.first()
+        && !verdicts
+            .iter()
+            .any(|(_, v)| matches!(v, Ok(c) if c.rows > 0))
+    {
+        return Err(Error::Config {
+            message: format!(
+                "{missing} in all {} input(s) that hold rows (e.g. {first}): check the time \
+                 column setting (--time-column, OURIOS_TIME_COLUMN); nothing was quarantined",
+                lacking.len()
+            ),
+        });
+    }
     let mut checked = Vec::new();
     let mut quarantined = Vec::new();
     for (staged, verdict) in verdicts {

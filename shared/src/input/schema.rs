@@ -58,6 +58,11 @@ pub fn is_time_type(t: &DataType) -> bool {
     )
 }
 
+/// The reason a file without the time column is a bad input.
+pub fn missing_time_column(keys: &KeyColumns) -> String {
+    format!("required time column {:?} is missing", keys.time)
+}
+
 /// Checks the key columns of one file's schema; `Err` holds the reason it is a bad input.
 pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Result<(), String> {
     let mut seen = HashMap::new();
@@ -68,7 +73,7 @@ pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Res
     }
     let time = schema
         .field_with_name(&keys.time)
-        .map_err(|_| format!("required time column {:?} is missing", keys.time))?;
+        .map_err(|_| missing_time_column(keys))?;
     if !is_time_type(time.data_type()) {
         return Err(format!(
             "time column {:?} has type {}; expected Int64 or UInt64 nanoseconds, or a Timestamp",

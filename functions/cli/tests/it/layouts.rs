@@ -236,6 +236,213 @@ fn lakes_without_a_tenant_level_compact_by_the_hour_alone() {
     assert!(stderr.contains("name the tenant"), "{stderr}");
 }
 
+/// Writes a Vector-like batch file: `timestamp` in milliseconds (UTC), `host`, `message` and a
+/// 16-byte `trace_id`, rows `first..first + rows` in reverse order (unsorted).
+fn write_vector_file(path: &Path, first: i64, rows: i64) {
+    use arrow::array::{FixedSizeBinaryArray, StringArray, TimestampMillisecondArray};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let hour_ms = 1_795_946_400_000i64; // 2026-11-29T10:00:00Z
+    let ids: Vec<i64> = (first..first + rows).rev().collect();
+    let schema = Schema::new(vec![
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("host", DataType::Utf8, true),
+        Field::new("message", DataType::Utf8, true),
+        Field::new("trace_id", DataType::FixedSizeBinary(16), true),
+    ]);
+    let batch = arrow::record_batch::RecordBatch::try_new(
+        std::sync::Arc::new(schema),
+        vec![
+            std::sync::Arc::new(
+                TimestampMillisecondArray::from_iter_values(
+                    ids.iter().map(|i| hour_ms + (i * 7_919) % 3_600_000),
+                )
+                .with_timezone("UTC"),
+            ),
+            std::sync::Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| format!("host-{}", i % 5)),
+            )),
+            std::sync::Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| format!("GET /item/{i} 200")),
+            )),
+            std::sync::Arc::new(
+                FixedSizeBinaryArray::try_from_iter(
+                    ids.iter().map(|i| (*i as u128).to_be_bytes().to_vec()),
+                )
+                .expect("trace ids"),
+            ),
+        ],
+    )
+    .expect("a batch");
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("directories");
+    let file = std::fs::File::create(path).expect("a file");
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).expect("a writer");
+    writer.write(&batch).expect("written");
+    writer.close().expect("closed");
+}
+
+/// Vector's lake: no tenant, a `timestamp` column and no `service.name`. The sort key, the time
+/// column and the bloom columns are settings: the output is sorted by (host, timestamp),
+/// declares it in `sorting_columns`, and carries bloom filters on `host` and `trace_id`. A typo
+/// in the time column fails the job naming it and quarantines nothing.
+#[test]
+fn the_sort_key_time_column_and_bloom_columns_are_settings() {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().into_owned();
+    let hour_dir = dir.path().join("logs/dt=20261129/hour=10");
+    for (i, first) in [0, 500, 1000].into_iter().enumerate() {
+        write_vector_file(&hour_dir.join(format!("batch-{i}.parquet")), first, 500);
+    }
+    let base = [
+        "--store",
+        store.as_str(),
+        "--layout",
+        "logs/dt=%Y%m%d/hour=%H",
+    ];
+    let with = |command: &str, extra: &[&str]| -> Vec<String> {
+        let mut args = vec![command.to_string()];
+        args.extend(base.iter().chain(extra).map(|s| s.to_string()));
+        args
+    };
+
+    // A typo fails the job, naming the column, and quarantines nothing.
+    let typo = with(
+        "compact",
+        &["--hour", HOUR, "--time-column", "timestmap", "--json"],
+    );
+    let out = run(&typo.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("timestmap") && text.contains("nothing was quarantined"),
+        "{text}"
+    );
+    assert_eq!(files_under(&hour_dir).len(), 3, "{text}");
+    let files = ok(&with("files", &["--hour", HOUR, "--json"])
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    assert_eq!(
+        files["quarantined"].as_array().map(Vec::len),
+        Some(0),
+        "{files}"
+    );
+
+    // A sort key of another shape is refused at start, naming it.
+    let out = run(&with(
+        "compact",
+        &["--hour", HOUR, "--sort-key", "host,message,timestamp"],
+    )
+    .iter()
+    .map(String::as_str)
+    .collect::<Vec<_>>());
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("host,message,timestamp"));
+
+    let keys = [
+        "--sort-key",
+        "host,timestamp",
+        "--bloom-columns",
+        "host,trace_id",
+    ];
+    let compact = with(
+        "compact",
+        &[&["--hour", HOUR, "--json"][..], &keys[..]].concat(),
+    );
+    let report = ok(&compact.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(report["status"], "compacted", "{report}");
+    assert_eq!(report["inputs"]["rows"], 1500, "{report}");
+    let key = report["output"]["key"].as_str().expect("an output key");
+    let file = std::fs::File::open(dir.path().join(key)).expect("the output");
+    let reader = SerializedFileReader::new(file).expect("a Parquet file");
+    let metadata = reader.metadata();
+    let schema = metadata.file_metadata().schema_descr();
+    let index = |name: &str| {
+        (0..schema.num_columns())
+            .find(|&i| schema.column(i).name() == name)
+            .expect("a column")
+    };
+    let sorting: Vec<usize> = (metadata.row_group(0).sorting_columns())
+        .expect("sorting_columns declared")
+        .iter()
+        .map(|c| c.column_idx as usize)
+        .collect();
+    assert_eq!(sorting, [index("host"), index("timestamp")]);
+    for group in metadata.row_groups() {
+        for (name, bloom) in [("host", true), ("trace_id", true), ("message", false)] {
+            let chunk = group.column(index(name));
+            assert_eq!(chunk.bloom_filter_offset().is_some(), bloom, "{name}");
+        }
+    }
+    // Rows in (host, timestamp) order.
+    let rows = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(dir.path().join(key)).expect("the output"),
+    )
+    .expect("a reader")
+    .build()
+    .expect("batches");
+    let mut keys_seen = Vec::new();
+    for batch in rows {
+        let batch = batch.expect("a batch");
+        let host = arrow::compute::cast(
+            batch.column_by_name("host").expect("host"),
+            &arrow::datatypes::DataType::Utf8,
+        )
+        .expect("strings");
+        let host = host
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .expect("strings");
+        let time = arrow::compute::cast(
+            batch.column_by_name("timestamp").expect("timestamp"),
+            &arrow::datatypes::DataType::Int64,
+        )
+        .expect("integers");
+        let time = time
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .expect("integers");
+        for i in 0..batch.num_rows() {
+            keys_seen.push((host.value(i).to_string(), time.value(i)));
+        }
+    }
+    assert_eq!(keys_seen.len(), 1500);
+    assert!(
+        keys_seen.windows(2).all(|w| w[0] <= w[1]),
+        "sorted by (host, timestamp)"
+    );
+
+    // `query` prunes with the same key: one host's rows of the hour.
+    let query = with(
+        "query",
+        &[
+            &[
+                "--service",
+                "host-3",
+                "--from",
+                "2026-11-29T10:00:00Z",
+                "--to",
+                "2026-11-29T11:00:00Z",
+                "--limit",
+                "0",
+                "--json",
+            ][..],
+            &keys[..],
+        ]
+        .concat(),
+    );
+    let query = ok(&query.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(query["stats"]["rows_matched"], 300, "{query}");
+}
+
 #[test]
 fn a_layout_that_cannot_work_fails_at_start_naming_the_problem() {
     let dir = tempfile::tempdir().expect("dir");
