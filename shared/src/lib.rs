@@ -125,6 +125,7 @@
 //! | | [`read::query`] | the window query with pruning statistics |
 //! | | [`read::scan`] | the full scan of some columns of a partition |
 //! | | [`read::prune`] | row-group pruning from footer statistics |
+//! | | [`read::column_filter`] | `query --where column=value`, pruned by statistics and bloom filters |
 //! | | [`read::split`] | split points of sorted files into ranges of about equal bytes |
 //! | | [`read::read_plan`] | the byte ranges a scan fetches, from footer offsets (fetch blocks) |
 //! | | [`read::planned_reader`] | the Parquet reader of one object, serving reads from a read plan |

@@ -532,6 +532,11 @@ pub struct QueryArgs {
     /// Service name (default: every service).
     #[arg(long)]
     pub service: Option<String>,
+    /// Only rows whose column holds the value, e.g. trace_id=5b8efff798038103d269b633813fc60c
+    /// (hex for binary columns; a struct path such as resource.host.name works too); repeat
+    /// for several. Row groups are skipped by statistics and bloom filters.
+    #[arg(long = "where", value_name = "COLUMN=VALUE")]
+    pub filters: Vec<String>,
     /// Window start, RFC 3339 (inclusive), e.g. 2026-11-29T10:20:00Z.
     #[arg(long)]
     pub from: String,

@@ -280,6 +280,9 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
         from_nanos: parse_instant(&args.from)?,
         to_nanos: parse_instant(&args.to)?,
         limit: args.limit,
+        filters: (args.filters.iter())
+            .map(|raw| ourios_compaction::read::column_filter::ColumnFilter::parse(raw))
+            .collect::<Result<_>>()?,
     };
     let keys = args.store.key_columns()?;
     let result = query_window(&store, &layout, &keys, &query).await?;

@@ -89,6 +89,7 @@ pub(crate) fn window_for(partition: &PartitionId, service: &str) -> WindowQuery 
         from_nanos: start + 20 * 60 * 1_000_000_000,
         to_nanos: start + 30 * 60 * 1_000_000_000,
         limit: 0,
+        filters: Vec::new(),
     }
 }
 

@@ -139,6 +139,7 @@ async fn measure_layout(
     let store = &remote;
     let rows_query = WindowQuery {
         limit: 100,
+        filters: Vec::new(),
         ..window.clone()
     };
     let mut queries = std::collections::BTreeMap::new();

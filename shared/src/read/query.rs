@@ -30,6 +30,7 @@ use crate::input::type_union::time_nanos;
 use crate::manifest::partition_files;
 use crate::options::KeyColumns;
 use crate::partition::{HOUR_NANOS, KeyLayout, PartitionId};
+use crate::read::column_filter::{ColumnFilter, and_masks, resolve};
 use crate::read::inspect::parquet_store_error;
 use crate::read::planned_reader::PlannedReader;
 use crate::read::prune::{WindowPredicate, leaf_column_index, may_match};
@@ -51,6 +52,8 @@ pub struct WindowQuery {
     pub to_nanos: i64,
     /// Most rows returned (in key order); `rows_matched` still counts them all.
     pub limit: usize,
+    /// `column=value` filters every row must pass (`--where`).
+    pub filters: Vec<ColumnFilter>,
 }
 
 /// What a query read (result statistics).
@@ -64,6 +67,8 @@ pub struct QueryStats {
     pub row_groups_scanned: u64,
     /// Row groups skipped by statistics or bloom filters.
     pub row_groups_pruned: u64,
+    /// Of those, row groups skipped by a bloom filter (the service's, a `--where` column's).
+    pub row_groups_pruned_by_bloom: u64,
     /// Bytes fetched from the store (footers, indexes, blooms, pages).
     pub bytes_read: u64,
     /// GET requests made to the store.
@@ -126,6 +131,7 @@ pub async fn query_window(
                 keys,
                 predicate: &predicate,
                 keys_only: query.limit == 0,
+                filters: &query.filters,
             };
             if let Some(rows) = file.run(&mut stats).await? {
                 found.push(rows);
@@ -172,6 +178,8 @@ struct FileQuery<'a> {
     predicate: &'a WindowPredicate,
     /// Only count: decode the key columns alone.
     keys_only: bool,
+    /// The `--where` filters.
+    filters: &'a [ColumnFilter],
 }
 
 impl FileQuery<'_> {
@@ -184,13 +192,26 @@ impl FileQuery<'_> {
         let service_leaf = leaf_column_index(schema_descr, &self.keys.service);
         let num_row_groups = metadata.num_row_groups();
         stats.row_groups_total += num_row_groups as u64;
+        let mut filters = Vec::with_capacity(self.filters.len());
+        for filter in self.filters {
+            match resolve(schema_descr, filter)? {
+                Some(resolved) => filters.push(resolved),
+                None => {
+                    // No such column here: every row holds null, which matches no value.
+                    stats.row_groups_pruned += num_row_groups as u64;
+                    return Ok(None);
+                }
+            }
+        }
 
         let arrow = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())
             .map_err(|e| Error::parquet(self.key.to_string(), e))?;
         let mut blooms = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, arrow.clone());
         let mut surviving = Vec::new();
         for (i, rg) in metadata.row_groups().iter().enumerate() {
-            if !may_match(rg, time_leaf, service_leaf, self.predicate) {
+            if !may_match(rg, time_leaf, service_leaf, self.predicate)
+                || !filters.iter().all(|f| f.stats_may_match(rg))
+            {
                 continue;
             }
             if let (Some(service), Some(leaf)) = (&self.predicate.service, service_leaf) {
@@ -199,8 +220,24 @@ impl FileQuery<'_> {
                     .await
                     .map_err(|e| parquet_store_error("get", &self.key, e))?;
                 if bloom.is_some_and(|b| !b.check(service.as_str())) {
+                    stats.row_groups_pruned_by_bloom += 1;
                     continue;
                 }
+            }
+            let mut ruled_out = false;
+            for filter in &filters {
+                let bloom = blooms
+                    .get_row_group_column_bloom_filter(i, filter.leaf)
+                    .await
+                    .map_err(|e| parquet_store_error("get", &self.key, e))?;
+                if bloom.is_some_and(|b| !filter.bloom_may_match(&b)) {
+                    ruled_out = true;
+                    break;
+                }
+            }
+            if ruled_out {
+                stats.row_groups_pruned_by_bloom += 1;
+                continue;
             }
             surviving.push(i);
         }
@@ -225,10 +262,13 @@ impl FileQuery<'_> {
         }
         let mask = if self.keys_only {
             // Counting needs only the key columns: fetch no other column chunk.
-            let roots: Vec<usize> = [&self.keys.time, &self.keys.service]
+            let mut roots: Vec<usize> = [self.keys.time.as_str(), self.keys.service.as_str()]
                 .into_iter()
+                .chain(filters.iter().map(|f| f.root()))
                 .filter_map(|name| arrow.schema().index_of(name).ok())
                 .collect();
+            roots.sort_unstable();
+            roots.dedup();
             ProjectionMask::roots(schema_descr, roots)
         } else {
             ProjectionMask::all()
@@ -247,7 +287,11 @@ impl FileQuery<'_> {
         let mut matched = Vec::new();
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(|e| parquet_store_error("get", &self.key, e))?;
-            let mask = row_mask(&batch, self.keys, self.predicate)?;
+            let mask = and_masks(
+                row_mask(&batch, self.keys, self.predicate)?,
+                &filters,
+                &batch,
+            )?;
             let kept = filter_record_batch(&batch, &mask)
                 .map_err(|e| Error::arrow("filtering query rows", e))?;
             stats.rows_matched += kept.num_rows() as u64;

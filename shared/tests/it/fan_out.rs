@@ -214,6 +214,7 @@ fn fanned_out_ranges_are_disjoint_sorted_and_identical_for_any_workers() {
                 from_nanos: start + 40_000_000_000,
                 to_nanos: start + 120_000_000_000,
                 limit: usize::MAX,
+                filters: Vec::new(),
             };
             let keys = KeyColumns::default();
             let fanned = query_window(&store, &KeyLayout::default(), &keys, &query)
@@ -749,6 +750,7 @@ fn late_files_merge_into_only_the_ranges_their_keys_touch() {
                 from_nanos: start,
                 to_nanos: start + 3_600_000_000_000,
                 limit: usize::MAX,
+                filters: Vec::new(),
             };
             let keys = KeyColumns::default();
             let waiting = query_window(&store, &layout, &keys, &query)

@@ -145,6 +145,7 @@ async fn query_equals_a_full_scan_before_and_after_compaction() {
                 from_nanos: from,
                 to_nanos: to,
                 limit: usize::MAX,
+                filters: Vec::new(),
             };
             let result = query_window(&store, &layout, &KeyColumns::default(), &q)
                 .await
@@ -162,6 +163,7 @@ async fn query_equals_a_full_scan_before_and_after_compaction() {
                 &KeyColumns::default(),
                 &WindowQuery {
                     limit: 7,
+                    filters: Vec::new(),
                     ..q.clone()
                 },
             )
@@ -255,6 +257,7 @@ fn window(predicate: &WindowPredicate) -> WindowQuery {
         from_nanos: predicate.from_nanos,
         to_nanos: predicate.to_nanos,
         limit: 0,
+        filters: Vec::new(),
     }
 }
 
@@ -437,6 +440,7 @@ async fn a_window_over_microsecond_times_matches_in_nanoseconds() {
         from_nanos: start + 20 * MINUTE,
         to_nanos: start + 30 * MINUTE,
         limit: 100,
+        filters: Vec::new(),
     };
     for stage in ["ingest", "compacted"] {
         if stage == "compacted" {

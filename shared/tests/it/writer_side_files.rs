@@ -81,6 +81,7 @@ async fn a_spark_partition_compacts_and_its_side_files_stay_untouched() {
         from_nanos: start,
         to_nanos: start + 3_600_000_000_000,
         limit: usize::MAX,
+        filters: Vec::new(),
     };
     let result = query_window(&store, &layout, &KeyColumns::default(), &query)
         .await

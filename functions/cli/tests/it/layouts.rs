@@ -355,7 +355,11 @@ fn the_sort_key_time_column_and_bloom_columns_are_settings() {
     ];
     let compact = with(
         "compact",
-        &[&["--hour", HOUR, "--json"][..], &keys[..]].concat(),
+        &[
+            &["--hour", HOUR, "--json", "--max-rows-per-row-group", "100"][..],
+            &keys[..],
+        ]
+        .concat(),
     );
     let report = ok(&compact.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(report["status"], "compacted", "{report}");
@@ -441,6 +445,50 @@ fn the_sort_key_time_column_and_bloom_columns_are_settings() {
     );
     let query = ok(&query.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(query["stats"]["rows_matched"], 300, "{query}");
+
+    // `--where`: one trace's lines, found through the bloom filters of the trace id column;
+    // filters on a string column and a column no file has.
+    let trace = format!("{:032x}", 1234u128);
+    let hour = [
+        "--from",
+        "2026-11-29T10:00:00Z",
+        "--to",
+        "2026-11-29T11:00:00Z",
+    ];
+    let filtered = |filters: &[&str]| {
+        let mut args = with(
+            "query",
+            &[&hour[..], &["--limit", "0", "--json"], &keys[..]].concat(),
+        );
+        for filter in filters {
+            args.extend(["--where".to_string(), filter.to_string()]);
+        }
+        ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let one_trace = filtered(&[&format!("trace_id={trace}")]);
+    let stats = &one_trace["stats"];
+    assert_eq!(stats["rows_matched"], 1, "{one_trace}");
+    assert_eq!(stats["row_groups_total"], 15, "{one_trace}");
+    assert!(
+        stats["row_groups_pruned_by_bloom"].as_u64() >= Some(10),
+        "the trace id's bloom filters skip most row groups: {one_trace}"
+    );
+    let both = filtered(&["host=host-3", "message=GET /item/8 200"]);
+    assert_eq!(both["stats"]["rows_matched"], 1, "{both}");
+    let none = filtered(&["host=host-3", "message=GET /item/9 200"]);
+    assert_eq!(none["stats"]["rows_matched"], 0, "{none}");
+    let absent = filtered(&["no_such_column=x"]);
+    assert_eq!(absent["stats"]["rows_matched"], 0, "{absent}");
+    let out = run(
+        &with("query", &[&hour[..], &["--where", "trace_id=xyz"]].concat())
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("hex"),
+        "a bad hex value is named"
+    );
 }
 
 #[test]
