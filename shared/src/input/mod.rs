@@ -362,7 +362,7 @@ fn validate_rows(
                     "row {}: {} = {} is outside the partition's hour {} (UTC)",
                     row_base + i as u64,
                     keys.time,
-                    describe_time(time, i),
+                    describe_time(time, i, t),
                     partition.hour_label()
                 ));
             }
@@ -387,10 +387,16 @@ fn validate_rows(
     Ok(())
 }
 
-fn describe_time(time: &dyn Array, i: usize) -> String {
+/// Row `i` of a time column as its type shows it, else (a zone named without the time zone
+/// database, `UTC` say) as `nanos` nanoseconds since the epoch.
+fn describe_time(time: &dyn Array, i: usize, nanos: i64) -> String {
     arrow::util::display::ArrayFormatter::try_new(time, &Default::default())
-        .map(|f| f.value(i).to_string())
-        .unwrap_or_else(|_| "?".into())
+        .ok()
+        .and_then(|f| f.value(i).try_to_string().ok())
+        .unwrap_or_else(|| {
+            let at = chrono::DateTime::from_timestamp_nanos(nanos);
+            format!("{} ({nanos} ns since the epoch)", at.to_rfc3339())
+        })
 }
 
 /// Rows of the first, measuring batch of an input.
@@ -991,6 +997,19 @@ mod tests {
     use super::*;
     use crate::testing::{parquet_bytes, parquet_bytes_with};
     use arrow::array::{ArrayRef, Int64Array, StringArray};
+
+    #[test]
+    fn a_time_outside_the_hour_is_shown_whatever_its_zone() {
+        let millis = 1_795_946_400_000i64; // 2026-11-29T10:00:00Z
+        let utc = arrow::array::TimestampMillisecondArray::from(vec![millis]).with_timezone("UTC");
+        let shown = describe_time(&utc, 0, millis * 1_000_000);
+        assert!(shown.contains("2026-11-29T10:00:00"), "{shown}");
+        let plain = Int64Array::from(vec![millis * 1_000_000]);
+        assert_eq!(
+            describe_time(&plain, 0, millis * 1_000_000),
+            (millis * 1_000_000).to_string()
+        );
+    }
 
     const TARGET: u64 = 256 << 10;
 
