@@ -552,10 +552,9 @@ pub async fn find_partitions(store: &Store, scope: &GcScope) -> Result<Vec<Parti
 /// Every `YYYY-MM-DDTHH` under `dir` (a tenant's directory, or a root holding `year=`
 /// directories), one delimited listing per level.
 async fn hours_under(store: &Store, dir: &Path) -> Result<Vec<String>> {
-    let tenant_dir = dir;
     let mut hours = Vec::new();
-    for year in child_values(store, tenant_dir, "year").await? {
-        let year_dir = field_dir(tenant_dir, "year", &year);
+    for year in child_values(store, dir, "year").await? {
+        let year_dir = field_dir(dir, "year", &year);
         for month in child_values(store, &year_dir, "month").await? {
             let month_dir = field_dir(&year_dir, "month", &month);
             for day in child_values(store, &month_dir, "day").await? {
