@@ -392,21 +392,29 @@ impl KeyLayout {
     /// `partition` when its tenant fits this layout (one when the template has `{tenant}`,
     /// none when it has not); an error that says which otherwise.
     pub fn check(&self, partition: &PartitionId) -> Result<PartitionId> {
-        match (self.has_tenant(), partition.tenant()) {
-            (true, None) => Err(Error::Config {
+        if self.has_tenant() && partition.tenant().is_none() {
+            return Err(Error::Config {
                 message: format!(
                     "layout {:?} has a tenant level: name the tenant of hour {}",
                     self.template.source(),
                     partition.hour_label()
                 ),
-            }),
-            (false, Some(tenant)) => Err(Error::Config {
+            });
+        }
+        self.refuse_tenant(partition.tenant())?;
+        Ok(partition.clone())
+    }
+
+    /// An error naming `tenant` when this layout has no tenant level to put it in.
+    pub fn refuse_tenant(&self, tenant: Option<&str>) -> Result<()> {
+        match tenant {
+            Some(tenant) if !self.has_tenant() => Err(Error::Config {
                 message: format!(
                     "layout {:?} has no tenant level, but tenant {tenant:?} was named",
                     self.template.source()
                 ),
             }),
-            _ => Ok(partition.clone()),
+            _ => Ok(()),
         }
     }
 

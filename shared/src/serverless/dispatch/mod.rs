@@ -326,14 +326,7 @@ pub async fn find_tenants(
     hours: &[DateTime<Utc>],
 ) -> Result<Vec<Option<String>>> {
     if !layout.has_tenant() {
-        if let Some(tenant) = given.and_then(|g| g.first()) {
-            return Err(Error::Config {
-                message: format!(
-                    "layout {:?} has no tenant level, but tenant {tenant:?} was named",
-                    layout.template().source()
-                ),
-            });
-        }
+        layout.refuse_tenant(given.and_then(|g| g.first()).map(String::as_str))?;
         return Ok(vec![None]);
     }
     if let Some(given) = given {
