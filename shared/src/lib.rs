@@ -2,8 +2,9 @@
 //!
 //! Ingest writes many small Parquet files into hour partitions
 //! (`<ingest>/tenant=…/year=…/month=…/day=…/hour=…/`). This crate turns a partition into one
-//! file sorted by (service, time), with small row groups and declared `sorting_columns`, so a
-//! query for one service in a short window reads a handful of row groups instead of the hour.
+//! file sorted by (service, time) (or any configured key), with small row groups and declared
+//! `sorting_columns`, so a query for one service in a short window reads a handful of row groups
+//! instead of the hour.
 //! The sort is an external merge sort under a decoded-row budget B: it never holds more than
 //! B plus one batch of decoded rows, however large or compressible the inputs are.
 //!

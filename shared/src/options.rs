@@ -15,24 +15,38 @@ pub use crate::budget::{DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES};
 /// Names of the columns the engine interprets; every other column is carried through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyColumns {
-    /// The promoted service column (first sort key), default `service.name`.
+    /// The key's first column other than the time column, default `service.name`: the column
+    /// `query --service` filters, that gets a bloom filter unless others are set, and whose
+    /// large values get row groups of their own when the key is (it, time).
     pub service: String,
-    /// The event time in Unix nanoseconds (second sort key), default `time_unix_nano`.
+    /// The column that must lie inside the hour, default `time_unix_nano`.
     pub time: String,
     /// The optional tenant column checked against the partition, default `tenant_id`.
     pub tenant: String,
     /// The columns whose row groups get a bloom filter (`--bloom-columns`,
     /// `OURIOS_BLOOM_COLUMNS`); `None`: the service column's alone.
     pub bloom: Option<Vec<String>>,
+    /// The sort key, in order, each column ascending with nulls first; default
+    /// `[service, time]`.
+    pub sort: Vec<String>,
 }
+
+/// The default service column.
+pub const DEFAULT_SERVICE_COLUMN: &str = "service.name";
+/// The default time column: the one whose lake keeps Int64 nanoseconds in its outputs.
+pub const DEFAULT_TIME_COLUMN: &str = "time_unix_nano";
 
 impl Default for KeyColumns {
     fn default() -> Self {
         Self {
-            service: "service.name".to_string(),
-            time: "time_unix_nano".to_string(),
+            service: DEFAULT_SERVICE_COLUMN.to_string(),
+            time: DEFAULT_TIME_COLUMN.to_string(),
             tenant: "tenant_id".to_string(),
             bloom: None,
+            sort: vec![
+                DEFAULT_SERVICE_COLUMN.to_string(),
+                DEFAULT_TIME_COLUMN.to_string(),
+            ],
         }
     }
 }
@@ -40,10 +54,11 @@ impl Default for KeyColumns {
 impl KeyColumns {
     /// The key columns an operator set: the time column (`--time-column`,
     /// `OURIOS_TIME_COLUMN`), the sort key (`--sort-key`, `OURIOS_SORT_KEY`: comma-separated
-    /// column names, each ascending with nulls first) and the bloom columns
+    /// column names, any number, each ascending with nulls first) and the bloom columns
     /// (`--bloom-columns`, `OURIOS_BLOOM_COLUMNS`, comma-separated). Empty values count as
-    /// unset. The sort key is a string column then the time column (default
-    /// `service.name,time_unix_nano`); a key of another shape is refused, naming it.
+    /// unset. Without a time column set, a sort key that does not name `time_unix_nano` ends
+    /// with the time column. A key with an empty name or a column named twice is refused,
+    /// naming it.
     pub fn from_settings(
         time_column: Option<&str>,
         sort_key: Option<&str>,
@@ -55,38 +70,32 @@ impl KeyColumns {
         };
         let bad = |message: String| crate::Error::Config { message };
         let mut keys = Self::default();
-        if let Some(time) = time_column.map(str::trim).filter(|t| !t.is_empty()) {
+        let time_set = time_column.map(str::trim).filter(|t| !t.is_empty());
+        if let Some(time) = time_set {
             keys.time = time.to_string();
+            keys.sort = vec![keys.service.clone(), keys.time.clone()];
         }
         if let Some(columns) = list(sort_key) {
             let shown = columns.join(",");
             if columns.iter().any(String::is_empty) {
                 return Err(bad(format!("sort key {shown:?}: a column name is empty")));
             }
-            match columns.as_slice() {
-                [first, last] if time_column.is_none_or(|t| t.trim().is_empty()) => {
-                    keys.service = first.clone();
-                    keys.time = last.clone();
-                }
-                [first, last] if *last == keys.time => keys.service = first.clone(),
-                [_, last] => {
-                    return Err(bad(format!(
-                        "sort key {shown:?} ends with {last:?}, not the time column {:?}",
-                        keys.time
-                    )));
-                }
-                _ => {
-                    return Err(bad(format!(
-                        "sort key {shown:?}: this version sorts by one string column then the \
-                         time column (e.g. service.name,time_unix_nano); {} columns are not \
-                         supported",
-                        columns.len()
-                    )));
-                }
+            if let Some(twice) = (columns.iter().enumerate())
+                .find(|&(i, c)| columns[..i].contains(c))
+                .map(|(_, c)| c)
+            {
+                return Err(bad(format!("sort key {shown:?} names {twice:?} twice")));
             }
-            if keys.service == keys.time {
-                return Err(bad(format!("sort key {shown:?} names one column twice")));
+            if time_set.is_none()
+                && !columns.iter().any(|c| c == DEFAULT_TIME_COLUMN)
+                && let Some(last) = columns.last()
+            {
+                keys.time = last.clone();
             }
+            if let Some(first) = columns.iter().find(|c| **c != keys.time) {
+                keys.service = first.clone();
+            }
+            keys.sort = columns;
         }
         if let Some(columns) = list(bloom_columns) {
             if columns.iter().any(String::is_empty) {
@@ -106,6 +115,18 @@ impl KeyColumns {
             Some(columns) => columns.iter().map(String::as_str).collect(),
             None => vec![self.service.as_str()],
         }
+    }
+
+    /// Whether the sort key is (service, time), the key whose split points, service counts
+    /// and row-group alignment read the service column's values as bytes.
+    pub fn is_service_time(&self) -> bool {
+        matches!(self.sort.as_slice(), [s, t] if *s == self.service && *t == self.time)
+    }
+
+    /// Whether outputs keep Int64 nanoseconds in the time column (the default time column),
+    /// rather than the inputs' logical type.
+    pub fn time_in_nanos(&self) -> bool {
+        self.time == DEFAULT_TIME_COLUMN
     }
 }
 
@@ -144,8 +165,16 @@ impl JobMode {
 /// Key-value metadata key naming the sort order of a compacted file.
 pub const SORT_KEY_METADATA: &str = "ourios.sort_key";
 
-/// The value of [`SORT_KEY_METADATA`] for a key.
+/// The value of [`SORT_KEY_METADATA`] for a key: for (service, time), with the service
+/// column or without it (a partition where no input has it is sorted by time alone); for
+/// any other key, its columns.
 pub fn sort_key_label(keys: &KeyColumns, has_service: bool) -> String {
+    if !keys.is_service_time() {
+        let columns: Vec<String> = (keys.sort.iter())
+            .map(|c| format!("{c} ASC NULLS FIRST"))
+            .collect();
+        return columns.join(", ");
+    }
     if has_service {
         format!("{} ASC NULLS FIRST, {} ASC", keys.service, keys.time)
     } else {
@@ -372,7 +401,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_columns_are_settings_and_a_key_of_another_shape_is_refused() {
+    fn key_columns_are_settings_and_a_key_has_any_number_of_columns() {
         assert_eq!(
             KeyColumns::from_settings(None, Some(""), Some(" ")).expect("unset"),
             KeyColumns::default()
@@ -401,13 +430,34 @@ mod tests {
         let settings = crate::settings::CompactSettings::from_lookup(&config).expect("settings");
         assert_eq!(settings.keys.bloom_columns(), ["trace_id"]);
         assert_eq!(CompactOptions::with_settings(settings).keys.service, "host");
-        for (time, key, says) in [
-            (Some("ts"), "host,timestamp", "not the time column"),
-            (None, "a,b,c", "3 columns"),
-            (None, "timestamp", "1 columns"),
-            (None, "a,,b", "empty"),
-            (None, "ts,ts", "twice"),
-        ] {
+        // Any number of columns; the time column is the key's last unless the key names
+        // `time_unix_nano` or the time column is set.
+        let three = KeyColumns::from_settings(None, Some("host,status,timestamp"), None)
+            .expect("three columns");
+        assert_eq!(three.sort, ["host", "status", "timestamp"]);
+        assert_eq!(
+            (three.service.as_str(), three.time.as_str()),
+            ("host", "timestamp")
+        );
+        assert!(!three.is_service_time());
+        let no_time = KeyColumns::from_settings(Some("ts"), Some("host,status,trace_id"), None)
+            .expect("a key without the time");
+        assert_eq!((no_time.time.as_str(), no_time.sort.len()), ("ts", 3));
+        let default_time =
+            KeyColumns::from_settings(None, Some("time_unix_nano,host"), None).expect("keys");
+        assert_eq!(default_time.time, "time_unix_nano");
+        assert_eq!(default_time.service, "host");
+        assert!(KeyColumns::default().is_service_time() && both.is_service_time());
+        assert!(KeyColumns::default().time_in_nanos() && !both.time_in_nanos());
+        assert_eq!(
+            sort_key_label(&three, true),
+            "host ASC NULLS FIRST, status ASC NULLS FIRST, timestamp ASC NULLS FIRST"
+        );
+        assert_eq!(
+            sort_key_label(&KeyColumns::default(), true),
+            "service.name ASC NULLS FIRST, time_unix_nano ASC"
+        );
+        for (time, key, says) in [(None, "a,,b", "empty"), (None, "ts,a,ts", "twice")] {
             let e = KeyColumns::from_settings(time, Some(key), None).unwrap_err();
             assert!(
                 e.to_string().contains(says) && e.to_string().contains(key),

@@ -122,7 +122,7 @@ pub(crate) async fn sort_and_write(
         options.settings.row_group_bytes,
         write.threshold_input_bytes,
     );
-    let label = sort_key_label(&options.keys, unified.service_index.is_some());
+    let label = sort_key_label(&options.keys, unified.has_service());
     // A run of a group without a service column is sorted by time, with every service null:
     // in the (service, time) order too.
     let time_only = sort_key_label(&options.keys, false);

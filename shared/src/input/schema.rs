@@ -23,10 +23,21 @@ use crate::options::KeyColumns;
 pub struct UnifiedSchema {
     /// The output schema (every field nullable).
     pub schema: SchemaRef,
-    /// Index of the service column, if any input has it.
+    /// Index of the service column, when the key is (service, time) and an input has it.
     pub service_index: Option<usize>,
     /// Index of the time column.
     pub time_index: usize,
+    /// Where the sort key's columns that some input has are, in key order: a top-level
+    /// column's index, or the indexes of a path into structs.
+    pub sort_paths: Vec<Vec<usize>>,
+}
+
+impl UnifiedSchema {
+    /// Whether some input has a key column other than the time column (under a (service,
+    /// time) key: the service, top-level or inside a struct).
+    pub fn has_service(&self) -> bool {
+        (self.sort_paths.iter()).any(|path| path[..] != [self.time_index])
+    }
 }
 
 /// A file rejected by the union, with its reason.
@@ -46,8 +57,27 @@ fn is_string_like(t: &DataType) -> bool {
     }
 }
 
-/// The type of the output's time column: nanoseconds since the epoch.
+/// The type of the output's time column in today's lake (the default time column):
+/// nanoseconds since the epoch. A configured time column keeps its inputs' logical type
+/// ([`time_union`]).
 pub const TIME_TYPE: DataType = DataType::Int64;
+
+/// The output type of a configured time column of types `have` and `found`: Int64 (from
+/// Int64 or UInt64 nanoseconds) while every input has integers, else a Timestamp of the
+/// finest unit among them, integers counting as nanoseconds, in their zone when all agree
+/// (else `UTC`).
+pub fn time_union(have: &DataType, found: &DataType) -> DataType {
+    use arrow::datatypes::TimeUnit;
+    match (have, found) {
+        (DataType::Timestamp(..), DataType::Timestamp(..)) => union_type(have, found).unwrap_or(
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+        ),
+        (DataType::Timestamp(_, zone), _) | (_, DataType::Timestamp(_, zone)) => {
+            DataType::Timestamp(TimeUnit::Nanosecond, zone.clone())
+        }
+        _ => TIME_TYPE,
+    }
+}
 
 /// True for the accepted time column types: Int64 and UInt64 nanoseconds, Timestamp of any
 /// unit with or without a zone (INT96 reads as Timestamp(Nanosecond)).
@@ -81,7 +111,12 @@ pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Res
             time.data_type()
         ));
     }
-    for (name, what) in [(&keys.service, "service"), (&keys.tenant, "tenant")] {
+    // Today's service column is a string; a configured key column may have any type.
+    let service = (keys.service == crate::options::DEFAULT_SERVICE_COLUMN).then_some(&keys.service);
+    for (name, what) in [(service, "service"), (Some(&keys.tenant), "tenant")] {
+        let Some(name) = name else {
+            continue;
+        };
         // An all-null column that its writer typed as Null (pyarrow's `from_pylist` and pandas
         // do) holds no value to disagree with: it unifies as strings.
         if let Ok(f) = schema.field_with_name(name)
@@ -222,8 +257,11 @@ fn unify_in_order(
         // First pass: the file's contribution, or its conflict, without changing the union.
         let mut changes: Vec<(Option<usize>, Field)> = Vec::new();
         for f in schema.fields() {
-            let t = if f.name() == &keys.time {
+            let is_time = f.name() == &keys.time;
+            let t = if is_time && keys.time_in_nanos() {
                 TIME_TYPE
+            } else if is_time {
+                time_union(f.data_type(), f.data_type())
             } else if f.data_type() == &DataType::Null
                 && (f.name() == &keys.service || f.name() == &keys.tenant)
             {
@@ -234,7 +272,12 @@ fn unify_in_order(
             match by_name.get(f.name()) {
                 Some((i, earlier)) => {
                     let have = fields[*i].data_type();
-                    match union_type(have, &t) {
+                    let union = if is_time {
+                        Ok(time_union(have, &t))
+                    } else {
+                        union_type(have, &t)
+                    };
+                    match union {
                         Ok(u) if &u == have => {}
                         Ok(u) => changes.push((Some(*i), fields[*i].clone().with_data_type(u))),
                         Err(conflict) => {
@@ -299,13 +342,44 @@ fn unify_in_order(
     let Some((time_index, _)) = by_name.get(&keys.time).cloned() else {
         return (None, rejected);
     };
-    let service_index = by_name.get(&keys.service).map(|(i, _)| *i);
+    let service_index = (keys.is_service_time())
+        .then(|| by_name.get(&keys.service).map(|(i, _)| *i))
+        .flatten();
+    let sort_paths = (keys.sort.iter())
+        .filter_map(|c| match by_name.get(c) {
+            Some((i, _)) => Some(vec![*i]),
+            None => struct_path(&Fields::from(fields.clone()), c),
+        })
+        .collect();
     let unified = UnifiedSchema {
         schema: Arc::new(Schema::new(fields)),
         service_index,
         time_index,
+        sort_paths,
     };
     (Some(unified), rejected)
+}
+
+/// The path into structs that `name` names among `fields`: field names joined by dots, where
+/// a field's own name may hold dots (`resource.service.name` for a struct `resource` with a
+/// field `service.name`); `None` when it names no field inside a struct.
+pub fn struct_path(fields: &Fields, name: &str) -> Option<Vec<usize>> {
+    fn within(fields: &Fields, name: &str) -> Option<Vec<usize>> {
+        for (i, field) in fields.iter().enumerate() {
+            if field.name() == name {
+                return Some(vec![i]);
+            }
+            let rest = (name.strip_prefix(field.name().as_str())).and_then(|r| r.strip_prefix('.'));
+            if let (Some(rest), DataType::Struct(children)) = (rest, field.data_type())
+                && let Some(mut path) = within(children, rest)
+            {
+                path.insert(0, i);
+                return Some(path);
+            }
+        }
+        None
+    }
+    within(fields, name).filter(|path| path.len() > 1)
 }
 
 /// Conforms one decoded batch to the unified schema: casts encodings, fills missing columns
@@ -374,6 +448,61 @@ mod tests {
                 .map(|(n, t)| Field::new(n, t, true))
                 .collect::<Vec<_>>(),
         )
+    }
+
+    #[test]
+    fn a_configured_time_column_keeps_its_inputs_type_at_the_finest_unit() {
+        let ts = |unit, zone: Option<&str>| DataType::Timestamp(unit, zone.map(Into::into));
+        let (ms, us, ns) = (
+            TimeUnit::Millisecond,
+            TimeUnit::Microsecond,
+            TimeUnit::Nanosecond,
+        );
+        for (have, found, union) in [
+            (DataType::Int64, DataType::UInt64, DataType::Int64),
+            (
+                ts(ms, Some("UTC")),
+                ts(us, Some("UTC")),
+                ts(us, Some("UTC")),
+            ),
+            (ts(ms, None), ts(ms, None), ts(ms, None)),
+            (
+                ts(ms, Some("UTC")),
+                ts(ms, Some("+01:00")),
+                ts(ms, Some("UTC")),
+            ),
+            (ts(ms, Some("UTC")), DataType::Int64, ts(ns, Some("UTC"))),
+            (DataType::UInt64, ts(us, None), ts(ns, None)),
+        ] {
+            assert_eq!(time_union(&have, &found), union, "{have} with {found}");
+            assert_eq!(time_union(&found, &have), union, "{found} with {have}");
+        }
+        let keys = KeyColumns::from_settings(None, Some("host,ts"), None).expect("keys");
+        let a = schema(vec![("ts", ts(ms, Some("UTC"))), ("host", DataType::Utf8)]);
+        let b = schema(vec![("ts", ts(us, Some("UTC"))), ("host", DataType::Utf8)]);
+        let c = schema(vec![("ts", DataType::Int64), ("host", DataType::Int64)]);
+        let (u, rejected) = unify(&[("a", &a), ("b", &b), ("c", &c)], &keys);
+        let u = u.expect("a union");
+        assert_eq!(u.schema.field(0).data_type(), &ts(us, Some("UTC")));
+        assert_eq!(rejected.len(), 1, "host's types conflict: {rejected:?}");
+        assert_eq!(rejected[0].position, 2);
+        assert_eq!(
+            (u.sort_paths.concat(), u.service_index),
+            (vec![1, 0], Some(1))
+        );
+        // Today's time column stays Int64 nanoseconds whatever its inputs' type.
+        let c = schema(vec![("time_unix_nano", ts(ms, None))]);
+        let (u, _) = unify(&[("c", &c)], &KeyColumns::default());
+        assert_eq!(u.expect("a union").schema.field(0).data_type(), &TIME_TYPE);
+        // Conforming an integer input to a timestamp union keeps its instants.
+        let nanos: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![1_500_000_000]));
+        let conformed = conform_array(&nanos, &ts(ns, Some("UTC"))).expect("conforms");
+        assert_eq!(
+            crate::input::type_union::time_nanos(conformed.as_ref())
+                .expect("nanoseconds")
+                .value(0),
+            1_500_000_000
+        );
     }
 
     #[test]

@@ -272,6 +272,14 @@ pub fn conform_array(array: &ArrayRef, target: &DataType) -> Result<ArrayRef, Ar
             cast_with_options(array, target, &options)
         }
         (DataType::Timestamp(_, _), DataType::Int64) => Ok(Arc::new(time_nanos(array)?)),
+        // Integer nanoseconds beside timestamps in a configured time column (see
+        // `time_union`): the same instants, in the union's unit and zone.
+        (DataType::Int64 | DataType::UInt64, DataType::Timestamp(_, zone)) => {
+            let nanos = time_nanos(array)?;
+            let plain = DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, zone.clone());
+            let data = nanos.to_data().into_builder().data_type(plain).build()?;
+            conform_array(&make_array(data), target)
+        }
         (DataType::Timestamp(_, zone), DataType::Timestamp(unit, _)) => {
             // Scale to the unit in the source's own zone, then relabel the zone: the values
             // are instants (or, without a zone, read as UTC) and do not change.

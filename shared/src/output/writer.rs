@@ -7,7 +7,7 @@
 use std::io::Write;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::Schema;
+use arrow::datatypes::{DataType, Schema};
 use parquet::arrow::ArrowSchemaConverter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{KeyValue, ParquetMetaData, SortingColumn};
@@ -15,7 +15,7 @@ use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterPr
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 use crate::error::{Error, Result};
-use crate::input::schema::UnifiedSchema;
+use crate::input::schema::{UnifiedSchema, struct_path};
 use crate::options::{CompactOptions, KeyColumns, SORT_KEY_METADATA, sort_key_label};
 use crate::output::blocks::{BlockOptions, BlockWriter};
 use crate::output::dictionary_choice::DICTIONARY_SAMPLE_ROWS;
@@ -86,13 +86,27 @@ pub fn resolve_leaf(descr: &SchemaDescriptor, name: &str) -> Option<ColumnPath> 
         .map(|c| c.path().clone())
 }
 
-/// Leaf column index of a top-level primitive column in the Parquet schema of `schema`.
-fn leaf_index(schema: &Schema, name: &str) -> Result<usize> {
-    parquet_schema(schema)?
-        .columns()
-        .iter()
-        .position(|c| c.path().parts() == [name.to_string()])
-        .ok_or_else(|| Error::invariant(format!("key column {name:?} is not a leaf column")))
+/// The leaf index in `descr` (the Parquet schema of `schema`) of the column at `path`
+/// (indexes into `schema` and its structs), when that column is a leaf.
+fn leaf_at(schema: &Schema, descr: &SchemaDescriptor, path: &[usize]) -> Option<usize> {
+    let mut names = Vec::with_capacity(path.len());
+    let mut fields = schema.fields();
+    let mut leaf = true;
+    for &i in path {
+        let field = fields.get(i)?;
+        names.push(field.name().clone());
+        match field.data_type() {
+            DataType::Struct(children) => {
+                fields = children;
+                leaf = false;
+            }
+            t => leaf = !t.is_nested(),
+        }
+    }
+    if !leaf {
+        return None;
+    }
+    (descr.columns().iter()).position(|c| c.path().parts() == names.as_slice())
 }
 
 /// Writer properties of a compacted file: row groups rotate at `row_group_bytes` of estimated encoded
@@ -106,7 +120,6 @@ pub fn output_properties(
     row_group_bytes: u64,
     max_rows: Option<u64>,
 ) -> Result<WriterProperties> {
-    let time_leaf = leaf_index(schema, &keys.time)?;
     let descr = parquet_schema(schema)?;
     let page_bytes = page_bytes_limit(descr.num_columns());
     let row_group_bytes = row_group_bytes.min(row_group_bytes_cap(descr.num_columns()));
@@ -130,10 +143,25 @@ pub fn output_properties(
         builder =
             builder.set_column_statistics_enabled(leaf.path().clone(), EnabledStatistics::None);
     }
-    if has_service {
-        let service_leaf = leaf_index(schema, &keys.service)?;
+    // The key's columns this output has, in order (a top-level column, else a path into
+    // structs); a column no input had is null throughout and orders nothing. A column that is
+    // not a leaf (a struct or a list) ends what can be declared.
+    for name in &keys.sort {
+        if *name == keys.service && !has_service && keys.is_service_time() {
+            continue;
+        }
+        let path = match schema.index_of(name) {
+            Ok(i) => vec![i],
+            Err(_) => match struct_path(schema.fields(), name) {
+                Some(path) => path,
+                None => continue,
+            },
+        };
+        let Some(leaf) = leaf_at(schema, &descr, &path) else {
+            break;
+        };
         sorting.push(SortingColumn {
-            column_idx: service_leaf as i32,
+            column_idx: leaf as i32,
             descending: false,
             nulls_first: true,
         });
@@ -154,11 +182,6 @@ pub fn output_properties(
             .set_column_bloom_filter_fpp(path.clone(), 0.01)
             .set_column_bloom_filter_max_ndv(path, ndv);
     }
-    sorting.push(SortingColumn {
-        column_idx: time_leaf as i32,
-        descending: false,
-        nulls_first: true,
-    });
     Ok(builder.set_sorting_columns(Some(sorting)).build())
 }
 
@@ -173,7 +196,7 @@ pub fn partition_output_settings(
     let properties = output_properties(
         &unified.schema,
         &options.keys,
-        unified.service_index.is_some(),
+        unified.has_service(),
         row_group_bytes,
         options.settings.max_rows_per_row_group,
     )?;

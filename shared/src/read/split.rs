@@ -8,10 +8,12 @@
 //! half-open intervals of the key space, `[b(i), b(i+1))`, the first open below and the last
 //! open above, so every row falls in exactly one range.
 
+use parquet::basic::Type;
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::statistics::Statistics;
 
 use crate::options::KeyColumns;
+use crate::output::writer::resolve_leaf;
 use crate::read::prune::{leaf_column_index, service_bounds, time_bounds};
 use crate::sort::key::{KeyPoint, KeyRange};
 
@@ -32,9 +34,7 @@ pub struct RowGroupSpan {
 /// statistics cannot tell starts where the one before it did (the file is sorted), the first
 /// at [`KeyPoint::MIN`].
 pub fn row_group_spans(metadata: &ParquetMetaData, keys: &KeyColumns) -> Vec<RowGroupSpan> {
-    let schema = metadata.file_metadata().schema_descr();
-    let time = leaf_column_index(schema, &keys.time);
-    let service = leaf_column_index(schema, &keys.service);
+    let (time, service) = key_leaves(metadata, keys);
     let mut previous = KeyPoint::MIN;
     metadata
         .row_groups()
@@ -53,6 +53,35 @@ pub fn row_group_spans(metadata: &ParquetMetaData, keys: &KeyColumns) -> Vec<Row
             }
         })
         .collect()
+}
+
+/// The leaves of the time and service columns whose statistics bound a row group's keys:
+/// under a (service, time) key whose service is a top-level byte array (or absent), or a key
+/// of the time alone.
+/// Any other key has no time leaf here (no statistics bound its points), and its runs are
+/// never split.
+fn key_leaves(metadata: &ParquetMetaData, keys: &KeyColumns) -> (Option<usize>, Option<usize>) {
+    let schema = metadata.file_metadata().schema_descr();
+    let time = leaf_column_index(schema, &keys.time);
+    let service = leaf_column_index(schema, &keys.service);
+    let is_time = |s: &String| *s == keys.time;
+    if matches!(keys.sort.as_slice(), [t] if is_time(t)) {
+        return (time, None);
+    }
+    let bytes = match service {
+        Some(i) => schema.column(i).physical_type() == Type::BYTE_ARRAY,
+        // Absent (null throughout, the time orders the rows): not a column of another shape
+        // (a struct, a list) nor inside a struct.
+        None => {
+            let roots = schema.root_schema().get_fields();
+            !roots.iter().any(|f| f.name() == keys.service)
+                && resolve_leaf(schema, &keys.service).is_none()
+        }
+    };
+    match keys.is_service_time() && bytes {
+        true => (time, service),
+        false => (None, None),
+    }
 }
 
 /// Which end of a row group a point bounds.
@@ -144,9 +173,7 @@ pub fn row_groups_in_range(
     keys: &KeyColumns,
     range: &KeyRange,
 ) -> Vec<usize> {
-    let schema = metadata.file_metadata().schema_descr();
-    let time = leaf_column_index(schema, &keys.time);
-    let service = leaf_column_index(schema, &keys.service);
+    let (time, service) = key_leaves(metadata, keys);
     let spans = row_group_spans(metadata, keys);
     (metadata.row_groups().iter().zip(&spans).enumerate())
         .filter(|(_, (row_group, span))| {

@@ -1,4 +1,11 @@
-//! The clustering key and its total order: service bytes (nulls first), then time.
+//! The clustering key and its total order: the sort key's columns in order, each ascending
+//! with nulls first.
+//!
+//! A row's key is a prefix of bytes that compare byte-wise, then a time: the prefix holds
+//! every key column but a trailing time column, which is compared as Unix nanoseconds. One
+//! string or binary column before the time (today's `service.name`) is its own bytes, a null
+//! sorting first; any other prefix is the columns in Arrow's row format, whose bytes compare
+//! as the columns do.
 //!
 //! The tie-break of equal keys (input ordinal, then row ordinal) is not stored: it is carried
 //! by position. INVARIANT: buffers hold rows in (input, row) order, every sort breaks ties
@@ -6,70 +13,187 @@
 //! ordinal; so the same total order results however runs are cut.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray};
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Int64Array, RecordBatch, StringArray,
+    make_array,
+};
+use arrow::buffer::NullBuffer;
+use arrow::compute::SortOptions;
+use arrow::datatypes::{DataType, FieldRef};
+use arrow::row::{RowConverter, Rows, SortField};
 
 use crate::error::{Error, Result};
 use crate::input::schema::UnifiedSchema;
+use crate::input::type_union::time_nanos;
 
 /// Where the key columns are in conformed batches.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SortKey {
-    service_index: Option<usize>,
-    time_index: usize,
+    prefix: PrefixColumns,
+    /// The key's trailing time column, compared as nanoseconds.
+    time_index: Option<usize>,
 }
 
-/// The key columns of one conformed batch, ready to compare rows without allocation.
+/// The key columns before the trailing time column.
+#[derive(Debug, Clone)]
+enum PrefixColumns {
+    /// None: the key is the time alone.
+    None,
+    /// One Utf8 column (the service), its bytes.
+    Text(Vec<usize>),
+    /// One Binary column, its bytes.
+    Binary(Vec<usize>),
+    /// Any other columns, in the row format.
+    Rows(Vec<Vec<usize>>, Arc<RowConverter>),
+}
+
+/// The key of every row of one conformed batch, ready to compare rows without allocation.
 #[derive(Debug, Clone)]
 pub struct BatchKeys {
-    services: Option<StringArray>,
-    times: Int64Array,
+    prefix: PrefixValues,
+    times: Option<Int64Array>,
+    rows: usize,
+}
+
+#[derive(Debug, Clone)]
+enum PrefixValues {
+    None,
+    Text(StringArray),
+    Binary(BinaryArray),
+    Rows(Rows),
 }
 
 impl SortKey {
-    /// The key of a unified schema: (service, time), or time alone when no input has a service.
-    pub fn new(schema: &UnifiedSchema) -> Self {
-        Self {
-            service_index: schema.service_index,
-            time_index: schema.time_index,
-        }
+    /// The key of a unified schema: its sort key's columns that some input has, in order.
+    /// Fails, naming it, for a column whose type has no order.
+    pub fn new(schema: &UnifiedSchema) -> Result<Self> {
+        let mut columns = schema.sort_paths.clone();
+        let time_index = match columns.last().map(Vec::as_slice) {
+            Some(&[last]) if last == schema.time_index => {
+                columns.pop();
+                Some(last)
+            }
+            _ => None,
+        };
+        let fields = (columns.iter())
+            .map(|path| field_at(schema, path))
+            .collect::<Result<Vec<_>>>()?;
+        let prefix = match (columns.as_slice(), fields.as_slice()) {
+            ([], _) => PrefixColumns::None,
+            ([path], [field]) if field.data_type() == &DataType::Utf8 => {
+                PrefixColumns::Text(path.clone())
+            }
+            ([path], [field]) if field.data_type() == &DataType::Binary => {
+                PrefixColumns::Binary(path.clone())
+            }
+            _ => {
+                let options = SortOptions {
+                    descending: false,
+                    nulls_first: true,
+                };
+                let sort_fields = (fields.iter())
+                    .map(|f| SortField::new_with_options(f.data_type().clone(), options))
+                    .collect();
+                let converter = RowConverter::new(sort_fields).map_err(|e| Error::Config {
+                    message: format!(
+                        "sort key: column(s) {:?} cannot be sorted: {e}",
+                        fields.iter().map(|f| f.name()).collect::<Vec<_>>()
+                    ),
+                })?;
+                PrefixColumns::Rows(columns, Arc::new(converter))
+            }
+        };
+        Ok(Self { prefix, time_index })
     }
 
-    /// Whether the key leads with the service column.
+    /// Whether the key leads with a service (string) column before the time: the key whose
+    /// large services get row groups of their own.
     pub fn has_service(&self) -> bool {
-        self.service_index.is_some()
+        matches!(self.prefix, PrefixColumns::Text(_)) && self.time_index.is_some()
     }
 
-    /// The key columns of a conformed batch (service as Utf8, time as Int64 nanoseconds).
+    /// The key columns of a conformed batch.
     pub fn keys(&self, batch: &RecordBatch) -> Result<BatchKeys> {
-        let services = match self.service_index {
-            Some(i) => Some(
-                batch
-                    .column(i)
-                    .as_string_opt::<i32>()
-                    .ok_or_else(|| Error::invariant("service column is not Utf8 after conforming"))?
+        let prefix = match &self.prefix {
+            PrefixColumns::None => PrefixValues::None,
+            PrefixColumns::Text(path) => PrefixValues::Text(
+                (column_at(batch, path)?.as_string_opt::<i32>())
+                    .ok_or_else(|| Error::invariant("a key column is not Utf8 after conforming"))?
                     .clone(),
+            ),
+            PrefixColumns::Binary(path) => PrefixValues::Binary(
+                (column_at(batch, path)?.as_binary_opt::<i32>())
+                    .ok_or_else(|| Error::invariant("a key column is not Binary after conforming"))?
+                    .clone(),
+            ),
+            PrefixColumns::Rows(columns, converter) => {
+                let arrays = (columns.iter())
+                    .map(|path| column_at(batch, path))
+                    .collect::<Result<Vec<_>>>()?;
+                PrefixValues::Rows(
+                    (converter.convert_columns(&arrays))
+                        .map_err(|e| Error::arrow("reading the sort key", e))?,
+                )
+            }
+        };
+        let times = match self.time_index {
+            Some(i) => Some(
+                time_nanos(batch.column(i).as_ref())
+                    .map_err(|e| Error::arrow("reading the time key", e))?,
             ),
             None => None,
         };
-        let time = batch.column(self.time_index);
-        let times = match time.data_type() {
-            DataType::Int64 => time.as_primitive::<Int64Type>().clone(),
-            _ => cast(time, &DataType::Int64)
-                .map_err(|e| Error::arrow("reading the time key", e))?
-                .as_primitive::<Int64Type>()
-                .clone(),
-        };
-        Ok(BatchKeys { services, times })
+        Ok(BatchKeys {
+            prefix,
+            times,
+            rows: batch.num_rows(),
+        })
     }
+}
+
+/// The field at `path` of a unified schema.
+fn field_at(schema: &UnifiedSchema, path: &[usize]) -> Result<FieldRef> {
+    let fields = schema.schema.fields();
+    let first = path.first().and_then(|&i| fields.get(i));
+    let mut field = Arc::clone(first.ok_or_else(|| Error::invariant("a sort key path is empty"))?);
+    for &i in &path[1..] {
+        let DataType::Struct(children) = field.data_type() else {
+            return Err(Error::invariant(
+                "a sort key path goes through a non-struct",
+            ));
+        };
+        let child = children.get(i);
+        field =
+            Arc::clone(child.ok_or_else(|| Error::invariant("a sort key path is past a struct"))?);
+    }
+    Ok(field)
+}
+
+/// The column at `path` of a batch (a top-level column, or a field inside structs), null
+/// wherever a struct holding it is.
+fn column_at(batch: &RecordBatch, path: &[usize]) -> Result<ArrayRef> {
+    let Some((&first, rest)) = path.split_first() else {
+        return Err(Error::invariant("an empty sort key path"));
+    };
+    let mut array = Arc::clone(batch.column(first));
+    for &i in rest {
+        let parent = (array.as_struct_opt())
+            .ok_or_else(|| Error::invariant("a sort key path goes through a non-struct"))?;
+        let child = parent.column(i);
+        let nulls = NullBuffer::union(parent.nulls(), child.nulls());
+        let data = (child.to_data().into_builder().nulls(nulls).build())
+            .map_err(|e| Error::arrow("reading a sort key column inside a struct", e))?;
+        array = make_array(data);
+    }
+    Ok(array)
 }
 
 impl BatchKeys {
     /// Rows in the batch.
     pub fn len(&self) -> usize {
-        self.times.len()
+        self.rows
     }
 
     /// True for an empty batch.
@@ -77,38 +201,60 @@ impl BatchKeys {
         self.len() == 0
     }
 
-    /// The service of row `i` (`None` when null or when the key is time only).
+    /// Bytes the keys hold beside the batch's own columns (the row format's).
+    pub fn extra_bytes(&self) -> u64 {
+        match &self.prefix {
+            PrefixValues::Rows(rows) => rows.size() as u64,
+            _ => 0,
+        }
+    }
+
+    /// The service of row `i`: the value of a Utf8 prefix column (`None` when null, or for
+    /// any other key).
     #[inline]
     pub fn service(&self, i: usize) -> Option<&str> {
-        self.services
-            .as_ref()
-            .and_then(|s| s.is_valid(i).then(|| s.value(i)))
+        match &self.prefix {
+            PrefixValues::Text(s) => s.is_valid(i).then(|| s.value(i)),
+            _ => None,
+        }
     }
 
-    /// The time of row `i` in nanoseconds.
+    /// The prefix of row `i`, as bytes that compare as the key does (`None` for a null
+    /// service or binary value, and for a key of time alone).
+    #[inline]
+    pub fn prefix(&self, i: usize) -> Option<&[u8]> {
+        match &self.prefix {
+            PrefixValues::None => None,
+            PrefixValues::Text(s) => s.is_valid(i).then(|| s.value(i).as_bytes()),
+            PrefixValues::Binary(b) => b.is_valid(i).then(|| b.value(i)),
+            PrefixValues::Rows(rows) => Some(rows.row(i).data()),
+        }
+    }
+
+    /// The time of row `i` in nanoseconds (0 for a key without a trailing time).
     #[inline]
     pub fn time(&self, i: usize) -> i64 {
-        self.times.value(i)
+        self.times.as_ref().map_or(0, |t| t.value(i))
     }
 
-    /// Compares row `i` of this batch with row `j` of `other` by (service, time).
+    /// Compares row `i` of this batch with row `j` of `other` by (prefix, time).
     #[inline]
     pub fn cmp_rows(&self, i: usize, other: &BatchKeys, j: usize) -> Ordering {
-        // `Option` orders `None` first: null services sort first. `str` compares bytewise.
-        self.service(i)
-            .map(str::as_bytes)
-            .cmp(&other.service(j).map(str::as_bytes))
+        // `Option` orders `None` first: null services sort first. Bytes compare bytewise.
+        self.prefix(i)
+            .cmp(&other.prefix(j))
             .then_with(|| self.time(i).cmp(&other.time(j)))
     }
 }
 
-/// A point of the partition's order: rows sort by service (a null service first, then
-/// byte-wise), then by time. The derived order is exactly that.
+/// A point of the partition's order: rows sort by prefix (see the module; a null service
+/// first, then byte-wise), then by time. The derived order is exactly that.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 pub struct KeyPoint {
-    /// The service's UTF-8 bytes; `None` is the null service, which sorts first.
+    /// The prefix's bytes (a service's UTF-8 bytes); `None` is the null service, which sorts
+    /// first.
     pub service: Option<Vec<u8>>,
     /// Unix nanoseconds.
     pub time_nanos: i64,
@@ -140,7 +286,7 @@ impl KeyRange {
         }
     }
 
-    /// Whether the key (service bytes, time) is in the range.
+    /// Whether the key (prefix bytes, time) is in the range.
     pub fn contains(&self, service: Option<&[u8]>, time_nanos: i64) -> bool {
         let cmp = |point: &KeyPoint| {
             service
@@ -154,7 +300,7 @@ impl KeyRange {
     /// The rows of `keys` in the range, as a filter mask.
     pub fn mask(&self, keys: &BatchKeys) -> BooleanArray {
         (0..keys.len())
-            .map(|i| Some(self.contains(keys.service(i).map(str::as_bytes), keys.time(i))))
+            .map(|i| Some(self.contains(keys.prefix(i), keys.time(i))))
             .collect()
     }
 }
@@ -175,6 +321,7 @@ mod tests {
             schema: Arc::clone(&schema),
             service_index: Some(0),
             time_index: 1,
+            sort_paths: vec![vec![0], vec![1]],
         };
         let batch = RecordBatch::try_new(
             schema,
@@ -191,9 +338,56 @@ mod tests {
             ],
         )
         .unwrap();
-        let keys = SortKey::new(&unified).keys(&batch).unwrap();
+        let keys = SortKey::new(&unified).unwrap().keys(&batch).unwrap();
         let mut order: Vec<usize> = (0..6).collect();
         order.sort_by(|&a, &b| keys.cmp_rows(a, &keys, b));
         assert_eq!(order, [1, 3, 2, 4, 0, 5]);
+    }
+
+    #[test]
+    fn a_key_inside_a_struct_is_null_where_its_struct_is_and_other_keys_use_the_row_format() {
+        use arrow::array::{Int32Array, StructArray};
+        let service = Arc::new(Field::new("service.name", DataType::Utf8, true));
+        let resource = StructArray::new(
+            vec![Arc::clone(&service)].into(),
+            vec![Arc::new(StringArray::from(vec!["b", "hidden", "a"])) as ArrayRef],
+            Some(NullBuffer::from(vec![true, false, true])),
+        );
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("resource", resource.data_type().clone(), true),
+            Field::new("status", DataType::Int32, true),
+            Field::new("time_unix_nano", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(resource),
+                Arc::new(Int32Array::from(vec![Some(-1), None, Some(7)])),
+                Arc::new(Int64Array::from(vec![3, 2, 1])),
+            ],
+        )
+        .unwrap();
+        let unified = |sort_paths: Vec<Vec<usize>>| UnifiedSchema {
+            schema: Arc::clone(&schema),
+            service_index: None,
+            time_index: 2,
+            sort_paths,
+        };
+        let order = |sort_paths| {
+            let keys = SortKey::new(&unified(sort_paths))
+                .unwrap()
+                .keys(&batch)
+                .unwrap();
+            let mut order: Vec<usize> = (0..3).collect();
+            order.sort_by(|&a, &b| keys.cmp_rows(a, &keys, b));
+            order
+        };
+        // The hidden service under the null resource is null: it sorts first.
+        assert_eq!(order(vec![vec![0, 0], vec![2]]), [1, 2, 0]);
+        // Integers in the row format: null first, then -1 before 7.
+        assert_eq!(order(vec![vec![1], vec![2]]), [1, 0, 2]);
+        // No trailing time: the time is a key column like the others.
+        assert_eq!(order(vec![vec![2]]), [2, 1, 0]);
+        assert_eq!(order(vec![vec![2], vec![1]]), [2, 1, 0]);
     }
 }

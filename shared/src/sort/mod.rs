@@ -105,7 +105,7 @@ impl From<Error> for SortFailure {
 /// Sorts the job's inputs into `sink`.
 pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortStats, SortFailure> {
     let started = Instant::now();
-    let key = SortKey::new(job.unified);
+    let key = SortKey::new(job.unified)?;
     let schema = &job.unified.schema;
     // Room inside B for the largest reader of an input (its pages and dictionaries), for the
     // string codes and for one decoded batch waiting for the sorter (see `decode_inputs`).
@@ -139,7 +139,8 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     }
     let mut presorted_sources = Vec::new();
     let mut counts = ServiceCounts::default();
-    let service_index = job.unified.service_index;
+    // Row groups align with services only under a (string service, time) key.
+    let service_index = job.unified.service_index.filter(|_| key.has_service());
     for (position, input) in job.inputs.iter().enumerate() {
         if is_presorted(job, position) {
             let time_column = schema.field(job.unified.time_index).name();
@@ -150,6 +151,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
             let reader = SizedBatches::open(input, share)?;
             let target = schema.clone();
             let range = job.range.cloned();
+            let key = key.clone();
             let batches = reader
                 .map(move |b| {
                     let batch = conform(&b?, &target)?;

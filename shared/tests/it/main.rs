@@ -20,6 +20,7 @@ mod query;
 mod read_plan;
 mod scratch_fit;
 mod simulation;
+mod sort_keys;
 mod sort_properties;
 mod string_codes;
 mod symlink_manifests;

@@ -105,20 +105,36 @@ fn rows_in_range(input: &CheckedInput, keys: &KeyColumns, range: &KeyRange) -> R
             .ok_or_else(|| Error::invariant("the time column went missing"))?;
         let times =
             time_nanos(time.as_ref()).map_err(|e| Error::arrow("reading the time key", e))?;
+        // A range is bounded only under a key whose prefix is the service's bytes (see
+        // `read::split`); under any other, every range is the whole key space.
         let services = match batch.column_by_name(&keys.service) {
-            Some(column) => Some(
-                cast(column, &DataType::Utf8)
+            Some(column) if keys.is_service_time() && is_bytes(column.data_type()) => Some(
+                cast(column, &DataType::Binary)
                     .map_err(|e| Error::arrow("reading the service column", e))?,
             ),
-            None => None,
+            _ => None,
         };
-        let strings = services.as_ref().map(|s| s.as_string::<i32>());
+        let bytes = services.as_ref().map(|s| s.as_binary::<i32>());
         for i in 0..batch.num_rows() {
-            let service = strings.and_then(|s| s.is_valid(i).then(|| s.value(i).as_bytes()));
+            let service = bytes.and_then(|s| s.is_valid(i).then(|| s.value(i)));
             rows += u64::from(range.contains(service, times.value(i)));
         }
     }
     Ok(rows)
+}
+
+/// Whether a column's values are strings or bytes (compared as their bytes).
+fn is_bytes(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView => true,
+        DataType::Dictionary(_, values) => is_bytes(values),
+        _ => false,
+    }
 }
 
 /// Ranged GETs of a run's selection in flight at once.

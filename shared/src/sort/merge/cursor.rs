@@ -198,7 +198,8 @@ fn next_non_empty(
             continue;
         }
         let keys = key.keys(&batch)?;
-        let charge = Charge::new(gauge, crate::gauge::batch_memory_bytes(&batch));
+        let bytes = crate::gauge::batch_memory_bytes(&batch) + keys.extra_bytes();
+        let charge = Charge::new(gauge, bytes);
         return Ok(Some((batch, keys, charge)));
     }
     Ok(None)

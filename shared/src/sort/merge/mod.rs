@@ -431,7 +431,9 @@ mod tests {
             schema: Arc::clone(&schema),
             service_index: Some(0),
             time_index: 1,
-        });
+            sort_paths: vec![vec![0], vec![1]],
+        })
+        .unwrap();
         let settings = MergeSettings {
             fan_in,
             sized_fan_in,
@@ -455,6 +457,7 @@ mod tests {
             schema: Arc::clone(&schema),
             service_index: Some(0),
             time_index: 1,
+            sort_paths: vec![vec![0], vec![1]],
         };
         let decoder = Arc::new(StringCoder::new(&unified, 0, &gauge).decoder());
         let pass_fan_in = settings.pass_fan_in(&sources);

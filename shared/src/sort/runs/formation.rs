@@ -71,6 +71,7 @@ impl Buffer {
             let before = buffered.charge.bytes();
             buffered.batch = frozen.decode_to(&buffered.batch, schema)?;
             let after = crate::gauge::batch_memory_bytes(&buffered.batch)
+                + buffered.keys.extra_bytes()
                 + SORT_BYTES_PER_ROW * buffered.batch.num_rows() as u64;
             // The strings now held are no longer text to come.
             let decoded = after.saturating_sub(before);
@@ -128,13 +129,13 @@ impl Buffer {
     }
 }
 
-/// The services of one batch in byte order, and each row's rank among them.
+/// The key prefixes (services) of one batch in byte order, and each row's rank among them.
 ///
 /// Computed once per batch (one hash lookup per row); sorting then compares integers, and
-/// the ranks of several batches are reconciled through their few distinct services.
+/// the ranks of several batches are reconciled through their few distinct prefixes.
 struct ServiceRanks {
-    /// Per row: 0 for a null service (and for a time-only key), else 1 + the service's
-    /// rank among the batch's services.
+    /// Per row: 0 for a null prefix (and for a time-only key), else 1 + the prefix's rank
+    /// among the batch's prefixes.
     row_ranks: Vec<u32>,
     /// Per rank r >= 1 (at r - 1): a row holding that service.
     representatives: Vec<u32>,
@@ -142,11 +143,11 @@ struct ServiceRanks {
 
 impl ServiceRanks {
     fn of(keys: &BatchKeys) -> Self {
-        let mut ids: hashbrown::HashMap<&str, u32> = hashbrown::HashMap::new();
+        let mut ids: hashbrown::HashMap<&[u8], u32> = hashbrown::HashMap::new();
         let mut first_rows: Vec<u32> = Vec::new();
         let mut row_ids: Vec<u32> = Vec::with_capacity(keys.len());
         for r in 0..keys.len() {
-            let id = match keys.service(r) {
+            let id = match keys.prefix(r) {
                 None => 0,
                 Some(s) => *ids.entry(s).or_insert_with(|| {
                     first_rows.push(r as u32);
@@ -155,7 +156,7 @@ impl ServiceRanks {
             };
             row_ids.push(id);
         }
-        let service = |row: u32| keys.service(row as usize).unwrap_or_default().as_bytes();
+        let service = |row: u32| keys.prefix(row as usize).unwrap_or_default();
         let mut by_name: Vec<u32> = (0..first_rows.len() as u32).collect();
         by_name.sort_unstable_by(|&a, &b| {
             service(first_rows[a as usize]).cmp(service(first_rows[b as usize]))
@@ -213,7 +214,7 @@ fn key_order(batches: &[(&BatchKeys, &ServiceRanks)], each_sorted: bool) -> Vec<
     let mut names: Vec<(&[u8], usize, usize)> = Vec::new();
     for (b, (keys, ranks)) in batches.iter().enumerate() {
         for (r, &row) in ranks.representatives.iter().enumerate() {
-            let name = keys.service(row as usize).unwrap_or_default().as_bytes();
+            let name = keys.prefix(row as usize).unwrap_or_default();
             names.push((name, b, r + 1));
         }
     }
@@ -451,8 +452,9 @@ impl<'a> RunFormation<'a> {
         if self.key.has_service() {
             ranks.count_into(&keys, &mut self.services);
         }
-        let bytes =
-            crate::gauge::batch_memory_bytes(&batch) + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
+        let bytes = crate::gauge::batch_memory_bytes(&batch)
+            + keys.extra_bytes()
+            + SORT_BYTES_PER_ROW * batch.num_rows() as u64;
         self.buffer.bytes += bytes;
         self.buffer.rows += batch.num_rows();
         self.buffer.text_bytes += text_bytes;
@@ -595,6 +597,7 @@ mod tests {
             ])),
             service_index: Some(0),
             time_index: 1,
+            sort_paths: vec![vec![0], vec![1]],
         }
     }
 
@@ -629,7 +632,7 @@ mod tests {
     }
 
     fn check(times: &dyn Fn(u64) -> i64, services: u64) {
-        let key = SortKey::new(&unified());
+        let key = SortKey::new(&unified()).unwrap();
         for seed in 1..20 {
             // One unsorted batch.
             let one = batch(500, seed, services, times);
@@ -656,7 +659,7 @@ mod tests {
 
     #[test]
     fn spills_from_the_start_only_when_told_and_gives_the_same_rows() {
-        let key = SortKey::new(&unified());
+        let key = SortKey::new(&unified()).unwrap();
         let hour = |r: u64| 1_700_000_000_000_000_000 + (r % 3_600_000) as i64 * 1_000_000;
         let batches: Vec<RecordBatch> = (1..=6).map(|i| batch(2_000, i, 5, &hour)).collect();
         let bytes: u64 = batches

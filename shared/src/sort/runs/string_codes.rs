@@ -129,14 +129,16 @@ pub struct StringCoder {
 }
 
 impl StringCoder {
-    /// A coder for the top-level string columns of `unified` other than the service column
-    /// (the sort key reads that one as text) and the string keys and values of its map
+    /// A coder for the top-level string columns of `unified` other than the sort key's
+    /// (the key reads those as text) and the string keys and values of its map
     /// columns, whose dictionaries hold at most `cap_bytes` together (an equal share each),
     /// charged to `gauge`. With `cap_bytes` 0 nothing is coded.
     pub fn new(unified: &UnifiedSchema, cap_bytes: u64, gauge: &MemoryGauge) -> Self {
         let mut parts = Vec::new();
         let fields = unified.schema.fields().iter().enumerate();
-        for (index, field) in fields.filter(|&(i, _)| Some(i) != unified.service_index) {
+        for (index, field) in
+            fields.filter(|&(i, _)| !unified.sort_paths.iter().any(|p| p[..] == [i]))
+        {
             let mut add = |part| {
                 parts.push(PartCodes {
                     index,
@@ -696,6 +698,7 @@ mod tests {
             ])),
             service_index: Some(1),
             time_index: 0,
+            sort_paths: vec![vec![1], vec![0]],
         }
     }
 
@@ -920,6 +923,7 @@ mod tests {
             ])),
             service_index: None,
             time_index: 0,
+            sort_paths: vec![vec![0]],
         };
         let mut coder = StringCoder::new(&unified, 1 << 20, &MemoryGauge::new());
         assert_eq!(coder.coded_columns().map_keys, ["attrs"]);
