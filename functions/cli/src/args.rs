@@ -48,8 +48,9 @@ pub struct StoreArgs {
     /// of any unit, INT96 included (default time_unix_nano).
     #[arg(long, env = "OURIOS_TIME_COLUMN")]
     pub time_column: Option<String>,
-    /// The columns to sort by, comma-separated, each ascending with nulls first: a string
-    /// column, then the time column (default service.name,time_unix_nano).
+    /// The columns to sort by, comma-separated, each ascending with nulls first: any number,
+    /// top-level names or struct paths (default service.name,time_unix_nano; without
+    /// --time-column, a key that does not name time_unix_nano ends with the time column).
     #[arg(long, env = "OURIOS_SORT_KEY")]
     pub sort_key: Option<String>,
     /// Columns whose row groups get a bloom filter, comma-separated; a name is a top-level

@@ -17,4 +17,5 @@ mod demo;
 mod hostile;
 mod layouts;
 mod wide;
+mod writer_lakes;
 mod writers;

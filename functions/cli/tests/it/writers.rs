@@ -7,33 +7,18 @@
 //! Needs Python with pyarrow, DuckDB and Polars (`$OURIOS_INTEROP_PYTHON`, else `python3`);
 //! without them the test fails, naming what to install.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use crate::common::{compact_json, json, run};
+use crate::common::{compact_json, interop_script, json, run};
 use serde_json::Value;
 
-fn python() -> String {
-    std::env::var("OURIOS_INTEROP_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-fn corpus_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/writer_corpus.py")
-}
-
 fn corpus(command: &str, store: &Path) -> String {
-    let out = Command::new(python())
-        .arg(corpus_script())
-        .arg(command)
-        .arg(store)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "writer_corpus.py {command} failed (it needs pyarrow, duckdb and polars: bash tests/run.sh installs them into .tools/venv):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let store = store.to_string_lossy();
+    interop_script(
+        "writer_corpus.py",
+        &[command, store.as_ref()],
+        "pyarrow, duckdb and polars",
+    )
 }
 
 #[test]
