@@ -1249,3 +1249,98 @@ async fn a_layout_without_tenants_is_planned_compacted_and_swept_by_the_hour() {
     let found: Vec<&PartitionId> = hours.iter().map(|(p, _)| p).collect();
     assert_eq!(found, [&ten, &eleven]);
 }
+
+/// Each usual writer's object, named and announced as the writer does, dispatches its hour
+/// alone under the writer's layout and input names: Vector's `<unix time>-<uuid>.parquet`
+/// (`Put`), Fluent Bit's extension-less name in a minute directory (`Put`), an OpenTelemetry
+/// pipeline's file in a Hive minute directory (EventBridge's `Object Created`), Firehose's
+/// extension-less multipart upload (`CompleteMultipartUpload`). A writer's side file is not an
+/// input and dispatches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_writers_objects_and_events_dispatch_their_hour() {
+    let notification = |name: &str, key: &str| {
+        json!({"Records": [{
+            "eventSource": "aws:s3", "eventName": format!("ObjectCreated:{name}"),
+            "s3": {"bucket": {"name": "logs-bucket"}, "object": {"key": key}}}]})
+    };
+    let eventbridge = |reason: &str, key: &str| {
+        json!({
+            "version": "0", "detail-type": "Object Created", "source": "aws.s3",
+            "detail": {"bucket": {"name": "logs-bucket"}, "object": {"key": key}, "reason": reason}
+        })
+    };
+    let ten = PartitionId::hour_only(at("2026-11-29T10:00:00Z")).expect("an hour");
+    for (layout, names, object, event) in [
+        (
+            "logs/dt=%Y%m%d/hour=%H",
+            "*.parquet",
+            "1795946700-164ea117-3d5f-4d20-9203-0ae06303173f.parquet",
+            notification(
+                "Put",
+                "logs/dt=20261129/hour=10/1795946700-164ea117-3d5f-4d20-9203-0ae06303173f.parquet",
+            ),
+        ),
+        (
+            "logs/year=%Y/month=%m/day=%d/hr=%H/min=%M",
+            "*",
+            "min=07/07-9b6584b6",
+            notification(
+                "Put",
+                "logs/year=2026/month=11/day=29/hr=10/min=07/07-9b6584b6",
+            ),
+        ),
+        (
+            "otel/year=%Y/month=%m/day=%d/hour=%H/minute=%M",
+            "*.parquet",
+            "minute=09/logs_3438029371176977260.parquet",
+            eventbridge(
+                "PutObject",
+                "otel/year=2026/month=11/day=29/hour=10/minute=09/logs_3438029371176977260.parquet",
+            ),
+        ),
+        (
+            "firehose/%Y/%m/%d/%H",
+            "*",
+            "logs-stream-1-2026-11-29-10-09-01-3c0d34d1-7ebc-43a2-9aeb-1803d4867bff",
+            notification(
+                "CompleteMultipartUpload",
+                "firehose/2026/11/29/10/logs-stream-1-2026-11-29-10-09-01-3c0d34d1-7ebc-43a2-9aeb-1803d4867bff",
+            ),
+        ),
+    ] {
+        let store = memory();
+        let layout = KeyLayout::from_template(layout)
+            .expect("layout")
+            .with_input_names(crate::partition::InputNames::parse(names).expect("input names"));
+        crate::testing::land_file(&store, &layout, &ten, object, 0, 50).await;
+        let planner = Planner {
+            layout: layout.clone(),
+            ..planner(&store)
+        };
+        // A side file of the writer's, announced the same way, is no input.
+        let side = event
+            .to_string()
+            .replace(object.rsplit('/').next().unwrap_or(object), "_SUCCESS");
+        let side = serde_json::from_str(&side).expect("an event");
+        let answer = (planner
+            .handle(parse_invocation(&side).expect("an event"), closed())
+            .await)
+            .expect("handled");
+        assert_eq!(answer.counts().dispatched, 0, "{layout:?}: {answer:?}");
+        let answer = (planner
+            .handle(parse_invocation(&event).expect("an event"), closed())
+            .await)
+            .expect("handled");
+        assert_eq!(answer.counts().dispatched, 1, "{layout:?}: {answer:?}");
+        let record = job::read_job(&store, &ten)
+            .await
+            .unwrap()
+            .unwrap()
+            .record
+            .unwrap();
+        assert_eq!(
+            (record.tenant, record.hour.as_str()),
+            (None, "2026-11-29T10")
+        );
+    }
+}
