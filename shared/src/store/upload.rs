@@ -5,8 +5,9 @@
 //! side uploads them; if the writer goes away without [`UploadWriter::finish`], the upload
 //! is aborted and nothing appears at the key.
 //!
-//! The upload starts with the first part, not before: S3 dates the object at the upload's
-//! start, so the object is no older than its bytes. An upload with a [`Hold`] writes the hold
+//! Parts are sized to the output and the function's memory ([`part_bytes_for`]). The upload
+//! starts with the first part, not before: S3 dates the object at the upload's start, so the object is no
+//! older than its bytes. An upload with a [`Hold`] writes the hold
 //! just before it starts and renews it as parts go (at most every half grace, on the job's
 //! monotonic clock): GC leaves the object alone while its hold is fresh, however long the
 //! upload takes, and the committer knows from the last renewal how long it may still commit
@@ -23,8 +24,26 @@ use tokio::sync::mpsc;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
-/// Bytes per uploaded part (S3 needs at least 5 MiB for all parts but the last).
+/// The smallest part (S3 needs at least 5 MiB for all parts but the last).
 pub const PART_BYTES: usize = 5 << 20;
+/// The parts an output is cut into when the budget lets its parts be that large (see
+/// [`part_bytes_for`]).
+const TARGET_PARTS: u64 = 64;
+/// The largest part whatever the function's memory.
+const MAX_PART_BYTES: u64 = 64 << 20;
+
+/// The part size of an upload of about `expected_bytes` by a job of decoded-row budget
+/// `budget_bytes`: a 64th of the output, at least [`PART_BYTES`], at most a 16th
+/// of the budget (an upload holds up to five parts: the one filling, one queued, one being
+/// cut, two in flight; the budget is a quarter of a function's memory) and 64 MiB. A 256 MB
+/// function (64 MiB budget) keeps 5 MiB parts; a 1,769 MB one cuts a 3 GB output into 112
+/// parts instead of 615.
+pub fn part_bytes_for(expected_bytes: u64, budget_bytes: u64) -> usize {
+    let cap = (budget_bytes / 16).clamp(PART_BYTES as u64, MAX_PART_BYTES);
+    let wanted = expected_bytes / TARGET_PARTS;
+    usize::try_from(wanted.clamp(PART_BYTES as u64, cap)).unwrap_or(PART_BYTES)
+}
+
 /// Parts uploaded concurrently.
 const PARTS_IN_FLIGHT: usize = 2;
 
@@ -103,31 +122,29 @@ pub struct UploadWriter {
     tx: mpsc::Sender<Message>,
     buffer: Vec<u8>,
     bytes: u64,
+    part_bytes: usize,
 }
 
-/// Starts a multipart upload task for `key`, held by `hold`; returns the writer end and the
-/// task handle, which resolves once the writer finishes.
+/// Starts an upload task for `key` in parts of `part_bytes` (at least [`PART_BYTES`]; see
+/// [`part_bytes_for`]), held by `hold`; returns the writer end and the task handle, which
+/// resolves once the writer finishes.
 pub fn start_upload(
     store: Arc<dyn ObjectStore>,
     key: Path,
     hold: Option<Hold>,
+    part_bytes: usize,
 ) -> (UploadWriter, tokio::task::JoinHandle<Result<Uploaded>>) {
+    let part_bytes = part_bytes.max(PART_BYTES);
     let (tx, rx) = mpsc::channel(1);
-    let task = tokio::spawn(run_upload(store, key, hold, rx));
-    (
-        UploadWriter {
-            tx,
-            buffer: Vec::with_capacity(PART_BYTES),
-            bytes: 0,
-        },
-        task,
-    )
+    let task = tokio::spawn(run_upload(store, key, hold, part_bytes, rx));
+    (UploadWriter::new(tx, part_bytes), task)
 }
 
 async fn run_upload(
     store: Arc<dyn ObjectStore>,
     key: Path,
     hold: Option<Hold>,
+    part_bytes: usize,
     mut rx: mpsc::Receiver<Message>,
 ) -> Result<Uploaded> {
     // The upload starts with the first part (or the end of an empty stream).
@@ -144,7 +161,7 @@ async fn run_upload(
         .put_multipart(&key)
         .await
         .map_err(|e| Error::store("put_multipart", &key, e))?;
-    let mut parts = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+    let mut parts = WriteMultipart::new_with_chunk_size(upload, part_bytes);
     let mut total = 0u64;
     loop {
         if let (Some(hold), Some(since)) = (&hold, held_from_ms) {
@@ -194,6 +211,15 @@ async fn run_upload(
 }
 
 impl UploadWriter {
+    fn new(tx: mpsc::Sender<Message>, part_bytes: usize) -> Self {
+        Self {
+            tx,
+            buffer: Vec::with_capacity(part_bytes),
+            bytes: 0,
+            part_bytes,
+        }
+    }
+
     fn send(&mut self, message: Message) -> std::io::Result<()> {
         self.tx
             .blocking_send(message)
@@ -212,16 +238,18 @@ impl UploadWriter {
 }
 
 impl Write for UploadWriter {
-    /// Takes what fits the part being filled, so the part's buffer never grows past
-    /// [`PART_BYTES`] (growing it would copy the part into a buffer of twice the size).
+    /// Takes what fits the part being filled, so the part's buffer never grows past its size
+    /// (growing it would copy the part into a buffer of twice the size).
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let taken = buf.len().min(PART_BYTES.saturating_sub(self.buffer.len()));
+        let taken = buf
+            .len()
+            .min(self.part_bytes.saturating_sub(self.buffer.len()));
         self.buffer.extend_from_slice(&buf[..taken]);
         self.bytes += taken as u64;
-        if self.buffer.len() >= PART_BYTES {
+        if self.buffer.len() >= self.part_bytes {
             let part = Bytes::from(std::mem::replace(
                 &mut self.buffer,
-                Vec::with_capacity(PART_BYTES),
+                Vec::with_capacity(self.part_bytes),
             ));
             self.send(Message::Part(part))?;
         }
@@ -258,11 +286,7 @@ mod tests {
             }
             parts
         });
-        let mut writer = UploadWriter {
-            tx,
-            buffer: Vec::with_capacity(PART_BYTES),
-            bytes: 0,
-        };
+        let mut writer = UploadWriter::new(tx, 7 << 20);
         let data = data();
         for piece in data.chunks(PIECE) {
             writer.write_all(piece).expect("write");
@@ -271,32 +295,55 @@ mod tests {
         drop(writer);
         let parts = receiver.join().expect("receiver");
         let sizes: Vec<usize> = parts.iter().map(Bytes::len).collect();
-        assert_eq!(sizes, [PART_BYTES, PART_BYTES, (2 << 20) + 12_345]);
+        assert_eq!(sizes, [7 << 20, (5 << 20) + 12_345]);
         assert_eq!(parts.concat(), data);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_upload_stores_every_byte_written() {
-        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-        let (mut writer, task) = start_upload(
-            Arc::clone(store.object_store()),
-            Path::from("out.parquet"),
-            None,
+    #[test]
+    fn parts_grow_with_the_output_and_the_memory() {
+        const MIB: u64 = 1 << 20;
+        let budget = |memory_mb: u64| crate::options::budget_for_function_memory(memory_mb);
+        // A small function keeps the smallest parts; so does a small output.
+        assert_eq!(part_bytes_for(3 << 30, budget(256)), PART_BYTES);
+        assert_eq!(part_bytes_for(89 * MIB, budget(1769)), PART_BYTES);
+        // A 3 GB output on a 1,769 MB function: at most a fifth of the 5 MiB parts' PUTs.
+        let part = part_bytes_for(3 << 30, budget(1769)) as u64;
+        let (parts, before) = ((3u64 << 30).div_ceil(part), (3u64 << 30).div_ceil(5 * MIB));
+        assert!(
+            parts * 5 <= before,
+            "{parts} parts of {part} bytes, {before} before"
         );
-        let expected = data();
-        let data = expected.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            for piece in data.chunks(PIECE) {
-                writer.write_all(piece).expect("write");
-            }
-            writer.finish().expect("finish")
-        })
-        .await
-        .expect("writer thread");
-        assert_eq!(written, expected.len() as u64);
-        let uploaded = task.await.expect("task").expect("upload");
-        assert_eq!((uploaded.bytes, uploaded.held_from_ms), (written, None));
-        let stored = get_bytes(&store, "out.parquet").await;
-        assert_eq!(stored.as_ref(), expected.as_slice());
+        // Never more than a 16th of the budget, nor 64 MiB.
+        assert_eq!(part, budget(1769) / 16);
+        assert_eq!(part_bytes_for(1 << 40, budget(10_240)) as u64, 64 * MIB);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_stores_every_byte_written_in_parts_of_any_size() {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+        for part_bytes in [PART_BYTES, 7 << 20] {
+            let key = format!("out-{part_bytes}.parquet");
+            let (mut writer, task) = start_upload(
+                Arc::clone(store.object_store()),
+                Path::from(key.as_str()),
+                None,
+                part_bytes,
+            );
+            let expected = data();
+            let data = expected.clone();
+            let written = tokio::task::spawn_blocking(move || {
+                for piece in data.chunks(PIECE) {
+                    writer.write_all(piece).expect("write");
+                }
+                writer.finish().expect("finish")
+            })
+            .await
+            .expect("writer thread");
+            assert_eq!(written, expected.len() as u64);
+            let uploaded = task.await.expect("task").expect("upload");
+            assert_eq!((uploaded.bytes, uploaded.held_from_ms), (written, None));
+            let stored = get_bytes(&store, &key).await;
+            assert_eq!(stored.as_ref(), expected.as_slice());
+        }
     }
 }
