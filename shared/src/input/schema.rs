@@ -263,7 +263,9 @@ fn unify_in_order(
             } else if is_time {
                 time_union(f.data_type(), f.data_type())
             } else if f.data_type() == &DataType::Null
-                && (f.name() == &keys.service || f.name() == &keys.tenant)
+                && ((f.name() == &keys.service
+                    && keys.service == crate::options::DEFAULT_SERVICE_COLUMN)
+                    || f.name() == &keys.tenant)
             {
                 DataType::Utf8
             } else {
@@ -489,6 +491,16 @@ mod tests {
         assert_eq!(
             (u.sort_paths.concat(), u.service_index),
             (vec![1, 0], Some(1))
+        );
+        // A configured key column typed Null in one file takes the others' type.
+        let keys = KeyColumns::from_settings(Some("ts"), Some("status,ts"), None).expect("keys");
+        let typed = schema(vec![("ts", ts(ms, None)), ("status", DataType::Int32)]);
+        let nulls = schema(vec![("ts", ts(ms, None)), ("status", DataType::Null)]);
+        let (u, rejected) = unify(&[("nulls", &nulls), ("typed", &typed)], &keys);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert_eq!(
+            u.expect("a union").schema.field(1).data_type(),
+            &DataType::Int32
         );
         // Today's time column stays Int64 nanoseconds whatever its inputs' type.
         let c = schema(vec![("time_unix_nano", ts(ms, None))]);
