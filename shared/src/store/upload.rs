@@ -5,12 +5,12 @@
 //! side uploads them; if the writer goes away without [`UploadWriter::finish`], the upload
 //! is aborted and nothing appears at the key.
 //!
-//! Parts are sized to the output and the function's memory ([`part_bytes_for`]). The upload
-//! starts with the first part, not before: S3 dates the object at the upload's start, so the object is no
-//! older than its bytes. An upload with a [`Hold`] writes the hold
-//! just before it starts and renews it as parts go (at most every half grace, on the job's
-//! monotonic clock): GC leaves the object alone while its hold is fresh, however long the
-//! upload takes, and the committer knows from the last renewal how long it may still commit
+//! Parts are sized to the output and the job's budget ([`part_bytes_for`]). The upload starts
+//! with the first part, not before: S3 dates the object at the upload's start, so the object
+//! is no older than its bytes. An upload with a [`Hold`] writes the hold just before it starts
+//! and renews it as parts go (at most every half grace, on the job's monotonic clock): GC
+//! leaves the object alone while its hold is fresh, however long the upload takes, and the
+//! committer knows from the last renewal how long it may still commit
 //! ([`Uploaded::held_from_ms`]).
 
 use std::io::Write;
@@ -29,7 +29,7 @@ pub const PART_BYTES: usize = 5 << 20;
 /// The parts an output is cut into when the budget lets its parts be that large (see
 /// [`part_bytes_for`]).
 const TARGET_PARTS: u64 = 64;
-/// The largest part whatever the function's memory.
+/// The largest part whatever the budget.
 const MAX_PART_BYTES: u64 = 64 << 20;
 
 /// The part size of an upload of about `expected_bytes` by a job of decoded-row budget
