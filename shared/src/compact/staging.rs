@@ -12,6 +12,7 @@ use object_store::path::Path;
 use crate::compact::job::JobContext;
 use crate::compact::state::WantedInput;
 use crate::error::{Error, Result};
+use crate::input::schema::is_time_setting_reason;
 use crate::input::{CheckedInput, StagedInput};
 use crate::object_key::ObjectKey;
 use crate::options::CompactOptions;
@@ -262,27 +263,31 @@ async fn check_inputs(
 ) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
     let partition = partition.clone();
     let keys = options.keys.clone();
-    let missing = crate::input::schema::missing_time_column(&keys);
     let budget = options.settings.budget_bytes;
     let verdicts = tokio::task::spawn_blocking(move || {
         crate::input::check_inputs(staged, &partition, &keys, budget)
     })
     .await
     .map_err(|e| Error::invariant(format!("input check task failed: {e}")))??;
-    // A time column that no input holds is a setting's mistake (a typo, another writer's
-    // name), not bad files: the job fails naming it, and nothing is quarantined.
-    let lacking: Vec<&Path> = (verdicts.iter())
-        .filter(|(_, v)| matches!(v, Err(reason) if *reason == missing))
-        .map(|(staged, _)| &staged.key)
+    // A time column that no input holds, or that every input holds with a type no time has,
+    // is a setting's mistake (a typo, another writer's name, a text column), not bad files:
+    // the job fails naming it, and nothing is quarantined.
+    let lacking: Vec<(&Path, &String)> = (verdicts.iter())
+        .filter_map(|(staged, v)| match v {
+            Err(reason) if is_time_setting_reason(reason, &options.keys) => {
+                Some((&staged.key, reason))
+            }
+            _ => None,
+        })
         .collect();
-    if let Some(first) = lacking.first()
+    if let Some((first, reason)) = lacking.first()
         && !verdicts
             .iter()
             .any(|(_, v)| matches!(v, Ok(c) if c.rows > 0))
     {
         return Err(Error::Config {
             message: format!(
-                "{missing} in all {} input(s) that hold rows (e.g. {first}): check the time \
+                "{reason} in all {} input(s) that hold rows (e.g. {first}): check the time \
                  column setting (--time-column, OURIOS_TIME_COLUMN); nothing was quarantined",
                 lacking.len()
             ),

@@ -93,6 +93,22 @@ pub fn missing_time_column(keys: &KeyColumns) -> String {
     format!("required time column {:?} is missing", keys.time)
 }
 
+/// The reason a file whose time column has a type no time has is a bad input.
+fn time_column_of_another_type(keys: &KeyColumns, found: &DataType) -> String {
+    format!(
+        "time column {:?} has type {found}; expected Int64 or UInt64 nanoseconds, or a Timestamp",
+        keys.time
+    )
+}
+
+/// Whether a file's reason for being a bad input is the time column setting's rather than
+/// the file's: the column missing, or of a type no time has. When every input that holds rows
+/// says so, the setting names the wrong column.
+pub fn is_time_setting_reason(reason: &str, keys: &KeyColumns) -> bool {
+    reason == missing_time_column(keys)
+        || reason.starts_with(&format!("time column {:?} has type ", keys.time))
+}
+
 /// Checks the key columns of one file's schema; `Err` holds the reason it is a bad input.
 pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Result<(), String> {
     let mut seen = HashMap::new();
@@ -105,11 +121,7 @@ pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Res
         .field_with_name(&keys.time)
         .map_err(|_| missing_time_column(keys))?;
     if !is_time_type(time.data_type()) {
-        return Err(format!(
-            "time column {:?} has type {}; expected Int64 or UInt64 nanoseconds, or a Timestamp",
-            keys.time,
-            time.data_type()
-        ));
+        return Err(time_column_of_another_type(keys, time.data_type()));
     }
     // Today's service column is a string; a configured key column may have any type.
     let service = (keys.service == crate::options::DEFAULT_SERVICE_COLUMN).then_some(&keys.service);

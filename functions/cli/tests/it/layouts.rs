@@ -310,22 +310,26 @@ fn the_sort_key_time_column_and_bloom_columns_are_settings() {
         args
     };
 
-    // A typo fails the job, naming the column, and quarantines nothing.
-    let typo = with(
-        "compact",
-        &["--hour", HOUR, "--time-column", "timestmap", "--json"],
-    );
-    let out = run(&typo.iter().map(String::as_str).collect::<Vec<_>>());
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.contains("timestmap") && text.contains("nothing was quarantined"),
-        "{text}"
-    );
-    assert_eq!(files_under(&hour_dir).len(), 3, "{text}");
+    // A typo, or a text column, fails the job, naming the column, and quarantines nothing.
+    for (column, says) in [("timestmap", "is missing"), ("message", "has type Utf8")] {
+        let typo = with(
+            "compact",
+            &["--hour", HOUR, "--time-column", column, "--json"],
+        );
+        let out = run(&typo.iter().map(String::as_str).collect::<Vec<_>>());
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains(column)
+                && text.contains(says)
+                && text.contains("nothing was quarantined"),
+            "{text}"
+        );
+        assert_eq!(files_under(&hour_dir).len(), 3, "{text}");
+    }
     let files = ok(&with("files", &["--hour", HOUR, "--json"])
         .iter()
         .map(String::as_str)
