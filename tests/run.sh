@@ -162,6 +162,56 @@ export CFN_LINT="${CFN_LINT:-$(command -v cfn-lint || true)}"
 "$OURIOS_INTEROP_PYTHON" -c 'import pyarrow, duckdb, polars, datafusion' 2>/dev/null ||
     missing+=("pyarrow, duckdb, polars, datafusion in $OURIOS_INTEROP_PYTHON (pins in tests/requirements.txt): set OURIOS_PYTHON to a Python that has them")
 
+# Builds the workspace's test binaries (the cargo arguments before `--`) and runs them side by
+# side, each as cargo would run it (from its package's directory) with the arguments after
+# `--`, their output printed when all have ended. `cargo test` runs them one after another, and
+# one binary's tests wait on the S3 server or on real seconds while the others' could run.
+run_test_binaries() {
+    local what="$1" cargo_args=() test_args=() binaries test_logs index status name failed i
+    local real user sys
+    shift
+    while [[ $# -gt 0 && "$1" != -- ]]; do
+        cargo_args+=("$1")
+        shift
+    done
+    [[ $# -gt 0 ]] && shift
+    test_args=("$@")
+    binaries="$(mktemp)"
+    cargo test --profile quick --workspace "${cargo_args[@]}" --no-run \
+        --message-format=json-render-diagnostics |
+        "$python" tests/test_binaries.py >"$binaries"
+    step "the test binaries side by side ($(wc -l <"$binaries") of them; $what)"
+    test_logs="$(mktemp -d)"
+    local pids=()
+    index=0
+    while IFS=$'\t' read -r name directory executable; do
+        index=$((index + 1))
+        (
+            cd "$directory"
+            status=0
+            TIMEFORMAT='%R %U %S'
+            { time "$executable" "${test_args[@]}" >"$test_logs/$index.log" 2>&1 || status=$?; } \
+                2>"$test_logs/$index.time"
+            echo "$status $name" >"$test_logs/$index.status"
+        ) &
+        pids+=($!)
+    done <"$binaries"
+    wait "${pids[@]}"
+    failed=()
+    for ((i = 1; i <= index; i++)); do
+        read -r status name <"$test_logs/$i.status"
+        read -r real user sys <"$test_logs/$i.time"
+        echo "-- $name (exit $status; ${real%.*} s, $(awk "BEGIN { printf \"%d\", $user + $sys }") s of CPU)"
+        cat "$test_logs/$i.log"
+        [[ "$status" == 0 ]] || failed+=("$name")
+    done
+    rm -rf "$test_logs" "$binaries"
+    if [[ ${#failed[@]} -gt 0 ]]; then
+        echo "failed: ${failed[*]}" >&2
+        exit 1
+    fi
+}
+
 if [[ "$mode" == quick ]]; then
     if [[ ${#missing[@]} -gt 0 ]]; then
         echo "cannot run the tests; missing:" >&2
@@ -184,40 +234,8 @@ if [[ "$mode" == quick ]]; then
     # uploads) leave the cores to the others (39 s for the in-memory suite with two, 34 with four).
     export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
     step "cargo test --profile quick --no-run (unit, property and in-memory tests; not stress_*, bench_*, tests/tests)"
-    binaries="$(mktemp)"
-    cargo test --profile quick --workspace --exclude ourios-integration-tests --no-run \
-        --message-format=json-render-diagnostics |
-        "$python" tests/test_binaries.py >"$binaries"
-    # `cargo test` runs its test binaries one after another, and the in-memory suite of
-    # shared/tests/it alone takes most of the time: the others run beside it, each as cargo
-    # would run it (from its package's directory), their output printed when all have ended.
-    step "the test binaries side by side ($(wc -l <"$binaries") of them; $OURIOS_SIM_SEEDS seeds a simulation)"
-    test_logs="$(mktemp -d)"
-    pids=()
-    index=0
-    while IFS=$'\t' read -r name directory executable; do
-        index=$((index + 1))
-        (
-            cd "$directory"
-            status=0
-            "$executable" --skip stress_ --skip bench_ "${filter[@]}" >"$test_logs/$index.log" 2>&1 || status=$?
-            echo "$status $name" >"$test_logs/$index.status"
-        ) &
-        pids+=($!)
-    done <"$binaries"
-    wait "${pids[@]}"
-    failed=()
-    for ((i = 1; i <= index; i++)); do
-        read -r status name <"$test_logs/$i.status"
-        echo "-- $name (exit $status)"
-        cat "$test_logs/$i.log"
-        [[ "$status" == 0 ]] || failed+=("$name")
-    done
-    rm -rf "$test_logs" "$binaries"
-    if [[ ${#failed[@]} -gt 0 ]]; then
-        echo "failed: ${failed[*]}" >&2
-        exit 1
-    fi
+    run_test_binaries "$OURIOS_SIM_SEEDS seeds a simulation" --exclude ourios-integration-tests -- \
+        --skip stress_ --skip bench_ "${filter[@]}"
     step "done"
     exit 0
 fi
@@ -363,7 +381,8 @@ else
     else
         step "S3 server: moto $("$python" -c 'import moto; print(moto.__version__)') on $endpoint"
         export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
-        "$python" -m moto.server -H 127.0.0.1 -p "$port" >"$server_dir/server.log" 2>&1 &
+        # moto's server with S3's atomic conditional writes (tests/s3_test_server.py).
+        "$python" tests/s3_test_server.py -H 127.0.0.1 -p "$port" >"$server_dir/server.log" 2>&1 &
         server_pid=$!
     fi
     wait_for "$endpoint/minio/health/live"
@@ -401,5 +420,5 @@ EOF
 
 # The functions' arm64 build may still run: the tests share the cores with its last crates.
 step "cargo test (profile quick)"
-cargo test --profile quick --workspace
+run_test_binaries "the S3 server at $endpoint"
 finish infra "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"

@@ -20,6 +20,7 @@ mod event_files;
 mod faulty_store;
 mod log_fixture;
 mod recording_store;
+mod seeds;
 mod store_quirks;
 mod tagged_files;
 mod virtual_store;
@@ -34,6 +35,7 @@ pub use recording_store::{
     Operation, OperationLog, RecordingStore, assert_role_covers, assert_role_permits,
     assert_role_refuses,
 };
+pub use seeds::{run_seeds, sim_seeds};
 pub use store_quirks::{
     DenyMissing, DenyMissingStore, MultipartDating, MultipartDatingStore, Refusal, Refusals,
     RefusedOutputs, RefusedOutputsStore, RefusingStore, ReversedListing, ReversedListingStore,

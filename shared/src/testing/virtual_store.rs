@@ -4,6 +4,7 @@
 //! steps.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -106,6 +107,11 @@ impl Clock for HostClock {
     fn monotonic_ms(&self) -> u64 {
         (self.store.now() - self.origin_ms) as u64
     }
+}
+
+/// The keys from `prefix` on, in order: a listing reads them until one lacks the prefix.
+fn from(prefix: &str) -> (Bound<&str>, Bound<&str>) {
+    (Bound::Included(prefix), Bound::Unbounded)
 }
 
 fn meta(key: &str, entry: &Entry) -> ObjectMeta {
@@ -250,8 +256,8 @@ impl ObjectStore for VirtualStore {
             .objects
             .lock()
             .expect("lock")
-            .iter()
-            .filter(|(k, _)| k.starts_with(&prefix))
+            .range::<str, _>(from(&prefix))
+            .take_while(|(k, _)| k.starts_with(&prefix))
             .map(|(k, e)| Ok(meta(k, e)))
             .collect();
         futures::stream::iter(listed).boxed()
@@ -261,9 +267,10 @@ impl ObjectStore for VirtualStore {
         let prefix = prefix.map(|p| format!("{p}/")).unwrap_or_default();
         let mut dirs = BTreeSet::new();
         let mut objects = Vec::new();
-        for (k, e) in self.state.objects.lock().expect("lock").iter() {
+        let objects_held = self.state.objects.lock().expect("lock");
+        for (k, e) in objects_held.range::<str, _>(from(&prefix)) {
             let Some(rest) = k.strip_prefix(&prefix) else {
-                continue;
+                break;
             };
             match rest.split_once('/') {
                 Some((dir, _)) => {

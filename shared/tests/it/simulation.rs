@@ -30,6 +30,7 @@ use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
     Fault, FaultyStore, HostClock, StoreState, VirtualStore, key as object_key, random_stream,
+    run_seeds, sim_seeds,
 };
 
 const GRACE: Duration = Duration::from_secs(60);
@@ -479,21 +480,11 @@ fn fxhash(s: &str) -> u64 {
 
 #[test]
 fn the_commit_protocol_survives_seeded_interleavings() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let seeds: Vec<u64> = match std::env::var("OURIOS_SIM_SEED") {
-        Ok(seed) => vec![seed.parse().expect("OURIOS_SIM_SEED is a number")],
-        Err(_) => {
-            let n: u64 = std::env::var("OURIOS_SIM_SEEDS")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(5000);
-            (1..=n).collect()
-        }
-    };
-    for seed in seeds {
+    run_seeds(&sim_seeds(5000), |seed| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
         runtime.block_on(Sim::new(seed).run());
-    }
+    });
 }

@@ -472,52 +472,70 @@ fn assert_peak_rss_under_with(store: &Path, tenant: &str, bound: u64, extra: &[&
 #[test]
 fn stress_shapes_stay_under_256_mib_with_a_64_mib_budget() {
     let dir = tempfile::tempdir().expect("dir");
-    // One huge input file (a single row group of about 2 million rows).
-    generate(
-        dir.path(),
-        "huge",
-        &["--files", "1", "--rows", "2000000", "--services", "40"],
-    );
-    // Many small inputs.
-    generate(
-        dir.path(),
-        "small",
-        &["--files", "1500", "--rows", "300", "--services", "40"],
-    );
-    // Wide rows: 40 attributes of 250 bytes.
-    generate(
-        dir.path(),
-        "wide",
-        &["--files", "20", "--rows", "3000", "--wide"],
-    );
-    // 200 MB of wide rows in one file: one reader holds a page and a dictionary for each of
-    // its ~50 columns, and the writer as many pages and compressors, besides the budget.
-    generate(
-        dir.path(),
-        "widefile",
-        &["--files", "1", "--rows", "175000", "--wide"],
-    );
-    for tenant in ["huge", "small", "wide", "widefile"] {
-        let report = assert_peak_rss_under(dir.path(), tenant, 256 * MIB);
+    let spilled = |tenant: &str, report: &Value| {
         assert!(
             report["runs_spilled"].as_u64().expect("runs") > 1,
             "{tenant} must spill: {report}"
         );
-    }
-    // The huge file again, its row groups grouped in blocks of 8: a block of the 8 MiB-class
-    // row groups outgrows the in-memory staging and goes to scratch.
-    generate(
-        dir.path(),
-        "huge-blocks",
-        &["--files", "1", "--rows", "2000000", "--services", "40"],
-    );
-    let report = assert_peak_rss_under_with(
-        dir.path(),
-        "huge-blocks",
-        256 * MIB,
-        &["--row-groups-per-block", "8"],
-    );
-    assert!(report["output"]["row_groups"].as_u64().expect("row groups") > 8);
+    };
+    // Two shapes at a time, each in its own process (its own peak RSS): the two huge inputs
+    // beside the three others.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // One huge input file (a single row group of about 2 million rows).
+            generate(
+                dir.path(),
+                "huge",
+                &["--files", "1", "--rows", "2000000", "--services", "40"],
+            );
+            spilled(
+                "huge",
+                &assert_peak_rss_under(dir.path(), "huge", 256 * MIB),
+            );
+            // The huge file again, its row groups grouped in blocks of 8: a block of the 8
+            // MiB-class row groups outgrows the in-memory staging and goes to scratch.
+            generate(
+                dir.path(),
+                "huge-blocks",
+                &["--files", "1", "--rows", "2000000", "--services", "40"],
+            );
+            let report = assert_peak_rss_under_with(
+                dir.path(),
+                "huge-blocks",
+                256 * MIB,
+                &["--row-groups-per-block", "8"],
+            );
+            assert!(report["output"]["row_groups"].as_u64().expect("row groups") > 8);
+        });
+        scope.spawn(|| {
+            // Many small inputs.
+            generate(
+                dir.path(),
+                "small",
+                &["--files", "1500", "--rows", "300", "--services", "40"],
+            );
+            // Wide rows: 40 attributes of 250 bytes.
+            generate(
+                dir.path(),
+                "wide",
+                &["--files", "20", "--rows", "3000", "--wide"],
+            );
+            // 200 MB of wide rows in one file: one reader holds a page and a dictionary for
+            // each of its ~50 columns, and the writer as many pages and compressors, besides
+            // the budget.
+            generate(
+                dir.path(),
+                "widefile",
+                &["--files", "1", "--rows", "175000", "--wide"],
+            );
+            for tenant in ["small", "wide", "widefile"] {
+                spilled(
+                    tenant,
+                    &assert_peak_rss_under(dir.path(), tenant, 256 * MIB),
+                );
+            }
+        });
+    });
 }
 
 #[test]

@@ -65,7 +65,7 @@ use ourios_compaction::serverless::readiness::ReadinessConfig;
 use ourios_compaction::store::Store;
 use ourios_compaction::testing::{
     HostClock, StoreState, VirtualStore, multi_thread_runtime, parquet_bytes, random_stream,
-    rows_batch,
+    rows_batch, run_seeds, sim_seeds,
 };
 
 const GRACE: Duration = Duration::from_secs(60);
@@ -1008,25 +1008,11 @@ async fn run_fan_out(
     run(task(FanOutStep::Commit, None)).await.map(drop)
 }
 
-fn seeds(default: u64) -> Vec<u64> {
-    match std::env::var("OURIOS_SIM_SEED") {
-        Ok(seed) => vec![seed.parse().expect("OURIOS_SIM_SEED is a number")],
-        Err(_) => {
-            let n: u64 = std::env::var("OURIOS_SIM_SEEDS")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(default);
-            (1..=n).collect()
-        }
-    }
-}
-
 #[test]
 fn the_real_compactor_gc_ingest_and_readers_survive_seeded_interleavings() {
-    let runtime = Arc::new(multi_thread_runtime(2));
-    for seed in seeds(200) {
-        Sim::new(seed, Arc::clone(&runtime)).run();
-    }
+    run_seeds(&sim_seeds(200), |seed| {
+        Sim::new(seed, Arc::new(multi_thread_runtime(2))).run();
+    });
 }
 
 /// The schedule depends on the seed alone: CPU timing between store operations never
