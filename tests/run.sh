@@ -200,7 +200,8 @@ run_test_binaries() {
     failed=()
     for ((i = 1; i <= index; i++)); do
         read -r status name <"$test_logs/$i.status"
-        read -r real user sys <"$test_logs/$i.time"
+        real=0 user=0 sys=0
+        read -r real user sys <"$test_logs/$i.time" || true
         echo "-- $name (exit $status; ${real%.*} s, $(awk "BEGIN { printf \"%d\", $user + $sys }") s of CPU)"
         cat "$test_logs/$i.log"
         [[ "$status" == 0 ]] || failed+=("$name")
