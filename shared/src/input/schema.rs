@@ -93,11 +93,16 @@ pub fn missing_time_column(keys: &KeyColumns) -> String {
     format!("required time column {:?} is missing", keys.time)
 }
 
+/// The start of the reason a file whose time column has a type no time has is a bad input.
+fn another_type_prefix(keys: &KeyColumns) -> String {
+    format!("time column {:?} has type ", keys.time)
+}
+
 /// The reason a file whose time column has a type no time has is a bad input.
 fn time_column_of_another_type(keys: &KeyColumns, found: &DataType) -> String {
     format!(
-        "time column {:?} has type {found}; expected Int64 or UInt64 nanoseconds, or a Timestamp",
-        keys.time
+        "{}{found}; expected Int64 or UInt64 nanoseconds, or a Timestamp",
+        another_type_prefix(keys)
     )
 }
 
@@ -105,8 +110,7 @@ fn time_column_of_another_type(keys: &KeyColumns, found: &DataType) -> String {
 /// the file's: the column missing, or of a type no time has. When every input that holds rows
 /// says so, the setting names the wrong column.
 pub fn is_time_setting_reason(reason: &str, keys: &KeyColumns) -> bool {
-    reason == missing_time_column(keys)
-        || reason.starts_with(&format!("time column {:?} has type ", keys.time))
+    reason == missing_time_column(keys) || reason.starts_with(&another_type_prefix(keys))
 }
 
 /// Checks the key columns of one file's schema; `Err` holds the reason it is a bad input.
