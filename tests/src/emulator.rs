@@ -271,6 +271,25 @@ fn build_function_binaries() -> PathBuf {
     bin_dir
 }
 
+/// The S3 test server's settings `bash tests/run.sh` exports (endpoint, region, credentials),
+/// as a function's environment needs them.
+pub fn s3_server_env() -> Vec<(String, String)> {
+    [
+        "AWS_ENDPOINT_URL",
+        "AWS_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ALLOW_HTTP",
+    ]
+    .iter()
+    .map(|key| {
+        let value = std::env::var(key)
+            .unwrap_or_else(|_| panic!("{key} is not set: run the tests with `bash tests/run.sh`"));
+        (key.to_string(), value)
+    })
+    .collect()
+}
+
 /// An `events/` payload with its bucket and keys moved under a store root `s3://bucket/root`,
 /// written to `dir`: S3 and MinIO notifications, EventBridge "Object Created" events, and
 /// function-URL requests holding a notification, each key kept in the encoding it arrives in

@@ -12,7 +12,8 @@ use ourios_compaction::partition::job_key;
 use ourios_compaction::store::{Store, StoreUrl};
 use ourios_compaction::testing::symlink_manifest;
 use ourios_integration_tests::emulator::{
-    Emulator, FUNCTIONS, event_for_store, land_announced_files, load, move_event, workspace_root,
+    Emulator, FUNCTIONS, event_for_store, land_announced_files, load, move_event, s3_server_env,
+    workspace_root,
 };
 use ourios_integration_tests::{assert_exactly_once, live_set, live_tags, s3_url, test_partition};
 use serde_json::Value;
@@ -49,17 +50,7 @@ async fn planner_and_compactor_under_cargo_lambda() {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    for key in [
-        "AWS_ENDPOINT_URL",
-        "AWS_REGION",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_ALLOW_HTTP",
-    ] {
-        let value = std::env::var(key)
-            .unwrap_or_else(|_| panic!("{key} is not set: run the tests with `bash tests/run.sh`"));
-        env.push((key.to_string(), value));
-    }
+    env.extend(s3_server_env());
     let emulator = Emulator::start("cargo-lambda-watch", &FUNCTIONS, &env, work.path());
 
     // 1. The seal events reach the planner: one job for the partition.

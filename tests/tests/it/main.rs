@@ -13,6 +13,7 @@ mod fan_out_hand_off;
 mod foreign_keys;
 mod lambda_e2e;
 mod lambda_iam;
+mod lambda_lakes;
 mod multipart_uploads;
 mod quarantine;
 mod store_conformance;
