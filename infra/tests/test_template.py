@@ -406,8 +406,10 @@ class TemplateTest(unittest.TestCase):
             for value in bad:
                 self.assertIsNone(re.fullmatch(pattern, value), f"{name} accepts {value!r}")
         variables = self.template["Globals"]["Function"]["Environment"]["Variables"]
-        for variable in ["OURIOS_TIME_COLUMN", "OURIOS_SORT_KEY", "OURIOS_BLOOM_COLUMNS"]:
+        for variable in ["OURIOS_TIME_COLUMN", "OURIOS_TIME_UNIT", "OURIOS_SORT_KEY", "OURIOS_BLOOM_COLUMNS"]:
             self.assertIn(variable, variables)
+        # The units the functions read (options::IntegerTimeUnit), and empty for the default.
+        self.assertEqual(self.template["Parameters"]["TimeUnit"]["AllowedValues"], ["", "s", "ms", "us", "ns"])
 
     def test_every_iam_statement_names_its_resources(self):
         found = 0

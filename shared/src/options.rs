@@ -29,6 +29,61 @@ pub struct KeyColumns {
     /// The sort key, in order, each column ascending with nulls first; default
     /// `[service, time]`.
     pub sort: Vec<String>,
+    /// What an integer in the time column counts (`--time-unit`, `OURIOS_TIME_UNIT`);
+    /// timestamps carry their own unit.
+    pub time_unit: IntegerTimeUnit,
+}
+
+/// The unit of an integer time column: what each integer counts since the Unix epoch
+/// (`--time-unit`, `OURIOS_TIME_UNIT`: `s`, `ms`, `us` or `ns`). Writers that turn JSON into
+/// Parquet keep epoch times as plain integers (Fluent Bit's `json_date_format epoch` gives
+/// seconds, `epoch_ms` milliseconds); a timestamp column carries its unit and ignores this.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IntegerTimeUnit {
+    /// `s`.
+    Seconds,
+    /// `ms`.
+    Milliseconds,
+    /// `us`.
+    Microseconds,
+    /// `ns`, the default (OTLP's `time_unix_nano`).
+    #[default]
+    Nanoseconds,
+}
+
+impl IntegerTimeUnit {
+    /// The unit named `s`, `ms`, `us` or `ns`.
+    pub fn parse(name: &str) -> crate::Result<Self> {
+        match name.trim() {
+            "s" => Ok(Self::Seconds),
+            "ms" => Ok(Self::Milliseconds),
+            "us" => Ok(Self::Microseconds),
+            "ns" => Ok(Self::Nanoseconds),
+            other => Err(crate::Error::Config {
+                message: format!("time unit {other:?}: one of s, ms, us or ns"),
+            }),
+        }
+    }
+
+    /// Nanoseconds in one unit.
+    pub fn nanos(self) -> i64 {
+        match self {
+            Self::Seconds => 1_000_000_000,
+            Self::Milliseconds => 1_000_000,
+            Self::Microseconds => 1_000,
+            Self::Nanoseconds => 1,
+        }
+    }
+
+    /// The unit's name, as [`IntegerTimeUnit::parse`] reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Seconds => "s",
+            Self::Milliseconds => "ms",
+            Self::Microseconds => "us",
+            Self::Nanoseconds => "ns",
+        }
+    }
 }
 
 /// The default service column.
@@ -47,6 +102,7 @@ impl Default for KeyColumns {
                 DEFAULT_SERVICE_COLUMN.to_string(),
                 DEFAULT_TIME_COLUMN.to_string(),
             ],
+            time_unit: IntegerTimeUnit::default(),
         }
     }
 }
@@ -55,14 +111,16 @@ impl KeyColumns {
     /// The key columns an operator set: the time column (`--time-column`,
     /// `OURIOS_TIME_COLUMN`), the sort key (`--sort-key`, `OURIOS_SORT_KEY`: comma-separated
     /// column names, any number, each ascending with nulls first) and the bloom columns
-    /// (`--bloom-columns`, `OURIOS_BLOOM_COLUMNS`, comma-separated). Empty values count as
-    /// unset. Without a time column set, a sort key that does not name `time_unix_nano` ends
-    /// with the time column. A key with an empty name or a column named twice is refused,
-    /// naming it.
+    /// (`--bloom-columns`, `OURIOS_BLOOM_COLUMNS`, comma-separated) and the unit of an integer
+    /// time column (`--time-unit`, `OURIOS_TIME_UNIT`). Empty values count as unset. Without a
+    /// time column set, a sort key that does not name `time_unix_nano` ends with the time
+    /// column. A key with an empty name or a column named twice is refused, naming it, as is a
+    /// unit other than nanoseconds for `time_unix_nano`.
     pub fn from_settings(
         time_column: Option<&str>,
         sort_key: Option<&str>,
         bloom_columns: Option<&str>,
+        time_unit: Option<&str>,
     ) -> crate::Result<Self> {
         let list = |v: Option<&str>| -> Option<Vec<String>> {
             let v = v.map(str::trim).filter(|v| !v.is_empty())?;
@@ -105,6 +163,15 @@ impl KeyColumns {
                 )));
             }
             keys.bloom = Some(columns);
+        }
+        if let Some(unit) = time_unit.map(str::trim).filter(|u| !u.is_empty()) {
+            keys.time_unit = IntegerTimeUnit::parse(unit)?;
+            if keys.time_in_nanos() && keys.time_unit != IntegerTimeUnit::Nanoseconds {
+                return Err(bad(format!(
+                    "time unit {unit:?}: {DEFAULT_TIME_COLUMN} counts nanoseconds; name the \
+                     time column the unit is for (--time-column)"
+                )));
+            }
         }
         Ok(keys)
     }
@@ -403,11 +470,11 @@ mod tests {
     #[test]
     fn key_columns_are_settings_and_a_key_has_any_number_of_columns() {
         assert_eq!(
-            KeyColumns::from_settings(None, Some(""), Some(" ")).expect("unset"),
+            KeyColumns::from_settings(None, Some(""), Some(" "), None).expect("unset"),
             KeyColumns::default()
         );
         let vector =
-            KeyColumns::from_settings(None, Some("host, timestamp"), Some("host,trace_id"))
+            KeyColumns::from_settings(None, Some("host, timestamp"), Some("host,trace_id"), None)
                 .expect("Vector's keys");
         assert_eq!(
             (vector.service.as_str(), vector.time.as_str()),
@@ -415,12 +482,14 @@ mod tests {
         );
         assert_eq!(vector.bloom_columns(), ["host", "trace_id"]);
         assert_eq!(KeyColumns::default().bloom_columns(), ["service.name"]);
-        let time_only = KeyColumns::from_settings(Some("ts"), None, None).expect("a time column");
+        let time_only =
+            KeyColumns::from_settings(Some("ts"), None, None, None).expect("a time column");
         assert_eq!(
             (time_only.service.as_str(), time_only.time.as_str()),
             ("service.name", "ts")
         );
-        let both = KeyColumns::from_settings(Some("ts"), Some("host,ts"), None).expect("both");
+        let both =
+            KeyColumns::from_settings(Some("ts"), Some("host,ts"), None, None).expect("both");
         assert_eq!((both.service.as_str(), both.time.as_str()), ("host", "ts"));
         let config = crate::settings::fixed_lookup(&[
             ("OURIOS_TIME_COLUMN", "timestamp"),
@@ -432,7 +501,7 @@ mod tests {
         assert_eq!(CompactOptions::with_settings(settings).keys.service, "host");
         // Any number of columns; the time column is the key's last unless the key names
         // `time_unix_nano` or the time column is set.
-        let three = KeyColumns::from_settings(None, Some("host,status,timestamp"), None)
+        let three = KeyColumns::from_settings(None, Some("host,status,timestamp"), None, None)
             .expect("three columns");
         assert_eq!(three.sort, ["host", "status", "timestamp"]);
         assert_eq!(
@@ -440,11 +509,12 @@ mod tests {
             ("host", "timestamp")
         );
         assert!(!three.is_service_time());
-        let no_time = KeyColumns::from_settings(Some("ts"), Some("host,status,trace_id"), None)
-            .expect("a key without the time");
+        let no_time =
+            KeyColumns::from_settings(Some("ts"), Some("host,status,trace_id"), None, None)
+                .expect("a key without the time");
         assert_eq!((no_time.time.as_str(), no_time.sort.len()), ("ts", 3));
         let default_time =
-            KeyColumns::from_settings(None, Some("time_unix_nano,host"), None).expect("keys");
+            KeyColumns::from_settings(None, Some("time_unix_nano,host"), None, None).expect("keys");
         assert_eq!(default_time.time, "time_unix_nano");
         assert_eq!(default_time.service, "host");
         assert!(KeyColumns::default().is_service_time() && both.is_service_time());
@@ -458,12 +528,38 @@ mod tests {
             "service.name ASC NULLS FIRST, time_unix_nano ASC"
         );
         for (time, key, says) in [(None, "a,,b", "empty"), (None, "ts,a,ts", "twice")] {
-            let e = KeyColumns::from_settings(time, Some(key), None).unwrap_err();
+            let e = KeyColumns::from_settings(time, Some(key), None, None).unwrap_err();
             assert!(
                 e.to_string().contains(says) && e.to_string().contains(key),
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn an_integer_time_unit_is_named_and_refused_for_nanosecond_columns() {
+        let seconds = KeyColumns::from_settings(Some("date"), None, None, Some(" s ")).expect("s");
+        assert_eq!(seconds.time_unit, IntegerTimeUnit::Seconds);
+        assert_eq!(seconds.time_unit.nanos(), 1_000_000_000);
+        for name in ["s", "ms", "us", "ns"] {
+            let unit = IntegerTimeUnit::parse(name).expect("a unit");
+            assert_eq!(unit.name(), name);
+        }
+        let unset = KeyColumns::from_settings(Some("date"), None, None, Some("")).expect("unset");
+        assert_eq!(unset.time_unit, IntegerTimeUnit::Nanoseconds);
+        let bad = IntegerTimeUnit::parse("sec").unwrap_err().to_string();
+        assert!(
+            bad.contains("\"sec\"") && bad.contains("s, ms, us or ns"),
+            "{bad}"
+        );
+        let refused = KeyColumns::from_settings(None, None, None, Some("ms")).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("time_unix_nano counts nanoseconds"),
+            "{refused}"
+        );
+        assert!(KeyColumns::from_settings(None, None, None, Some("ns")).is_ok());
     }
 
     #[test]

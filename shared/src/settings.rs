@@ -140,8 +140,9 @@ pub struct CompactSettings {
     /// (freed pages below it stay for reuse instead of being faulted in again); else `None`,
     /// every half budget of merged rows.
     pub release_memory_above_bytes: Option<u64>,
-    /// The time column, the sort key and the bloom columns (`OURIOS_TIME_COLUMN`,
-    /// `OURIOS_SORT_KEY`, `OURIOS_BLOOM_COLUMNS`; [`KeyColumns::from_settings`]).
+    /// The time column, the sort key, the bloom columns and an integer time's unit
+    /// (`OURIOS_TIME_COLUMN`, `OURIOS_SORT_KEY`, `OURIOS_BLOOM_COLUMNS`, `OURIOS_TIME_UNIT`;
+    /// [`KeyColumns::from_settings`]).
     pub keys: KeyColumns,
 }
 
@@ -216,6 +217,7 @@ impl CompactSettings {
                 lookup("OURIOS_TIME_COLUMN").as_deref(),
                 lookup("OURIOS_SORT_KEY").as_deref(),
                 lookup("OURIOS_BLOOM_COLUMNS").as_deref(),
+                lookup("OURIOS_TIME_UNIT").as_deref(),
             )?,
         })
     }

@@ -15,8 +15,9 @@ The lakes follow each writer's documented layout and schema:
   `<unix time>-<uuid>.parquet`): a `timestamp`, `host`, `message`, and fields that drift
   between batches (`status` in some files only, `trace_id` as hex text).
 - Fluent Bit's `out_s3` (keys down to the minute, object names without an extension; its
-  time key `date`; records from its Kubernetes filter with a `kubernetes` map of pod,
-  namespace and container).
+  JSON lines typed by Arrow's JSON reader as its Parquet compression does, so its time key
+  `date` is an integer of seconds under `json_date_format epoch`; records from its Kubernetes
+  filter with a `kubernetes` object of pod, namespace and container).
 - OpenTelemetry logs converted to Parquet beside the collector's `awss3` exporter (its
   default `s3_partition_format` `year=%Y/month=%m/day=%d/hour=%H/minute=%M`): OTLP's
   `time_unix_nano` as unsigned 64-bit integers, 16-byte `trace_id`, the service inside the
@@ -33,6 +34,7 @@ Int64 nanoseconds for `time_unix_nano`). Exits non-zero on the first mismatch.
 """
 
 import datetime as dt
+import io
 import json
 import random
 import sys
@@ -40,6 +42,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 HOUR = dt.datetime(2026, 11, 29, 10, tzinfo=dt.timezone.utc)
@@ -61,11 +64,12 @@ LAKES = {
         "flags": [
             "--input-names", "*",
             "--sort-key", "kubernetes.namespace_name,date",
+            "--time-unit", "s",
             "--bloom-columns", "kubernetes.pod_name",
         ],
         "sort": ["kubernetes.namespace_name", "date"],
         "time": "date",
-        "time_type": pa.timestamp("ms", tz="UTC"),
+        "time_type": pa.int64(),
         "id": "log",
     },
     "otel": {
@@ -124,21 +128,20 @@ def vector_file(rng, i):
 
 
 def fluentbit_file(rng, i):
-    times = instants(rng, ROWS)
-    pods = [(f"ns-{rng.randrange(3)}", f"pod-{rng.randrange(4, 500) if r else 3}") for r in range(ROWS)]
-    kubernetes = pa.array(
-        [
-            None if rng.randrange(10) == 0 else {"namespace_name": ns, "pod_name": pod, "container_name": "app"}
-            for ns, pod in pods
-        ],
-        pa.struct([("namespace_name", pa.string()), ("pod_name", pa.string()), ("container_name", pa.string())]),
-    )
-    table = pa.table({
-        "date": pa.array(times, pa.timestamp("ms", tz="UTC")),
-        "log": [f"fluentbit file {i} line {r}" for r in range(ROWS)],
-        "stream": [rng.choice(["stdout", "stderr"]) for _ in range(ROWS)],
-        "kubernetes": kubernetes,
-    })
+    # Fluent Bit turns its JSON lines into Parquet with Arrow's JSON reader and its default
+    # options (src/aws/compression/arrow/compress.c), which pyarrow.json is: the types are
+    # inferred. With `json_date_format epoch` its time key is an integer of seconds.
+    lines = []
+    for r, t in enumerate(instants(rng, ROWS)):
+        ns, pod = f"ns-{rng.randrange(3)}", f"pod-{rng.randrange(4, 500) if r else 3}"
+        lines.append(json.dumps({
+            "date": int(t.timestamp()),
+            "log": f"fluentbit file {i} line {r}",
+            "stream": rng.choice(["stdout", "stderr"]),
+            "kubernetes": None if rng.randrange(10) == 0 else
+            {"namespace_name": ns, "pod_name": pod, "container_name": "app"},
+        }))
+    table = pa_json.read_json(io.BytesIO("\n".join(lines).encode()))
     # Keys down to the minute (the first file in the hour's own directory), no extension.
     minute = None if i == 0 else i * 7
     return f"{i * 7:02d}-{rng.getrandbits(32):08x}", minute, table

@@ -44,10 +44,14 @@ pub struct StoreArgs {
     /// *.parquet; * for writers that add no extension). Names starting with _ or . never are.
     #[arg(long, env = "OURIOS_INPUT_NAMES")]
     pub input_names: Option<String>,
-    /// The column that must lie inside the hour: Int64 or UInt64 nanoseconds, or a timestamp
-    /// of any unit, INT96 included (default time_unix_nano).
+    /// The column that must lie inside the hour: Int64 or UInt64 nanoseconds (or the unit of
+    /// --time-unit), or a timestamp of any unit, INT96 included (default time_unix_nano).
     #[arg(long, env = "OURIOS_TIME_COLUMN")]
     pub time_column: Option<String>,
+    /// What an integer time column counts since the epoch: s, ms, us or ns (default ns;
+    /// timestamps carry their own unit).
+    #[arg(long, env = "OURIOS_TIME_UNIT")]
+    pub time_unit: Option<String>,
     /// The columns to sort by, comma-separated, each ascending with nulls first: any number,
     /// top-level names or struct paths (default service.name,time_unix_nano; without
     /// --time-column, a key that does not name time_unix_nano ends with the time column).
@@ -66,6 +70,7 @@ impl StoreArgs {
             self.time_column.as_deref(),
             self.sort_key.as_deref(),
             self.bloom_columns.as_deref(),
+            self.time_unit.as_deref(),
         )
     }
 

@@ -239,6 +239,7 @@ fn options_follow_the_settings_and_the_deadline() {
                 Some("timestamp"),
                 Some("host,timestamp"),
                 Some("trace_id"),
+                Some("ms"),
             )
             .expect("key columns"),
         },

@@ -269,9 +269,10 @@ async fn check_inputs(
     })
     .await
     .map_err(|e| Error::invariant(format!("input check task failed: {e}")))??;
-    // A time column that no input holds, or that every input holds with a type no time has,
-    // is a setting's mistake (a typo, another writer's name, a text column), not bad files:
-    // the job fails naming it, and nothing is quarantined.
+    // A time column that no input holds, that every input holds with a type no time has, or
+    // whose integers every input counts in another unit, is a setting's mistake (a typo,
+    // another writer's name, a text column, seconds read as nanoseconds), not bad files: the
+    // job fails naming it, and nothing is quarantined.
     let lacking: Vec<(&Path, &String)> = (verdicts.iter())
         .filter_map(|(staged, v)| match v {
             Err(reason) if is_time_setting_reason(reason, &options.keys) => {
@@ -288,7 +289,8 @@ async fn check_inputs(
         return Err(Error::Config {
             message: format!(
                 "{reason} in all {} input(s) that hold rows (e.g. {first}): check the time \
-                 column setting (--time-column, OURIOS_TIME_COLUMN); nothing was quarantined",
+                 column settings (--time-column, --time-unit, OURIOS_TIME_COLUMN, \
+                 OURIOS_TIME_UNIT); nothing was quarantined",
                 lacking.len()
             ),
         });

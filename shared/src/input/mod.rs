@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::input::page_check::{PageFacts, check_footer_size, check_pages, check_row_counts};
 use crate::input::schema::{check_key_columns, map_with_child_types};
 use crate::input::type_union::time_nanos;
-use crate::options::{KeyColumns, SORT_KEY_METADATA};
+use crate::options::{IntegerTimeUnit, KeyColumns, SORT_KEY_METADATA};
 use crate::partition::PartitionId;
 use crate::two_threads::{on_two_threads, two_cores};
 
@@ -341,9 +341,14 @@ fn validate_rows(
     row_base: u64,
 ) -> std::result::Result<(), String> {
     if let Some(time) = batch.column_by_name(&keys.time) {
-        let values = time_nanos(time.as_ref()).map_err(|e| {
+        let values = time_nanos(time.as_ref(), keys.time_unit).map_err(|e| {
+            let hint = (0..time.len())
+                .find(|&i| time.is_valid(i))
+                .and_then(|i| unit_that_fits(time, i, keys.time_unit, start..end))
+                .map(schema::another_unit_hint)
+                .unwrap_or_default();
             format!(
-                "{}: {e}, outside the partition's hour {} (UTC)",
+                "{}: {e}, outside the partition's hour {} (UTC){hint}",
                 keys.time,
                 partition.hour_label()
             )
@@ -359,11 +364,14 @@ fn validate_rows(
             let t = values.value(i);
             if values.is_null(i) || t < start || t >= end {
                 return Err(format!(
-                    "row {}: {} = {} is outside the partition's hour {} (UTC)",
+                    "row {}: {} = {} is outside the partition's hour {} (UTC){}",
                     row_base + i as u64,
                     keys.time,
                     describe_time(time, i, t),
-                    partition.hour_label()
+                    partition.hour_label(),
+                    unit_that_fits(time, i, keys.time_unit, start..end)
+                        .map(schema::another_unit_hint)
+                        .unwrap_or_default()
                 ));
             }
         }
@@ -385,6 +393,36 @@ fn validate_rows(
         }
     }
     Ok(())
+}
+
+/// For an integer time column, the unit other than `configured` that puts row `i` in `hour`
+/// (Unix nanoseconds), if one does: a unit setting's mistake rather than a bad file.
+fn unit_that_fits(
+    time: &dyn Array,
+    i: usize,
+    configured: IntegerTimeUnit,
+    hour: std::ops::Range<i64>,
+) -> Option<IntegerTimeUnit> {
+    let value = match time.data_type() {
+        DataType::Int64 => time.as_primitive::<arrow::datatypes::Int64Type>().value(i),
+        DataType::UInt64 => {
+            i64::try_from(time.as_primitive::<arrow::datatypes::UInt64Type>().value(i)).ok()?
+        }
+        _ => return None,
+    };
+    [
+        IntegerTimeUnit::Seconds,
+        IntegerTimeUnit::Milliseconds,
+        IntegerTimeUnit::Microseconds,
+        IntegerTimeUnit::Nanoseconds,
+    ]
+    .into_iter()
+    .filter(|&unit| unit != configured)
+    .find(|unit| {
+        value
+            .checked_mul(unit.nanos())
+            .is_some_and(|nanos| hour.contains(&nanos))
+    })
 }
 
 /// Row `i` of a time column as its type shows it, else (a zone named without the time zone

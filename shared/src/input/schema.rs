@@ -16,7 +16,7 @@ use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::input::type_union::{canonical_type, conform_array, union_type};
-use crate::options::KeyColumns;
+use crate::options::{IntegerTimeUnit, KeyColumns};
 
 /// The canonical output schema and where the key columns are in it.
 #[derive(Debug, Clone)]
@@ -27,6 +27,8 @@ pub struct UnifiedSchema {
     pub service_index: Option<usize>,
     /// Index of the time column.
     pub time_index: usize,
+    /// What the time column's integers count, when they are integers.
+    pub time_unit: IntegerTimeUnit,
     /// Where the sort key's columns that some input has are, in key order: a top-level
     /// column's index, or the indexes of a path into structs.
     pub sort_paths: Vec<Vec<usize>>,
@@ -106,11 +108,26 @@ fn time_column_of_another_type(keys: &KeyColumns, found: &DataType) -> String {
     )
 }
 
-/// Whether a file's reason for being a bad input is the time column setting's rather than
-/// the file's: the column missing, or of a type no time has. When every input that holds rows
-/// says so, the setting names the wrong column.
+/// How the reason for an integer time outside the hour ends when another unit would put it
+/// inside (see [`another_unit_hint`]).
+const TIME_UNIT_HINT_END: &str = "check the time unit setting (--time-unit, OURIOS_TIME_UNIT)";
+
+/// The end of the reason for an integer time outside the hour that counted in `unit` lies
+/// inside it.
+pub fn another_unit_hint(unit: IntegerTimeUnit) -> String {
+    format!(
+        "; counted in {} it lies inside: {TIME_UNIT_HINT_END}",
+        unit.name()
+    )
+}
+
+/// Whether a file's reason for being a bad input is the time column settings' rather than
+/// the file's: the column missing, of a type no time has, or integers that lie in the hour in
+/// another unit. When every input that holds rows says so, a setting is wrong.
 pub fn is_time_setting_reason(reason: &str, keys: &KeyColumns) -> bool {
-    reason == missing_time_column(keys) || reason.starts_with(&another_type_prefix(keys))
+    reason == missing_time_column(keys)
+        || reason.starts_with(&another_type_prefix(keys))
+        || reason.ends_with(TIME_UNIT_HINT_END)
 }
 
 /// Checks the key columns of one file's schema; `Err` holds the reason it is a bad input.
@@ -290,6 +307,24 @@ fn unify_in_order(
             match by_name.get(f.name()) {
                 Some((i, earlier)) => {
                     let have = fields[*i].data_type();
+                    let integer = |t: &DataType| matches!(t, DataType::Int64 | DataType::UInt64);
+                    if is_time
+                        && keys.time_unit != IntegerTimeUnit::Nanoseconds
+                        && integer(have) != integer(&t)
+                    {
+                        // Integers in another unit are kept as they are, so they cannot join
+                        // timestamps in one column.
+                        let reason = format!(
+                            "time column {:?} has type {} here but {} in input {earlier}, and \
+                             integers counting {} are not mixed with timestamps{PRECEDENCE}",
+                            f.name(),
+                            f.data_type(),
+                            have,
+                            keys.time_unit.name(),
+                        );
+                        rejected.push(SchemaRejection { position, reason });
+                        continue 'files;
+                    }
                     let union = if is_time {
                         Ok(time_union(have, &t))
                     } else {
@@ -372,6 +407,7 @@ fn unify_in_order(
     let unified = UnifiedSchema {
         schema: Arc::new(Schema::new(fields)),
         service_index,
+        time_unit: keys.time_unit,
         time_index,
         sort_paths,
     };
@@ -495,7 +531,7 @@ mod tests {
             assert_eq!(time_union(&have, &found), union, "{have} with {found}");
             assert_eq!(time_union(&found, &have), union, "{found} with {have}");
         }
-        let keys = KeyColumns::from_settings(None, Some("host,ts"), None).expect("keys");
+        let keys = KeyColumns::from_settings(None, Some("host,ts"), None, None).expect("keys");
         let a = schema(vec![("ts", ts(ms, Some("UTC"))), ("host", DataType::Utf8)]);
         let b = schema(vec![("ts", ts(us, Some("UTC"))), ("host", DataType::Utf8)]);
         let c = schema(vec![("ts", DataType::Int64), ("host", DataType::Int64)]);
@@ -508,8 +544,26 @@ mod tests {
             (u.sort_paths.concat(), u.service_index),
             (vec![1, 0], Some(1))
         );
+        // Integers counting seconds keep their type, so they cannot join timestamps: the
+        // later file is rejected, naming the unit; in nanoseconds they convert.
+        let seconds =
+            KeyColumns::from_settings(Some("ts"), None, None, Some("s")).expect("seconds");
+        let ints = schema(vec![("ts", DataType::Int64)]);
+        let stamps = schema(vec![("ts", ts(ms, Some("UTC")))]);
+        let (u, rejected) = unify(&[("ints", &ints), ("stamps", &stamps)], &seconds);
+        assert_eq!(u.expect("a union").time_unit, IntegerTimeUnit::Seconds);
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert!(
+            rejected[0].reason.contains("integers counting s")
+                && rejected[0].reason.contains("input ints"),
+            "{rejected:?}"
+        );
+        let nanos = KeyColumns::from_settings(Some("ts"), None, None, None).expect("nanos");
+        let (_, rejected) = unify(&[("ints", &ints), ("stamps", &stamps)], &nanos);
+        assert!(rejected.is_empty(), "{rejected:?}");
         // A configured key column typed Null in one file takes the others' type.
-        let keys = KeyColumns::from_settings(Some("ts"), Some("status,ts"), None).expect("keys");
+        let keys =
+            KeyColumns::from_settings(Some("ts"), Some("status,ts"), None, None).expect("keys");
         let typed = schema(vec![("ts", ts(ms, None)), ("status", DataType::Int32)]);
         let nulls = schema(vec![("ts", ts(ms, None)), ("status", DataType::Null)]);
         let (u, rejected) = unify(&[("nulls", &nulls), ("typed", &typed)], &keys);
@@ -526,7 +580,7 @@ mod tests {
         let nanos: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![1_500_000_000]));
         let conformed = conform_array(&nanos, &ts(ns, Some("UTC"))).expect("conforms");
         assert_eq!(
-            crate::input::type_union::time_nanos(conformed.as_ref())
+            crate::input::type_union::time_nanos(conformed.as_ref(), IntegerTimeUnit::Nanoseconds)
                 .expect("nanoseconds")
                 .value(0),
             1_500_000_000

@@ -27,6 +27,7 @@
 
 use std::sync::Arc;
 
+use crate::options::IntegerTimeUnit;
 use arrow::array::{
     Array, ArrayRef, AsArray, FixedSizeListArray, Int64Array, ListArray, MapArray, StructArray,
     make_array, new_null_array,
@@ -271,11 +272,13 @@ pub fn conform_array(array: &ArrayRef, target: &DataType) -> Result<ArrayRef, Ar
             }
             cast_with_options(array, target, &options)
         }
-        (DataType::Timestamp(_, _), DataType::Int64) => Ok(Arc::new(time_nanos(array)?)),
+        (DataType::Timestamp(_, _), DataType::Int64) => {
+            Ok(Arc::new(time_nanos(array, IntegerTimeUnit::Nanoseconds)?))
+        }
         // Integer nanoseconds beside timestamps in a configured time column (see
         // `time_union`): the same instants, in the union's unit and zone.
         (DataType::Int64 | DataType::UInt64, DataType::Timestamp(_, zone)) => {
-            let nanos = time_nanos(array)?;
+            let nanos = time_nanos(array, IntegerTimeUnit::Nanoseconds)?;
             let plain = DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, zone.clone());
             let data = nanos.to_data().into_builder().data_type(plain).build()?;
             conform_array(&make_array(data), target)
@@ -417,10 +420,13 @@ fn conform_map(array: &ArrayRef, entries: &FieldRef, sorted: bool) -> Result<Arr
     Ok(Arc::new(map))
 }
 
-/// Nanoseconds since the epoch of a time column of any accepted type (`Int64`, `UInt64`,
-/// `Timestamp` of any unit and zone). A value beyond the `Int64` nanosecond range is an
-/// error naming it.
-pub fn time_nanos(array: &dyn Array) -> Result<Int64Array, ArrowError> {
+/// Nanoseconds since the epoch of a time column of any accepted type (`Int64` and `UInt64`
+/// counting `integer_unit`, `Timestamp` of any unit and zone). A value beyond the `Int64`
+/// nanosecond range is an error naming it.
+pub fn time_nanos(
+    array: &dyn Array,
+    integer_unit: IntegerTimeUnit,
+) -> Result<Int64Array, ArrowError> {
     use arrow::datatypes::{
         TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
         TimestampSecondType, UInt64Type,
@@ -449,8 +455,16 @@ pub fn time_nanos(array: &dyn Array) -> Result<Int64Array, ArrowError> {
         }
         Ok(Int64Array::new(out.into(), values.nulls().cloned()))
     }
+    let factor = integer_unit.nanos();
     match array.data_type() {
-        DataType::Int64 => Ok(array.as_primitive::<arrow::datatypes::Int64Type>().clone()),
+        DataType::Int64 if factor == 1 => {
+            Ok(array.as_primitive::<arrow::datatypes::Int64Type>().clone())
+        }
+        DataType::Int64 => scaled::<arrow::datatypes::Int64Type>(array, factor, overflow),
+        DataType::UInt64 if factor != 1 => {
+            let signed = time_nanos(array, IntegerTimeUnit::Nanoseconds)?;
+            scaled::<arrow::datatypes::Int64Type>(&signed, factor, overflow)
+        }
         DataType::UInt64 => {
             let values = array.as_primitive::<UInt64Type>();
             let mut out = Vec::with_capacity(values.len());
@@ -627,7 +641,20 @@ mod tests {
         let huge = UInt64Array::from(vec![u64::MAX]);
         assert!(conform_array(&(Arc::new(huge) as ArrayRef), &DataType::Int64).is_err());
         let too_far = arrow::array::TimestampSecondArray::from(vec![i64::MAX / 2]);
-        assert!(time_nanos(&too_far).is_err());
+        assert!(time_nanos(&too_far, IntegerTimeUnit::Nanoseconds).is_err());
+        // Integers count their unit; timestamps keep theirs whatever it is.
+        let seconds = Int64Array::from(vec![Some(1_795_946_400), None]);
+        let nanos = time_nanos(&seconds, IntegerTimeUnit::Seconds).expect("in range");
+        assert_eq!(nanos.value(0), 1_795_946_400_000_000_000);
+        assert!(nanos.is_null(1));
+        let millis = UInt64Array::from(vec![1_795_946_400_000u64]);
+        let nanos = time_nanos(&millis, IntegerTimeUnit::Milliseconds).expect("in range");
+        assert_eq!(nanos.value(0), 1_795_946_400_000_000_000);
+        let stamped = TimestampMicrosecondArray::from(vec![1_795_946_400_000_000]);
+        let nanos = time_nanos(&stamped, IntegerTimeUnit::Seconds).expect("in range");
+        assert_eq!(nanos.value(0), 1_795_946_400_000_000_000);
+        let millis_as_seconds = Int64Array::from(vec![1_795_946_400_000]);
+        assert!(time_nanos(&millis_as_seconds, IntegerTimeUnit::Seconds).is_err());
     }
 
     // --- the property: random schemas mixing the type families -----------------------------
@@ -862,7 +889,8 @@ mod tests {
                 )
             }
             DataType::Timestamp(_, _) => {
-                Value::Nanos(time_nanos(&array.slice(row, 1)).expect("nanos").value(0))
+                let one = time_nanos(&array.slice(row, 1), IntegerTimeUnit::Nanoseconds);
+                Value::Nanos(one.expect("nanos").value(0))
             }
             t if t.is_integer() => {
                 let i = cast(&array.slice(row, 1), &DataType::Int64).expect("int");

@@ -22,7 +22,7 @@ use parquet::schema::types::SchemaDescriptor;
 use crate::error::{Error, Result};
 use crate::input::page_check::{check_schema_nesting, footer_range};
 use crate::options::KeyColumns;
-use crate::read::prune::{leaf_column_index, service_bounds, time_bounds};
+use crate::read::prune::{leaf_column_index, service_bounds, time_bounds, time_leaf};
 use crate::store::Store;
 
 /// What the footer of one Parquet file says.
@@ -222,11 +222,14 @@ fn summarise_row_group(
     let schema = metadata.file_metadata().schema_descr();
     let rg = metadata.row_group(index);
     let service = leaf_column_index(schema, &keys.service);
-    let time = leaf_column_index(schema, &keys.time);
+    let time = time_leaf(schema, keys);
     let service_range = service.and_then(|i| service_bounds(rg.column(i)));
     let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    let time_range = time.and_then(|i| time_bounds(rg.column(i)));
-    let key_columns: Vec<usize> = [service, time].into_iter().flatten().collect();
+    let time_range = time.and_then(|t| time_bounds(rg.column(t.index), t.unit));
+    let key_columns: Vec<usize> = [service, time.map(|t| t.index)]
+        .into_iter()
+        .flatten()
+        .collect();
     let page_index = metadata.page_index();
     let column_index = !key_columns.is_empty()
         && key_columns.iter().all(|&c| {

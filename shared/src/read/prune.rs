@@ -9,7 +9,7 @@ use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData, RowGroupMeta
 use parquet::file::statistics::Statistics;
 use parquet::schema::types::SchemaDescriptor;
 
-use crate::options::KeyColumns;
+use crate::options::{IntegerTimeUnit, KeyColumns};
 
 /// A query for the rows of one service (or all services) in a time window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub fn count_row_groups(
     predicate: &WindowPredicate,
 ) -> PruneCount {
     let schema = metadata.file_metadata().schema_descr();
-    let time = leaf_column_index(schema, &keys.time);
+    let time = time_leaf(schema, keys);
     let service = leaf_column_index(schema, &keys.service);
     let row_groups = metadata.row_groups();
     PruneCount {
@@ -53,11 +53,11 @@ pub fn count_row_groups(
 /// True unless the row group's statistics prove that no row matches.
 pub(crate) fn may_match(
     row_group: &RowGroupMetaData,
-    time: Option<usize>,
+    time: Option<TimeLeaf>,
     service: Option<usize>,
     predicate: &WindowPredicate,
 ) -> bool {
-    let time_bounds = time.and_then(|i| time_bounds(row_group.column(i)));
+    let time_bounds = time.and_then(|t| time_bounds(row_group.column(t.index), t.unit));
     if let Some((min, max)) = time_bounds
         && (max < predicate.from_nanos || min >= predicate.to_nanos)
     {
@@ -89,9 +89,30 @@ pub(crate) fn leaf_column_index(schema: &SchemaDescriptor, name: &str) -> Option
     })
 }
 
-/// The chunk's time range in Unix nanoseconds, from Int64 (plain or timestamp) or unsigned
-/// 64-bit statistics; `None` when absent or untrustworthy.
-pub(crate) fn time_bounds(chunk: &ColumnChunkMetaData) -> Option<(i64, i64)> {
+/// The time column's leaf in a file's schema, and what its integers count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimeLeaf {
+    /// The leaf's index.
+    pub index: usize,
+    /// What a plain integer in it counts (timestamps carry their unit).
+    pub unit: IntegerTimeUnit,
+}
+
+/// The time column's [`TimeLeaf`] in `schema`, when the file has it at the top level.
+pub(crate) fn time_leaf(schema: &SchemaDescriptor, keys: &KeyColumns) -> Option<TimeLeaf> {
+    leaf_column_index(schema, &keys.time).map(|index| TimeLeaf {
+        index,
+        unit: keys.time_unit,
+    })
+}
+
+/// The chunk's time range in Unix nanoseconds, from Int64 (plain integers counting
+/// `integer_unit`, or a timestamp) or unsigned 64-bit statistics; `None` when absent or
+/// untrustworthy.
+pub(crate) fn time_bounds(
+    chunk: &ColumnChunkMetaData,
+    integer_unit: IntegerTimeUnit,
+) -> Option<(i64, i64)> {
     let statistics = chunk.statistics()?;
     let Statistics::Int64(stats) = statistics else {
         return None;
@@ -105,7 +126,11 @@ pub(crate) fn time_bounds(chunk: &ColumnChunkMetaData) -> Option<(i64, i64)> {
         if statistics.is_min_max_deprecated() {
             return None;
         }
-        let widen = |v: i64| i64::try_from(v as u64).unwrap_or(i64::MAX);
+        let widen = |v: i64| {
+            i64::try_from(v as u64)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(integer_unit.nanos())
+        };
         return Some((widen(min), widen(max)));
     }
     let nanos_per_unit: i64 = match descr.logical_type_ref() {
@@ -117,7 +142,7 @@ pub(crate) fn time_bounds(chunk: &ColumnChunkMetaData) -> Option<(i64, i64)> {
         _ => match descr.converted_type() {
             ConvertedType::TIMESTAMP_MILLIS => 1_000_000,
             ConvertedType::TIMESTAMP_MICROS => 1_000,
-            _ => 1,
+            _ => integer_unit.nanos(),
         },
     };
     Some((
@@ -287,5 +312,16 @@ pub(crate) mod tests {
         let metadata = file(&sorted_rows(), 30, true, EnabledStatistics::Chunk);
         assert_eq!(scanned(&metadata, &window(Some("db"), 40, 50)), 1);
         assert_eq!(scanned(&metadata, &window(None, 0, 10)), 2);
+    }
+
+    #[test]
+    fn integer_time_statistics_are_read_in_the_configured_unit() {
+        let metadata = file(&sorted_rows(), 30, false, EnabledStatistics::Chunk);
+        let chunk = metadata.row_group(0).column(1);
+        let (min, max) = time_bounds(chunk, IntegerTimeUnit::Nanoseconds).expect("bounds");
+        assert_eq!((min, max), (0, 29 * MINUTE));
+        // The same integers counting microseconds span a thousand times as long.
+        let (min, max) = time_bounds(chunk, IntegerTimeUnit::Microseconds).expect("bounds");
+        assert_eq!((min, max), (0, 29 * MINUTE * 1_000));
     }
 }

@@ -33,7 +33,7 @@ use crate::partition::{HOUR_NANOS, KeyLayout, PartitionId};
 use crate::read::column_filter::{ColumnFilter, and_masks, resolve};
 use crate::read::inspect::parquet_store_error;
 use crate::read::planned_reader::PlannedReader;
-use crate::read::prune::{WindowPredicate, leaf_column_index, may_match};
+use crate::read::prune::{TimeLeaf, WindowPredicate, leaf_column_index, may_match, time_leaf};
 use crate::read::read_plan::{DEFAULT_MAX_BLOCK_BYTES, ReadPlan, projected_leaves};
 use crate::store::Store;
 use crate::store::counting::CountingStore;
@@ -188,7 +188,7 @@ impl FileQuery<'_> {
         let mut reader = PlannedReader::new(Arc::clone(self.store), self.key.clone());
         let metadata = reader.load_metadata().await?;
         let schema_descr = metadata.file_metadata().schema_descr();
-        let time_leaf = leaf_column_index(schema_descr, &self.keys.time);
+        let time_leaf = time_leaf(schema_descr, self.keys);
         let service_leaf = leaf_column_index(schema_descr, &self.keys.service);
         let num_row_groups = metadata.num_row_groups();
         stats.row_groups_total += num_row_groups as u64;
@@ -318,7 +318,9 @@ fn row_mask(
 ) -> Result<BooleanArray> {
     let rows = batch.num_rows();
     let times = match batch.column_by_name(&keys.time) {
-        Some(t) => Some(time_nanos(t.as_ref()).map_err(|e| Error::arrow("reading time", e))?),
+        Some(t) => Some(
+            time_nanos(t.as_ref(), keys.time_unit).map_err(|e| Error::arrow("reading time", e))?,
+        ),
         None => None,
     };
     let services = match batch.column_by_name(&keys.service) {
@@ -352,7 +354,7 @@ fn row_keys(batch: &RecordBatch, keys: &KeyColumns) -> Result<Vec<(Option<String
         .map_err(|e| Error::arrow("reading service", e))?;
     let times = batch
         .column_by_name(&keys.time)
-        .map(|t| time_nanos(t.as_ref()))
+        .map(|t| time_nanos(t.as_ref(), keys.time_unit))
         .transpose()
         .map_err(|e| Error::arrow("reading time", e))?;
     Ok((0..batch.num_rows())
@@ -422,7 +424,7 @@ fn push_selectors(selectors: &mut Vec<RowSelector>, keep: &[Range<usize>], rows:
 fn row_group_pages(
     metadata: &ParquetMetaData,
     rg: usize,
-    time_leaf: Option<usize>,
+    time_leaf: Option<TimeLeaf>,
     service_leaf: Option<usize>,
     predicate: &WindowPredicate,
 ) -> Option<Vec<Range<usize>>> {
@@ -434,21 +436,30 @@ fn row_group_pages(
         end: rows,
     }]);
     let mut used_index = false;
-    let time_plain = time_leaf.filter(|&leaf| {
-        let descr = metadata.row_group(rg).column(leaf).column_descr();
-        // Page pruning only for signed nanoseconds; other encodings read whole groups.
-        !matches!(descr.logical_type_ref(), Some(parquet::basic::LogicalType::Integer(i)) if !i.is_signed)
-            && !matches!(descr.logical_type_ref(), Some(parquet::basic::LogicalType::Timestamp(t)) if t.unit != parquet::basic::TimeUnit::NANOS)
+    // Page pruning only for signed integers (in their unit) and nanosecond timestamps; other
+    // encodings read whole groups.
+    let time_plain = time_leaf.and_then(|time| {
+        let descr = metadata.row_group(rg).column(time.index).column_descr();
+        match descr.logical_type_ref() {
+            Some(parquet::basic::LogicalType::Integer(i)) if !i.is_signed => None,
+            Some(parquet::basic::LogicalType::Timestamp(t)) => {
+                (t.unit == parquet::basic::TimeUnit::NANOS).then_some((time.index, 1))
+            }
+            _ => Some((time.index, time.unit.nanos())),
+        }
     });
-    if let Some(leaf) = time_plain
+    if let Some((leaf, nanos_per_unit)) = time_plain
         && let (Some(ColumnIndexMetaData::INT64(index)), Some(offsets)) =
             (page_index.column_index(leaf), page_index.offset_index(leaf))
     {
+        let nanos = |v: &i64| v.saturating_mul(nanos_per_unit);
         let wanted: Vec<Range<usize>> = page_ranges(offsets.page_locations(), rows)
             .into_iter()
             .enumerate()
             .filter(|(p, _)| match (index.min_value(*p), index.max_value(*p)) {
-                (Some(min), Some(max)) => *max >= predicate.from_nanos && *min < predicate.to_nanos,
+                (Some(min), Some(max)) => {
+                    nanos(max) >= predicate.from_nanos && nanos(min) < predicate.to_nanos
+                }
                 _ => !index.is_null_page(*p),
             })
             .map(|(_, r)| r)

@@ -14,7 +14,7 @@ use parquet::file::statistics::Statistics;
 
 use crate::options::KeyColumns;
 use crate::output::writer::resolve_leaf;
-use crate::read::prune::{leaf_column_index, service_bounds, time_bounds};
+use crate::read::prune::{TimeLeaf, leaf_column_index, service_bounds, time_bounds, time_leaf};
 use crate::sort::key::{KeyPoint, KeyRange};
 
 /// Where a row group of a sorted file starts (a point at or below its first row's key) and
@@ -60,9 +60,9 @@ pub fn row_group_spans(metadata: &ParquetMetaData, keys: &KeyColumns) -> Vec<Row
 /// of the time alone.
 /// Any other key has no time leaf here (no statistics bound its points), and its runs are
 /// never split.
-fn key_leaves(metadata: &ParquetMetaData, keys: &KeyColumns) -> (Option<usize>, Option<usize>) {
+fn key_leaves(metadata: &ParquetMetaData, keys: &KeyColumns) -> (Option<TimeLeaf>, Option<usize>) {
     let schema = metadata.file_metadata().schema_descr();
-    let time = leaf_column_index(schema, &keys.time);
+    let time = time_leaf(schema, keys);
     let service = leaf_column_index(schema, &keys.service);
     let is_time = |s: &String| *s == keys.time;
     if matches!(keys.sort.as_slice(), [t] if is_time(t)) {
@@ -98,11 +98,12 @@ enum End {
 /// the largest service (none when every service is null) with the largest time for its last.
 fn row_group_point(
     row_group: &RowGroupMetaData,
-    time: Option<usize>,
+    time: Option<TimeLeaf>,
     service: Option<usize>,
     end: End,
 ) -> Option<KeyPoint> {
-    let (time_min, time_max) = time_bounds(row_group.column(time?))?;
+    let time = time?;
+    let (time_min, time_max) = time_bounds(row_group.column(time.index), time.unit)?;
     let service = match service {
         // A time-only key: every row's service is null.
         None => None,

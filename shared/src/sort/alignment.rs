@@ -20,6 +20,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use crate::error::{Error, Result};
 use crate::input::CheckedInput;
 use crate::input::type_union::time_nanos;
+use crate::options::IntegerTimeUnit;
 use crate::sort::key::KeyRange;
 use crate::sort::sink::ChunkSink;
 
@@ -106,7 +107,7 @@ impl ServiceCounts {
 pub fn count_services(
     input: &CheckedInput,
     service_column: &str,
-    range: Option<(&KeyRange, &str)>,
+    range: Option<(&KeyRange, &str, IntegerTimeUnit)>,
 ) -> Result<ServiceCounts> {
     let mut counts = ServiceCounts::default();
     let file =
@@ -117,7 +118,7 @@ pub fn count_services(
         return Ok(counts);
     };
     let mut wanted = vec![index];
-    if let Some((_, time_column)) = range {
+    if let Some((_, time_column, _)) = range {
         let time = builder.schema().index_of(time_column).map_err(|_| {
             Error::invariant(format!("{} has no column {time_column}", input.staged.key))
         })?;
@@ -138,12 +139,12 @@ pub fn count_services(
             .ok_or_else(|| Error::invariant("the service column went missing"))?;
         let mut services = cast(column, &DataType::Utf8)
             .map_err(|e| Error::arrow("reading the service column", e))?;
-        if let Some((range, time_column)) = range {
+        if let Some((range, time_column, time_unit)) = range {
             let time = batch
                 .column_by_name(time_column)
                 .ok_or_else(|| Error::invariant("the time column went missing"))?;
-            let times =
-                time_nanos(time.as_ref()).map_err(|e| Error::arrow("reading the time key", e))?;
+            let times = time_nanos(time.as_ref(), time_unit)
+                .map_err(|e| Error::arrow("reading the time key", e))?;
             let strings = services.as_string::<i32>();
             let keep: BooleanArray = (0..batch.num_rows())
                 .map(|i| {

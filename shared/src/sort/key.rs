@@ -27,6 +27,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use crate::error::{Error, Result};
 use crate::input::schema::UnifiedSchema;
 use crate::input::type_union::time_nanos;
+use crate::options::IntegerTimeUnit;
 
 /// Where the key columns are in conformed batches.
 #[derive(Debug, Clone)]
@@ -34,6 +35,8 @@ pub struct SortKey {
     prefix: PrefixColumns,
     /// The key's trailing time column, compared as nanoseconds.
     time_index: Option<usize>,
+    /// What the time column's integers count.
+    time_unit: IntegerTimeUnit,
 }
 
 /// The key columns before the trailing time column.
@@ -105,7 +108,11 @@ impl SortKey {
                 PrefixColumns::Rows(columns, Arc::new(converter))
             }
         };
-        Ok(Self { prefix, time_index })
+        Ok(Self {
+            prefix,
+            time_index,
+            time_unit: schema.time_unit,
+        })
     }
 
     /// Whether the key leads with a service (string) column before the time: the key whose
@@ -140,7 +147,7 @@ impl SortKey {
         };
         let times = match self.time_index {
             Some(i) => Some(
-                time_nanos(batch.column(i).as_ref())
+                time_nanos(batch.column(i).as_ref(), self.time_unit)
                     .map_err(|e| Error::arrow("reading the time key", e))?,
             ),
             None => None,
@@ -321,6 +328,7 @@ mod tests {
             schema: Arc::clone(&schema),
             service_index: Some(0),
             time_index: 1,
+            time_unit: Default::default(),
             sort_paths: vec![vec![0], vec![1]],
         };
         let batch = RecordBatch::try_new(
@@ -371,6 +379,7 @@ mod tests {
             schema: Arc::clone(&schema),
             service_index: None,
             time_index: 2,
+            time_unit: Default::default(),
             sort_paths,
         };
         let order = |sort_paths| {

@@ -145,7 +145,7 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
         if is_presorted(job, position) {
             let time_column = schema.field(job.unified.time_index).name();
             if let Some(i) = service_index {
-                let range = job.range.map(|r| (r, time_column.as_str()));
+                let range = (job.range).map(|r| (r, time_column.as_str(), job.unified.time_unit));
                 counts.merge(count_services(input, schema.field(i).name(), range)?);
             }
             let reader = SizedBatches::open(input, share)?;

@@ -228,7 +228,8 @@ fn keys_of_strings_integers_and_binaries_sort_every_row_once_whatever_the_budget
         ("trace_id,ts", None),
         ("host,absent,ts", None),
     ] {
-        let keys = KeyColumns::from_settings(time_column, Some(sort_key), None).expect("keys");
+        let keys =
+            KeyColumns::from_settings(time_column, Some(sort_key), None, None).expect("keys");
         assert_eq!(keys.time, "ts", "{sort_key}");
         let columns: Vec<&str> = sort_key.split(',').collect();
         // Inputs are taken in name order, each in row order: that order breaks ties.
@@ -336,8 +337,13 @@ fn a_key_column_inside_a_struct_sorts_as_its_readers_see_it() {
     let mut expected: Vec<(Option<String>, i64, String)> =
         inputs.iter().flat_map(|(_, rows)| rows.clone()).collect();
     expected.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-    let keys = KeyColumns::from_settings(None, Some("resource.service.name,time_unix_nano"), None)
-        .expect("keys");
+    let keys = KeyColumns::from_settings(
+        None,
+        Some("resource.service.name,time_unix_nano"),
+        None,
+        None,
+    )
+    .expect("keys");
     let (whole, reference) = compact(&keys, &batches, None, 64 << 20, 64);
     assert_eq!(whole[0].runs_spilled, 0);
     let (spilled, bytes) = compact(&keys, &batches, None, 48 << 10, 3);
@@ -404,7 +410,8 @@ fn a_fanned_out_hour_keeps_every_row_once_under_any_key() {
         ("trace_id,ts", None, true),
         ("host,status,trace_id", Some("ts"), false),
     ] {
-        let keys = KeyColumns::from_settings(time_column, Some(sort_key), None).expect("keys");
+        let keys =
+            KeyColumns::from_settings(time_column, Some(sort_key), None, None).expect("keys");
         let columns: Vec<&str> = sort_key.split(',').collect();
         let mut expected: Vec<Row> = inputs.iter().flat_map(|(_, rows)| rows.clone()).collect();
         expected.sort_by_key(|r| key_of(r, &columns));

@@ -1,7 +1,7 @@
 //! The usual writers' lakes through both functions as deployed: under cargo-lambda's emulator,
 //! against the S3 test server, each function configured by the variables the template sets
 //! from its parameters (`OURIOS_LAYOUT`, `OURIOS_INPUT_NAMES`, `OURIOS_SORT_KEY`,
-//! `OURIOS_BLOOM_COLUMNS`).
+//! `OURIOS_TIME_UNIT`, `OURIOS_BLOOM_COLUMNS`).
 //!
 //! Each lake is written with pyarrow in its writer's layout and schema
 //! (`tests/interop/writer_lakes.py`) and uploaded to its own store root as the writer uploads
@@ -29,11 +29,12 @@ const HOUR: &str = "2026-11-29T10";
 
 /// The flags of the CLI (`writer_lakes.py` prints a lake's settings as flags) and the
 /// functions' variables that carry the same settings.
-const SETTINGS: [(&str, &str); 5] = [
+const SETTINGS: [(&str, &str); 6] = [
     ("--layout", "OURIOS_LAYOUT"),
     ("--input-names", "OURIOS_INPUT_NAMES"),
     ("--sort-key", "OURIOS_SORT_KEY"),
     ("--time-column", "OURIOS_TIME_COLUMN"),
+    ("--time-unit", "OURIOS_TIME_UNIT"),
     ("--bloom-columns", "OURIOS_BLOOM_COLUMNS"),
 ];
 

@@ -277,12 +277,7 @@ fn write_vector_file(path: &Path, first: i64, rows: i64) {
         ],
     )
     .expect("a batch");
-    std::fs::create_dir_all(path.parent().expect("a directory")).expect("directories");
-    let file = std::fs::File::create(path).expect("a file");
-    let mut writer =
-        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).expect("a writer");
-    writer.write(&batch).expect("written");
-    writer.close().expect("closed");
+    write_batch(path, &batch);
 }
 
 /// Vector's lake: no tenant, a `timestamp` column and no `service.name`. The sort key, the time
@@ -582,5 +577,190 @@ fn objects_without_an_extension_are_inputs_when_the_input_names_say_so() {
         files_under(&hour_dir),
         ["_SUCCESS"],
         "only the side file is left"
+    );
+}
+
+/// Writes `batch` as a Parquet file at `path`, its directories made.
+fn write_batch(path: &Path, batch: &arrow::record_batch::RecordBatch) {
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("directories");
+    let file = std::fs::File::create(path).expect("a file");
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).expect("a writer");
+    writer.write(batch).expect("written");
+    writer.close().expect("closed");
+}
+
+/// A Fluent Bit-shaped file (`json_date_format epoch` under its Parquet compression): `date`
+/// as Int64 counting `per_second` units a second, rows `first..first + rows` (unsorted), a
+/// `log` line naming each.
+fn write_epoch_file(path: &Path, first: i64, rows: i64, per_second: i64) {
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let hour_s = 1_795_946_400i64; // 2026-11-29T10:00:00Z
+    let ids: Vec<i64> = (first..first + rows).rev().collect();
+    let schema = Schema::new(vec![
+        Field::new("date", DataType::Int64, true),
+        Field::new("log", DataType::Utf8, true),
+    ]);
+    let batch = arrow::record_batch::RecordBatch::try_new(
+        std::sync::Arc::new(schema),
+        vec![
+            std::sync::Arc::new(Int64Array::from_iter_values(
+                ids.iter().map(|i| (hour_s + i % 3_600) * per_second),
+            )),
+            std::sync::Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| format!("line {i}")),
+            )),
+        ],
+    )
+    .expect("a batch");
+    write_batch(path, &batch);
+}
+
+/// Integer times in seconds (Fluent Bit's `json_date_format epoch`) with `--time-unit s`: the
+/// hour check, the sort, queries and their pruning read them as seconds, and the output keeps
+/// them as they are. Without the unit, or with another, every input lies outside the hour: the
+/// job fails saying which unit fits and quarantines nothing. A file in milliseconds among
+/// files in seconds is quarantined alone, with the same hint. `--time-unit` for
+/// `time_unix_nano` is refused at start.
+#[test]
+fn integer_times_in_seconds_are_read_in_the_unit_the_settings_give() {
+    use arrow::array::AsArray;
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().into_owned();
+    let hour_dir = dir.path().join("logs/year=2026/month=11/day=29/hr=10");
+    for (i, first) in [0, 1200, 2400].into_iter().enumerate() {
+        write_epoch_file(&hour_dir.join(format!("{i:02}-epoch")), first, 1200, 1);
+    }
+    let base = [
+        "--store",
+        store.as_str(),
+        "--layout",
+        "logs/year=%Y/month=%m/day=%d/hr=%H/min=%M",
+        "--input-names",
+        "*",
+        "--time-column",
+        "date",
+    ];
+    let with = |command: &str, extra: &[&str]| -> Vec<String> {
+        let mut args = vec![command.to_string()];
+        args.extend(base.iter().chain(extra).map(|s| s.to_string()));
+        args
+    };
+    let run_with = |args: &[String]| run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let ok_with = |args: &[String]| ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // Read as nanoseconds (the default) or milliseconds, the seconds lie in 1970: a setting's
+    // mistake, not bad files.
+    for unit in [None, Some("ms")] {
+        let mut extra = vec!["--hour", HOUR, "--json"];
+        extra.extend(unit.iter().flat_map(|u| ["--time-unit", *u]));
+        let out = run_with(&with("compact", &extra));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{unit:?}: {text}");
+        assert!(
+            text.contains("counted in s it lies inside")
+                && text.contains("--time-unit")
+                && text.contains("nothing was quarantined"),
+            "{unit:?}: {text}"
+        );
+        assert_eq!(files_under(&hour_dir).len(), 3, "{text}");
+    }
+    // The default time column counts nanoseconds by definition.
+    let out = run(&[
+        "compact",
+        "--store",
+        &store,
+        "--tenant",
+        "acme",
+        "--hour",
+        HOUR,
+        "--time-unit",
+        "s",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("time_unix_nano counts nanoseconds"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A file in milliseconds among files in seconds: quarantined alone, with the hint.
+    write_epoch_file(&hour_dir.join("min=30/30-millis"), 3600, 100, 1000);
+    let seconds = ["--time-unit", "s"];
+    let report = ok_with(&with(
+        "compact",
+        &[
+            &["--hour", HOUR, "--json", "--max-rows-per-row-group", "300"][..],
+            &seconds[..],
+        ]
+        .concat(),
+    ));
+    // Compacted, with one input quarantined.
+    assert_eq!(report["status"], "partial", "{report}");
+    assert_eq!(report["inputs"]["rows"], 3600, "{report}");
+    let quarantined = report["quarantined"].as_array().expect("quarantined");
+    assert_eq!(quarantined.len(), 1, "{report}");
+    let reason = quarantined[0]["reason"].as_str().expect("a reason");
+    assert!(reason.contains("counted in ms it lies inside"), "{reason}");
+
+    // The output keeps Int64 seconds, sorted.
+    let key = report["output"]["key"].as_str().expect("an output key");
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(dir.path().join(key)).expect("the output"),
+    )
+    .expect("a reader");
+    assert_eq!(
+        builder
+            .schema()
+            .field_with_name("date")
+            .map(|f| f.data_type().clone())
+            .ok(),
+        Some(arrow::datatypes::DataType::Int64)
+    );
+    let mut dates = Vec::new();
+    for batch in builder.build().expect("batches") {
+        let batch = batch.expect("a batch");
+        let column = batch.column_by_name("date").expect("date");
+        let values = column.as_primitive::<arrow::datatypes::Int64Type>();
+        dates.extend((0..values.len()).map(|i| values.value(i)));
+    }
+    assert_eq!(dates.len(), 3600);
+    assert!(dates.windows(2).all(|w| w[0] <= w[1]), "sorted by date");
+    assert!(
+        dates
+            .iter()
+            .all(|d| (1_795_946_400..1_795_950_000).contains(d))
+    );
+
+    // A ten-minute window, in seconds: the rows of those 600 seconds, found in fewer row
+    // groups than the hour's.
+    let query = ok_with(&with(
+        "query",
+        &[
+            &[
+                "--from",
+                "2026-11-29T10:10:00Z",
+                "--to",
+                "2026-11-29T10:20:00Z",
+                "--limit",
+                "0",
+                "--json",
+            ][..],
+            &seconds[..],
+        ]
+        .concat(),
+    ));
+    let stats = &query["stats"];
+    assert_eq!(stats["rows_matched"], 600, "{query}");
+    let scanned = stats["row_groups_scanned"].as_u64().expect("scanned");
+    let total = stats["row_groups_total"].as_u64().expect("total");
+    assert!(
+        scanned < total,
+        "pruned by the seconds' statistics: {query}"
     );
 }

@@ -103,8 +103,8 @@ fn rows_in_range(input: &CheckedInput, keys: &KeyColumns, range: &KeyRange) -> R
         let time = batch
             .column_by_name(&keys.time)
             .ok_or_else(|| Error::invariant("the time column went missing"))?;
-        let times =
-            time_nanos(time.as_ref()).map_err(|e| Error::arrow("reading the time key", e))?;
+        let times = time_nanos(time.as_ref(), keys.time_unit)
+            .map_err(|e| Error::arrow("reading the time key", e))?;
         // A range is bounded only under a key whose prefix is the service's bytes (see
         // `read::split`); under any other, every range is the whole key space.
         let services = match batch.column_by_name(&keys.service) {

@@ -431,6 +431,7 @@ mod tests {
             schema: Arc::clone(&schema),
             service_index: Some(0),
             time_index: 1,
+            time_unit: Default::default(),
             sort_paths: vec![vec![0], vec![1]],
         })
         .unwrap();
@@ -457,6 +458,7 @@ mod tests {
             schema: Arc::clone(&schema),
             service_index: Some(0),
             time_index: 1,
+            time_unit: Default::default(),
             sort_paths: vec![vec![0], vec![1]],
         };
         let decoder = Arc::new(StringCoder::new(&unified, 0, &gauge).decoder());

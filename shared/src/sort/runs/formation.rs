@@ -597,6 +597,7 @@ mod tests {
             ])),
             service_index: Some(0),
             time_index: 1,
+            time_unit: Default::default(),
             sort_paths: vec![vec![0], vec![1]],
         }
     }

@@ -698,6 +698,7 @@ mod tests {
             ])),
             service_index: Some(1),
             time_index: 0,
+            time_unit: Default::default(),
             sort_paths: vec![vec![1], vec![0]],
         }
     }
@@ -923,6 +924,7 @@ mod tests {
             ])),
             service_index: None,
             time_index: 0,
+            time_unit: Default::default(),
             sort_paths: vec![vec![0]],
         };
         let mut coder = StringCoder::new(&unified, 1 << 20, &MemoryGauge::new());
