@@ -535,7 +535,8 @@ pub struct QueryArgs {
     /// Tenant name (required when the layout has {tenant}: a query never crosses tenants).
     #[arg(long)]
     pub tenant: Option<String>,
-    /// Service name (default: every service).
+    /// The value of the sort key's first column other than the time, top-level or inside a
+    /// struct (service.name by default; default: every value).
     #[arg(long)]
     pub service: Option<String>,
     /// Only rows whose column holds the value, e.g. trace_id=5b8efff798038103d269b633813fc60c

@@ -192,8 +192,29 @@ impl FileQuery<'_> {
         let service_leaf = leaf_column_index(schema_descr, &self.keys.service);
         let num_row_groups = metadata.num_row_groups();
         stats.row_groups_total += num_row_groups as u64;
-        let mut filters = Vec::with_capacity(self.filters.len());
-        for filter in self.filters {
+        // A service column inside a struct (`resource.service.name`) has no top-level leaf:
+        // `--service` then filters it as a `--where` filter does (statistics, bloom filters,
+        // values), and the window predicate keeps the time alone.
+        let nested_service = match (&self.predicate.service, service_leaf) {
+            (Some(service), None) => Some(ColumnFilter {
+                column: self.keys.service.clone(),
+                value: service.clone(),
+            }),
+            _ => None,
+        };
+        let time_only;
+        let predicate = match nested_service {
+            Some(_) => {
+                time_only = WindowPredicate {
+                    service: None,
+                    ..self.predicate.clone()
+                };
+                &time_only
+            }
+            None => self.predicate,
+        };
+        let mut filters = Vec::with_capacity(self.filters.len() + 1);
+        for filter in self.filters.iter().chain(&nested_service) {
             match resolve(schema_descr, filter)? {
                 Some(resolved) => filters.push(resolved),
                 None => {
@@ -209,12 +230,12 @@ impl FileQuery<'_> {
         let mut blooms = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, arrow.clone());
         let mut surviving = Vec::new();
         for (i, rg) in metadata.row_groups().iter().enumerate() {
-            if !may_match(rg, time_leaf, service_leaf, self.predicate)
+            if !may_match(rg, time_leaf, service_leaf, predicate)
                 || !filters.iter().all(|f| f.stats_may_match(rg))
             {
                 continue;
             }
-            if let (Some(service), Some(leaf)) = (&self.predicate.service, service_leaf) {
+            if let (Some(service), Some(leaf)) = (&predicate.service, service_leaf) {
                 let bloom = blooms
                     .get_row_group_column_bloom_filter(i, leaf)
                     .await
@@ -247,7 +268,7 @@ impl FileQuery<'_> {
         for rg in surviving {
             let rows = row_count(&metadata, rg);
             let mut selectors = Vec::new();
-            match row_group_pages(&metadata, rg, time_leaf, service_leaf, self.predicate) {
+            match row_group_pages(&metadata, rg, time_leaf, service_leaf, predicate) {
                 Some(ranges) if ranges.is_empty() => continue,
                 Some(ranges) => push_selectors(&mut selectors, &ranges, rows),
                 None => push_selectors(&mut selectors, std::slice::from_ref(&(0..rows)), rows),
@@ -287,11 +308,7 @@ impl FileQuery<'_> {
         let mut matched = Vec::new();
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(|e| parquet_store_error("get", &self.key, e))?;
-            let mask = and_masks(
-                row_mask(&batch, self.keys, self.predicate)?,
-                &filters,
-                &batch,
-            )?;
+            let mask = and_masks(row_mask(&batch, self.keys, predicate)?, &filters, &batch)?;
             let kept = filter_record_batch(&batch, &mask)
                 .map_err(|e| Error::arrow("filtering query rows", e))?;
             stats.rows_matched += kept.num_rows() as u64;

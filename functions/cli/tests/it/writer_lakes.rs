@@ -23,13 +23,18 @@ fn ok(args: &[String]) -> Value {
 
 /// (rows matched, row groups scanned, row groups in all) of a `--where` query over the hour.
 fn matched(lake: &Value, filter: &str) -> (u64, u64, u64) {
+    matched_by(lake, "--where", filter)
+}
+
+/// [`matched`] of a query by `flag` (`--where` or `--service`) with `value`.
+fn matched_by(lake: &Value, flag: &str, value: &str) -> (u64, u64, u64) {
     let store = lake["store"].as_str().expect("a store");
     let mut args: Vec<String> = ["query", "--store", store].map(String::from).to_vec();
     args.extend(flags(lake));
     args.extend(
         [
-            "--where",
-            filter,
+            flag,
+            value,
             "--from",
             "2026-11-29T10:00:00Z",
             "--to",
@@ -114,6 +119,14 @@ fn writers_lakes_compact_in_their_keys_order_and_prune_by_their_keys() {
         let checked = json_line(script(&check).trim());
         assert_eq!(checked["rows"], lake["rows"], "{name}: {checked}");
 
+        // `--service` filters the key's first column, top-level or inside a struct, as
+        // `--where` does.
+        let (column, value) = filters[0].split_once('=').expect("column=value");
+        assert_eq!(
+            matched_by(lake, "--service", value).0,
+            matched(lake, filters[0]).0,
+            "{name}: --service {value} filters {column}"
+        );
         for (filter, before) in filters.iter().zip(&before) {
             let after = matched(lake, filter);
             assert!(before.0 > 0, "{name}: {filter} matches rows");
