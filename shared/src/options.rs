@@ -52,6 +52,14 @@ pub enum IntegerTimeUnit {
 }
 
 impl IntegerTimeUnit {
+    /// Every unit, coarsest first.
+    pub const ALL: [Self; 4] = [
+        Self::Seconds,
+        Self::Milliseconds,
+        Self::Microseconds,
+        Self::Nanoseconds,
+    ];
+
     /// The unit named `s`, `ms`, `us` or `ns`.
     pub fn parse(name: &str) -> crate::Result<Self> {
         match name.trim() {
@@ -541,9 +549,8 @@ mod tests {
         let seconds = KeyColumns::from_settings(Some("date"), None, None, Some(" s ")).expect("s");
         assert_eq!(seconds.time_unit, IntegerTimeUnit::Seconds);
         assert_eq!(seconds.time_unit.nanos(), 1_000_000_000);
-        for name in ["s", "ms", "us", "ns"] {
-            let unit = IntegerTimeUnit::parse(name).expect("a unit");
-            assert_eq!(unit.name(), name);
+        for unit in IntegerTimeUnit::ALL {
+            assert_eq!(IntegerTimeUnit::parse(unit.name()).expect("a unit"), unit);
         }
         let unset = KeyColumns::from_settings(Some("date"), None, None, Some("")).expect("unset");
         assert_eq!(unset.time_unit, IntegerTimeUnit::Nanoseconds);

@@ -410,19 +410,13 @@ fn unit_that_fits(
         }
         _ => return None,
     };
-    [
-        IntegerTimeUnit::Seconds,
-        IntegerTimeUnit::Milliseconds,
-        IntegerTimeUnit::Microseconds,
-        IntegerTimeUnit::Nanoseconds,
-    ]
-    .into_iter()
-    .filter(|&unit| unit != configured)
-    .find(|unit| {
-        value
-            .checked_mul(unit.nanos())
-            .is_some_and(|nanos| hour.contains(&nanos))
-    })
+    (IntegerTimeUnit::ALL.into_iter())
+        .filter(|&unit| unit != configured)
+        .find(|unit| {
+            value
+                .checked_mul(unit.nanos())
+                .is_some_and(|nanos| hour.contains(&nanos))
+        })
 }
 
 /// Row `i` of a time column as its type shows it, else (a zone named without the time zone

@@ -702,7 +702,8 @@ impl Sim {
     /// Every ingested row is live exactly once or sits in a quarantined file; every live or
     /// quarantined object exists; no quarantined file is live.
     fn check(&mut self, step: usize) {
-        let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
+        // Every tag of every live or quarantined file, once per file holding it.
+        let mut seen: Vec<i64> = Vec::new();
         for partition in self.partitions.clone() {
             let (live, quarantined) = self.runtime.block_on(async {
                 let manifest = load_latest(&self.raw, &self.layout, &partition)
@@ -731,9 +732,7 @@ impl Sim {
                         self.replay()
                     );
                 };
-                for tag in tags {
-                    *counts.entry(tag).or_default() += 1;
-                }
+                seen.extend(tags);
             }
             let refused = self.gate.refused.lock().expect("lock").clone();
             for key in &quarantined {
@@ -747,12 +746,25 @@ impl Sim {
             }
         }
         let written = self.state.written.lock().expect("lock").clone();
-        let ingested: BTreeSet<i64> = self
+        let mut ingested: Vec<i64> = self
             .files
             .iter()
             .filter(|(k, _)| written.contains(*k))
             .flat_map(|(_, tags)| tags.iter().copied())
             .collect();
+        ingested.sort_unstable();
+        ingested.dedup();
+        seen.sort_unstable();
+        // Each ingested tag exactly once and no other: the two sorted lists are equal. Only a
+        // failing step counts them, to say which tags are off.
+        if seen == ingested {
+            return;
+        }
+        let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
+        for tag in seen {
+            *counts.entry(tag).or_default() += 1;
+        }
+        let ingested: BTreeSet<i64> = ingested.into_iter().collect();
         let wrong: Vec<_> = ingested
             .iter()
             .map(|t| (*t, counts.get(t).copied().unwrap_or(0)))
