@@ -60,17 +60,14 @@ impl IntegerTimeUnit {
         Self::Nanoseconds,
     ];
 
-    /// The unit named `s`, `ms`, `us` or `ns`.
+    /// The unit named `s`, `ms`, `us` or `ns` ([`IntegerTimeUnit::name`]).
     pub fn parse(name: &str) -> crate::Result<Self> {
-        match name.trim() {
-            "s" => Ok(Self::Seconds),
-            "ms" => Ok(Self::Milliseconds),
-            "us" => Ok(Self::Microseconds),
-            "ns" => Ok(Self::Nanoseconds),
-            other => Err(crate::Error::Config {
-                message: format!("time unit {other:?}: one of s, ms, us or ns"),
-            }),
-        }
+        let name = name.trim();
+        (Self::ALL.into_iter())
+            .find(|unit| unit.name() == name)
+            .ok_or_else(|| crate::Error::Config {
+                message: format!("time unit {name:?}: one of s, ms, us or ns"),
+            })
     }
 
     /// Nanoseconds in one unit.
