@@ -18,6 +18,7 @@ use object_store::ObjectStoreExt;
 
 use ourios_compaction::partition::{PartitionId, job_key};
 use ourios_compaction::store::{Store, StoreUrl};
+use ourios_compaction::testing::files_under;
 use ourios_integration_tests::emulator::{
     Emulator, FUNCTIONS, load, s3_server_env, workspace_root,
 };
@@ -56,20 +57,13 @@ fn writer_lakes(args: &[&str]) -> String {
 }
 
 /// The files under `dir`, as keys relative to it, in order.
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut keys = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(at) = stack.pop() {
-        for entry in std::fs::read_dir(&at).expect("a directory") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let key = path.strip_prefix(dir).expect("under the lake");
-                keys.push(key.to_string_lossy().into_owned());
-            }
-        }
-    }
+fn keys_under(dir: &Path) -> Vec<String> {
+    let mut keys: Vec<String> = (files_under(dir).iter())
+        .map(|path| {
+            let key = path.strip_prefix(dir).expect("under the lake");
+            key.to_string_lossy().into_owned()
+        })
+        .collect();
     keys.sort();
     keys
 }
@@ -115,7 +109,7 @@ fn eventbridge_object_created(bucket: &str, key: &str) -> Value {
 /// Uploads every file of the local lake `dir` under the store's root, as its writer does:
 /// Firehose in parts (its objects end with `CompleteMultipartUpload`), the others in one PUT.
 async fn upload_lake(store: &Store, dir: &Path, multipart: bool) -> Vec<String> {
-    let keys = files_under(dir);
+    let keys = keys_under(dir);
     for key in &keys {
         let bytes = std::fs::read(dir.join(key)).expect("a written file");
         let path = object_store::path::Path::from(key.as_str());
