@@ -1,5 +1,6 @@
 //! Input files of one compaction: staged locally, checked against the partition, read in batches.
 
+pub mod column_path;
 pub mod page_check;
 pub mod schema;
 pub mod type_union;
@@ -22,6 +23,7 @@ use parquet::file::metadata::ParquetMetaData;
 
 use crate::budget::Budget;
 use crate::error::{Error, Result};
+use crate::input::column_path::{column_named, resolve};
 use crate::input::page_check::{PageFacts, check_footer_size, check_pages, check_row_counts};
 use crate::input::schema::{check_key_columns, map_with_child_types};
 use crate::input::type_union::time_nanos;
@@ -277,12 +279,14 @@ pub fn check_input(
         .and_then(|kv| kv.iter().find(|e| e.key == SORT_KEY_METADATA))
         .and_then(|e| e.value.clone());
 
-    // Read only the time and tenant columns to validate every row.
+    // Read only the time and tenant columns (the time's top-level column when it is inside
+    // a struct) to validate every row.
+    let time_root = resolve(schema.fields(), &keys.time).map(|path| path[0]);
     let wanted: Vec<usize> = schema
         .fields()
         .iter()
         .enumerate()
-        .filter(|(_, f)| f.name() == &keys.time || f.name() == &keys.tenant)
+        .filter(|&(i, f)| Some(i) == time_root || f.name() == &keys.tenant)
         .map(|(i, _)| i)
         .collect();
     let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
@@ -340,7 +344,8 @@ fn validate_rows(
     end: i64,
     row_base: u64,
 ) -> std::result::Result<(), String> {
-    if let Some(time) = batch.column_by_name(&keys.time) {
+    let time = column_named(batch, &keys.time).map_err(|e| format!("{}: {e}", keys.time))?;
+    if let Some(time) = &time {
         let values = time_nanos(time.as_ref(), keys.time_unit).map_err(|e| {
             let hint = (0..time.len())
                 .find(|&i| time.is_valid(i))

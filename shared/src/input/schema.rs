@@ -15,6 +15,7 @@ use arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
+use crate::input::column_path::{field_at, resolve};
 use crate::input::type_union::{canonical_type, conform_array, union_type};
 use crate::options::{IntegerTimeUnit, KeyColumns};
 
@@ -25,8 +26,9 @@ pub struct UnifiedSchema {
     pub schema: SchemaRef,
     /// Index of the service column, when the key is (service, time) and an input has it.
     pub service_index: Option<usize>,
-    /// Index of the time column.
-    pub time_index: usize,
+    /// Where the time column is: a top-level column's index, or the indexes of a path into
+    /// structs.
+    pub time_path: Vec<usize>,
     /// What the time column's integers count, when they are integers.
     pub time_unit: IntegerTimeUnit,
     /// Where the sort key's columns that some input has are, in key order: a top-level
@@ -38,7 +40,7 @@ impl UnifiedSchema {
     /// Whether some input has a key column other than the time column (under a (service,
     /// time) key: the service, top-level or inside a struct).
     pub fn has_service(&self) -> bool {
-        (self.sort_paths.iter()).any(|path| path[..] != [self.time_index])
+        (self.sort_paths.iter()).any(|path| *path != self.time_path)
     }
 }
 
@@ -138,9 +140,9 @@ pub fn check_key_columns(schema: &Schema, keys: &KeyColumns) -> std::result::Res
             return Err(format!("column {:?} appears twice", f.name()));
         }
     }
-    let time = schema
-        .field_with_name(&keys.time)
-        .map_err(|_| missing_time_column(keys))?;
+    let time = resolve(schema.fields(), &keys.time)
+        .and_then(|path| field_at(schema.fields(), &path))
+        .ok_or_else(|| missing_time_column(keys))?;
     if !is_time_type(time.data_type()) {
         return Err(time_column_of_another_type(keys, time.data_type()));
     }
@@ -392,48 +394,24 @@ fn unify_in_order(
         }
     }
 
-    let Some((time_index, _)) = by_name.get(&keys.time).cloned() else {
+    let fields = Fields::from(fields);
+    let Some(time_path) = resolve(&fields, &keys.time) else {
         return (None, rejected);
     };
     let service_index = (keys.is_service_time())
         .then(|| by_name.get(&keys.service).map(|(i, _)| *i))
         .flatten();
     let sort_paths = (keys.sort.iter())
-        .filter_map(|c| match by_name.get(c) {
-            Some((i, _)) => Some(vec![*i]),
-            None => struct_path(&Fields::from(fields.clone()), c),
-        })
+        .filter_map(|c| resolve(&fields, c))
         .collect();
     let unified = UnifiedSchema {
         schema: Arc::new(Schema::new(fields)),
         service_index,
         time_unit: keys.time_unit,
-        time_index,
+        time_path,
         sort_paths,
     };
     (Some(unified), rejected)
-}
-
-/// The path into structs that `name` names among `fields`: field names joined by dots, where
-/// a field's own name may hold dots (`resource.service.name` for a struct `resource` with a
-/// field `service.name`); `None` when it names no field inside a struct.
-pub fn struct_path(fields: &Fields, name: &str) -> Option<Vec<usize>> {
-    fn within(fields: &Fields, name: &str) -> Option<Vec<usize>> {
-        for (i, field) in fields.iter().enumerate() {
-            if field.name() == name {
-                return Some(vec![i]);
-            }
-            let rest = (name.strip_prefix(field.name().as_str())).and_then(|r| r.strip_prefix('.'));
-            if let (Some(rest), DataType::Struct(children)) = (rest, field.data_type())
-                && let Some(mut path) = within(children, rest)
-            {
-                path.insert(0, i);
-                return Some(path);
-            }
-        }
-        None
-    }
-    within(fields, name).filter(|path| path.len() > 1)
 }
 
 /// Conforms one decoded batch to the unified schema: casts encodings, fills missing columns
@@ -611,7 +589,7 @@ mod tests {
         assert_eq!(u.schema.field(1).data_type(), &DataType::Utf8);
         assert_eq!(u.schema.field(2).data_type(), &DataType::Utf8);
         assert_eq!(u.service_index, Some(1));
-        assert_eq!(u.time_index, 0);
+        assert_eq!(u.time_path, vec![0]);
     }
 
     #[test]

@@ -15,7 +15,8 @@ use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterPr
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 use crate::error::{Error, Result};
-use crate::input::schema::{UnifiedSchema, struct_path};
+use crate::input::column_path::resolve;
+use crate::input::schema::UnifiedSchema;
 use crate::options::{CompactOptions, KeyColumns, SORT_KEY_METADATA, sort_key_label};
 use crate::output::blocks::{BlockOptions, BlockWriter};
 use crate::output::dictionary_choice::DICTIONARY_SAMPLE_ROWS;
@@ -78,12 +79,14 @@ fn parquet_schema(schema: &Schema) -> Result<SchemaDescriptor> {
 /// first, else a path into structs whose field names may themselves hold dots
 /// (`resource.service.name` for a struct `resource` with a field `service.name`).
 pub fn resolve_leaf(descr: &SchemaDescriptor, name: &str) -> Option<ColumnPath> {
-    descr
-        .columns()
-        .iter()
-        .filter(|c| c.path().parts().join(".") == name)
-        .min_by_key(|c| c.path().parts().len())
-        .map(|c| c.path().clone())
+    resolve_leaf_index(descr, name).map(|i| descr.column(i).path().clone())
+}
+
+/// The index in `descr` of the leaf column `name` resolves to (see [`resolve_leaf`]).
+pub fn resolve_leaf_index(descr: &SchemaDescriptor, name: &str) -> Option<usize> {
+    (0..descr.num_columns())
+        .filter(|&i| descr.column(i).path().parts().join(".") == name)
+        .min_by_key(|&i| descr.column(i).path().parts().len())
 }
 
 /// The leaf index in `descr` (the Parquet schema of `schema`) of the column at `path`
@@ -150,12 +153,8 @@ pub fn output_properties(
         if *name == keys.service && !has_service && keys.is_service_time() {
             continue;
         }
-        let path = match schema.index_of(name) {
-            Ok(i) => vec![i],
-            Err(_) => match struct_path(schema.fields(), name) {
-                Some(path) => path,
-                None => continue,
-            },
+        let Some(path) = resolve(schema.fields(), name) else {
+            continue;
         };
         let Some(leaf) = leaf_at(schema, &descr, &path) else {
             break;

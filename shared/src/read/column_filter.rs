@@ -19,6 +19,7 @@ use parquet::file::statistics::Statistics;
 use parquet::schema::types::SchemaDescriptor;
 
 use crate::error::{Error, Result};
+use crate::output::writer::resolve_leaf_index;
 
 /// One `column=value` filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,10 +75,7 @@ pub(crate) fn resolve<'a>(
     descr: &SchemaDescriptor,
     filter: &'a ColumnFilter,
 ) -> Result<Option<FileFilter<'a>>> {
-    let Some(leaf) = (0..descr.num_columns())
-        .filter(|&i| descr.column(i).path().parts().join(".") == filter.column)
-        .min_by_key(|&i| descr.column(i).path().parts().len())
-    else {
+    let Some(leaf) = resolve_leaf_index(descr, &filter.column) else {
         return Ok(None);
     };
     let column = descr.column(leaf);

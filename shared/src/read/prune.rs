@@ -10,6 +10,7 @@ use parquet::file::statistics::Statistics;
 use parquet::schema::types::SchemaDescriptor;
 
 use crate::options::{IntegerTimeUnit, KeyColumns};
+use crate::output::writer::resolve_leaf_index;
 
 /// A query for the rows of one service (or all services) in a time window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,9 +99,10 @@ pub(crate) struct TimeLeaf {
     pub unit: IntegerTimeUnit,
 }
 
-/// The time column's [`TimeLeaf`] in `schema`, when the file has it at the top level.
+/// The time column's [`TimeLeaf`] in `schema`, when the file has it (at the top level or
+/// inside structs, as [`resolve_leaf_index`] finds it).
 pub(crate) fn time_leaf(schema: &SchemaDescriptor, keys: &KeyColumns) -> Option<TimeLeaf> {
-    leaf_column_index(schema, &keys.time).map(|index| TimeLeaf {
+    resolve_leaf_index(schema, &keys.time).map(|index| TimeLeaf {
         index,
         unit: keys.time_unit,
     })

@@ -26,6 +26,7 @@ use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::input::column_path::{self, column_named};
 use crate::input::type_union::time_nanos;
 use crate::manifest::partition_files;
 use crate::options::KeyColumns;
@@ -286,7 +287,9 @@ impl FileQuery<'_> {
             let mut roots: Vec<usize> = [self.keys.time.as_str(), self.keys.service.as_str()]
                 .into_iter()
                 .chain(filters.iter().map(|f| f.root()))
-                .filter_map(|name| arrow.schema().index_of(name).ok())
+                .filter_map(|name| {
+                    column_path::resolve(arrow.schema().fields(), name).map(|p| p[0])
+                })
                 .collect();
             roots.sort_unstable();
             roots.dedup();
@@ -334,7 +337,7 @@ fn row_mask(
     predicate: &WindowPredicate,
 ) -> Result<BooleanArray> {
     let rows = batch.num_rows();
-    let times = match batch.column_by_name(&keys.time) {
+    let times = match column_named(batch, &keys.time)? {
         Some(t) => Some(
             time_nanos(t.as_ref(), keys.time_unit).map_err(|e| Error::arrow("reading time", e))?,
         ),
@@ -369,8 +372,7 @@ fn row_keys(batch: &RecordBatch, keys: &KeyColumns) -> Result<Vec<(Option<String
         .map(|s| cast(s, &DataType::Utf8))
         .transpose()
         .map_err(|e| Error::arrow("reading service", e))?;
-    let times = batch
-        .column_by_name(&keys.time)
+    let times = column_named(batch, &keys.time)?
         .map(|t| time_nanos(t.as_ref(), keys.time_unit))
         .transpose()
         .map_err(|e| Error::arrow("reading time", e))?;

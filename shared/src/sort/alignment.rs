@@ -19,6 +19,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::error::{Error, Result};
 use crate::input::CheckedInput;
+use crate::input::column_path::{column_named, resolve};
 use crate::input::type_union::time_nanos;
 use crate::options::IntegerTimeUnit;
 use crate::sort::key::KeyRange;
@@ -119,10 +120,10 @@ pub fn count_services(
     };
     let mut wanted = vec![index];
     if let Some((_, time_column, _)) = range {
-        let time = builder.schema().index_of(time_column).map_err(|_| {
+        let time = resolve(builder.schema().fields(), time_column).ok_or_else(|| {
             Error::invariant(format!("{} has no column {time_column}", input.staged.key))
         })?;
-        wanted.push(time);
+        wanted.push(time[0]);
     }
     let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
     let mut builder = builder.with_projection(mask).with_batch_size(64 * 1024);
@@ -140,8 +141,7 @@ pub fn count_services(
         let mut services = cast(column, &DataType::Utf8)
             .map_err(|e| Error::arrow("reading the service column", e))?;
         if let Some((range, time_column, time_unit)) = range {
-            let time = batch
-                .column_by_name(time_column)
+            let time = column_named(&batch, time_column)?
                 .ok_or_else(|| Error::invariant("the time column went missing"))?;
             let times = time_nanos(time.as_ref(), time_unit)
                 .map_err(|e| Error::arrow("reading the time key", e))?;

@@ -16,15 +16,14 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Int64Array, RecordBatch, StringArray,
-    make_array,
+    Array, AsArray, BinaryArray, BooleanArray, Int64Array, RecordBatch, StringArray,
 };
-use arrow::buffer::NullBuffer;
 use arrow::compute::SortOptions;
-use arrow::datatypes::{DataType, FieldRef};
+use arrow::datatypes::DataType;
 use arrow::row::{RowConverter, Rows, SortField};
 
 use crate::error::{Error, Result};
+use crate::input::column_path::{column_at, field_at};
 use crate::input::schema::UnifiedSchema;
 use crate::input::type_union::time_nanos;
 use crate::options::IntegerTimeUnit;
@@ -33,8 +32,8 @@ use crate::options::IntegerTimeUnit;
 #[derive(Debug, Clone)]
 pub struct SortKey {
     prefix: PrefixColumns,
-    /// The key's trailing time column, compared as nanoseconds.
-    time_index: Option<usize>,
+    /// The key's trailing time column (its path), compared as nanoseconds.
+    time_path: Option<Vec<usize>>,
     /// What the time column's integers count.
     time_unit: IntegerTimeUnit,
 }
@@ -73,15 +72,15 @@ impl SortKey {
     /// Fails, naming it, for a column whose type has no order.
     pub fn new(schema: &UnifiedSchema) -> Result<Self> {
         let mut columns = schema.sort_paths.clone();
-        let time_index = match columns.last().map(Vec::as_slice) {
-            Some(&[last]) if last == schema.time_index => {
-                columns.pop();
-                Some(last)
-            }
+        let time_path = match columns.last() {
+            Some(last) if *last == schema.time_path => columns.pop(),
             _ => None,
         };
         let fields = (columns.iter())
-            .map(|path| field_at(schema, path))
+            .map(|path| {
+                (field_at(schema.schema.fields(), path).cloned())
+                    .ok_or_else(|| Error::invariant("a sort key path names no field"))
+            })
             .collect::<Result<Vec<_>>>()?;
         let prefix = match (columns.as_slice(), fields.as_slice()) {
             ([], _) => PrefixColumns::None,
@@ -110,7 +109,7 @@ impl SortKey {
         };
         Ok(Self {
             prefix,
-            time_index,
+            time_path,
             time_unit: schema.time_unit,
         })
     }
@@ -118,7 +117,7 @@ impl SortKey {
     /// Whether the key leads with a service (string) column before the time: the key whose
     /// large services get row groups of their own.
     pub fn has_service(&self) -> bool {
-        matches!(self.prefix, PrefixColumns::Text(_)) && self.time_index.is_some()
+        matches!(self.prefix, PrefixColumns::Text(_)) && self.time_path.is_some()
     }
 
     /// The key columns of a conformed batch.
@@ -145,9 +144,9 @@ impl SortKey {
                 )
             }
         };
-        let times = match self.time_index {
-            Some(i) => Some(
-                time_nanos(batch.column(i).as_ref(), self.time_unit)
+        let times = match &self.time_path {
+            Some(path) => Some(
+                time_nanos(column_at(batch, path)?.as_ref(), self.time_unit)
                     .map_err(|e| Error::arrow("reading the time key", e))?,
             ),
             None => None,
@@ -161,42 +160,6 @@ impl SortKey {
 }
 
 /// The field at `path` of a unified schema.
-fn field_at(schema: &UnifiedSchema, path: &[usize]) -> Result<FieldRef> {
-    let fields = schema.schema.fields();
-    let first = path.first().and_then(|&i| fields.get(i));
-    let mut field = Arc::clone(first.ok_or_else(|| Error::invariant("a sort key path is empty"))?);
-    for &i in &path[1..] {
-        let DataType::Struct(children) = field.data_type() else {
-            return Err(Error::invariant(
-                "a sort key path goes through a non-struct",
-            ));
-        };
-        let child = children.get(i);
-        field =
-            Arc::clone(child.ok_or_else(|| Error::invariant("a sort key path is past a struct"))?);
-    }
-    Ok(field)
-}
-
-/// The column at `path` of a batch (a top-level column, or a field inside structs), null
-/// wherever a struct holding it is.
-fn column_at(batch: &RecordBatch, path: &[usize]) -> Result<ArrayRef> {
-    let Some((&first, rest)) = path.split_first() else {
-        return Err(Error::invariant("an empty sort key path"));
-    };
-    let mut array = Arc::clone(batch.column(first));
-    for &i in rest {
-        let parent = (array.as_struct_opt())
-            .ok_or_else(|| Error::invariant("a sort key path goes through a non-struct"))?;
-        let child = parent.column(i);
-        let nulls = NullBuffer::union(parent.nulls(), child.nulls());
-        let data = (child.to_data().into_builder().nulls(nulls).build())
-            .map_err(|e| Error::arrow("reading a sort key column inside a struct", e))?;
-        array = make_array(data);
-    }
-    Ok(array)
-}
-
 impl BatchKeys {
     /// Rows in the batch.
     pub fn len(&self) -> usize {
@@ -315,6 +278,8 @@ impl KeyRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::ArrayRef;
+    use arrow::buffer::NullBuffer;
     use arrow::datatypes::{Field, Schema};
     use std::sync::Arc;
 
@@ -327,7 +292,7 @@ mod tests {
         let unified = UnifiedSchema {
             schema: Arc::clone(&schema),
             service_index: Some(0),
-            time_index: 1,
+            time_path: vec![1],
             time_unit: Default::default(),
             sort_paths: vec![vec![0], vec![1]],
         };
@@ -378,7 +343,7 @@ mod tests {
         let unified = |sort_paths: Vec<Vec<usize>>| UnifiedSchema {
             schema: Arc::clone(&schema),
             service_index: None,
-            time_index: 2,
+            time_path: vec![2],
             time_unit: Default::default(),
             sort_paths,
         };

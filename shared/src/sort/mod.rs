@@ -24,6 +24,7 @@ use arrow::compute::filter_record_batch;
 use crate::budget::{Budget, SortDemand};
 use crate::error::{Error, Result};
 use crate::gauge::{Charge, MemoryGauge, batch_memory_bytes};
+use crate::input::column_path::path_name;
 use crate::input::schema::{UnifiedSchema, conform};
 use crate::input::{CheckedInput, RowWidth, SizedBatches, catch_reader_panic};
 use crate::options::output_chunk_rows;
@@ -143,7 +144,8 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let service_index = job.unified.service_index.filter(|_| key.has_service());
     for (position, input) in job.inputs.iter().enumerate() {
         if is_presorted(job, position) {
-            let time_column = schema.field(job.unified.time_index).name();
+            let time_column = path_name(schema.fields(), &job.unified.time_path)
+                .ok_or_else(|| Error::invariant("the time column's path names no field"))?;
             if let Some(i) = service_index {
                 let range = (job.range).map(|r| (r, time_column.as_str(), job.unified.time_unit));
                 counts.merge(count_services(input, schema.field(i).name(), range)?);

@@ -3,7 +3,8 @@
 //! sub-partitions (`hr=%H/min=%M`), whose files in the hour's directory and in its minute
 //! directories are one partition, each with and without a tenant level. Each is generated,
 //! compacted, listed and queried through its template; templates that cannot work fail at
-//! start, naming the problem.
+//! start, naming the problem. The key settings too: sort keys, time columns (in other units,
+//! inside structs) and bloom columns.
 
 use std::path::Path;
 
@@ -14,6 +15,22 @@ const HOUR: &str = "2026-11-29T10";
 
 fn ok(args: &[&str]) -> Value {
     json(&run_ok(args))
+}
+
+/// The arguments of `command` with a lake's `base` flags and `extra` ones.
+fn command_with(command: &str, base: &[&str], extra: &[&str]) -> Vec<String> {
+    let mut args = vec![command.to_string()];
+    args.extend(base.iter().chain(extra).map(|s| s.to_string()));
+    args
+}
+
+/// What a run printed, standard output then standard error.
+fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Every file under `dir`, relative to it (none when it is gone).
@@ -123,11 +140,7 @@ fn lakes_without_a_tenant_level_compact_by_the_hour_alone() {
         let dir = tempfile::tempdir().expect("dir");
         let store = dir.path().to_string_lossy().into_owned();
         let base = ["--store", store.as_str(), "--layout", layout];
-        let with = |command: &str, extra: &[&str]| -> Vec<String> {
-            let mut args = vec![command.to_string()];
-            args.extend(base.iter().chain(extra).map(|s| s.to_string()));
-            args
-        };
+        let with = |command: &str, extra: &[&str]| command_with(command, &base, extra);
         let call = |args: Vec<String>| ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
         for (hour, files) in [(HOUR, "4"), ("2026-11-29T11", "2")] {
             call(with(
@@ -299,11 +312,7 @@ fn the_sort_key_time_column_and_bloom_columns_are_settings() {
         "--layout",
         "logs/dt=%Y%m%d/hour=%H",
     ];
-    let with = |command: &str, extra: &[&str]| -> Vec<String> {
-        let mut args = vec![command.to_string()];
-        args.extend(base.iter().chain(extra).map(|s| s.to_string()));
-        args
-    };
+    let with = |command: &str, extra: &[&str]| command_with(command, &base, extra);
 
     // A typo, or a text column, fails the job, naming the column, and quarantines nothing.
     for (column, says) in [("timestmap", "is missing"), ("message", "has type Utf8")] {
@@ -312,11 +321,7 @@ fn the_sort_key_time_column_and_bloom_columns_are_settings() {
             &["--hour", HOUR, "--time-column", column, "--json"],
         );
         let out = run(&typo.iter().map(String::as_str).collect::<Vec<_>>());
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = output_text(&out);
         assert!(
             text.contains(column)
                 && text.contains(says)
@@ -642,11 +647,7 @@ fn integer_times_in_seconds_are_read_in_the_unit_the_settings_give() {
         "--time-column",
         "date",
     ];
-    let with = |command: &str, extra: &[&str]| -> Vec<String> {
-        let mut args = vec![command.to_string()];
-        args.extend(base.iter().chain(extra).map(|s| s.to_string()));
-        args
-    };
+    let with = |command: &str, extra: &[&str]| command_with(command, &base, extra);
     let run_with = |args: &[String]| run(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let ok_with = |args: &[String]| ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
 
@@ -656,11 +657,7 @@ fn integer_times_in_seconds_are_read_in_the_unit_the_settings_give() {
         let mut extra = vec!["--hour", HOUR, "--json"];
         extra.extend(unit.iter().flat_map(|u| ["--time-unit", *u]));
         let out = run_with(&with("compact", &extra));
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = output_text(&out);
         assert!(!out.status.success(), "{unit:?}: {text}");
         assert!(
             text.contains("counted in s it lies inside")
@@ -762,5 +759,172 @@ fn integer_times_in_seconds_are_read_in_the_unit_the_settings_give() {
     assert!(
         scanned < total,
         "pruned by the seconds' statistics: {query}"
+    );
+}
+
+/// Files whose time is a field of a struct (`record.ts`, Timestamp in milliseconds) beside a
+/// top-level `service`, `rows` rows from `first` (unsorted), three services in turn. With
+/// `null_record`, the first row's `record` is null, and so is its time.
+fn write_struct_time_file(path: &Path, first: i64, rows: i64, null_record: bool) {
+    use arrow::array::{ArrayRef, StringArray, StructArray, TimestampMillisecondArray};
+    use arrow::buffer::NullBuffer;
+    use arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
+    use std::sync::Arc;
+    let hour_ms = 1_795_946_400_000i64; // 2026-11-29T10:00:00Z
+    let ids: Vec<i64> = (first..first + rows).rev().collect();
+    let ts_type = DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
+    let inner = Fields::from(vec![
+        Field::new("ts", ts_type.clone(), true),
+        Field::new("host", DataType::Utf8, true),
+    ]);
+    let times = TimestampMillisecondArray::from_iter_values(
+        ids.iter().map(|i| hour_ms + (i % 3_600) * 1_000),
+    )
+    .with_timezone("UTC");
+    let hosts = StringArray::from_iter_values(ids.iter().map(|i| format!("host-{}", i % 7)));
+    let validity = null_record.then(|| NullBuffer::from_iter((0..rows).map(|i| i != 0)));
+    let record = StructArray::new(
+        inner.clone(),
+        vec![Arc::new(times) as ArrayRef, Arc::new(hosts)],
+        validity,
+    );
+    let services = ["api", "db", "web"];
+    let schema = Schema::new(vec![
+        Field::new("service", DataType::Utf8, true),
+        Field::new("record", DataType::Struct(inner), true),
+    ]);
+    let batch = arrow::record_batch::RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| services[(i % 3) as usize]),
+            )),
+            Arc::new(record),
+        ],
+    )
+    .expect("a batch");
+    write_batch(path, &batch);
+}
+
+/// A time column inside a struct, named by its path (`--time-column record.ts`): the hour
+/// check, the sort, `sorting_columns` and query pruning find it there, and the output keeps
+/// it there in its inputs' type. A row whose struct is null has a null time: its file is
+/// quarantined alone. A path that names nothing fails the job and quarantines nothing.
+#[test]
+fn a_time_column_inside_a_struct_is_found_by_its_path() {
+    use arrow::array::{Array, AsArray};
+    let dir = tempfile::tempdir().expect("dir");
+    let store = dir.path().to_string_lossy().into_owned();
+    let hour_dir = dir.path().join("logs/2026/11/29/10");
+    for (i, first) in [0, 1200, 2400].into_iter().enumerate() {
+        write_struct_time_file(
+            &hour_dir.join(format!("{i:02}.parquet")),
+            first,
+            1200,
+            false,
+        );
+    }
+    let base = |time: &'static str| {
+        [
+            "--store",
+            store.as_str(),
+            "--layout",
+            "logs/%Y/%m/%d/%H",
+            "--sort-key",
+            "service,record.ts",
+            "--time-column",
+            time,
+        ]
+    };
+    let command =
+        |name: &str, time: &'static str, extra: &[&str]| command_with(name, &base(time), extra);
+
+    // A path that names no column: the setting's mistake, nothing quarantined.
+    let typo = command("compact", "record.tz", &["--hour", HOUR, "--json"]);
+    let out = run(&typo.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = output_text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("\"record.tz\" is missing") && text.contains("nothing was quarantined"),
+        "{text}"
+    );
+    assert_eq!(files_under(&hour_dir).len(), 3, "{text}");
+
+    // One more file whose first row's struct is null: its time is null, so it is quarantined.
+    write_struct_time_file(&hour_dir.join("03.parquet"), 0, 10, true);
+    let compact = command(
+        "compact",
+        "record.ts",
+        &["--hour", HOUR, "--json", "--max-rows-per-row-group", "300"],
+    );
+    let report = ok(&compact.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(report["status"], "partial", "{report}");
+    assert_eq!(report["inputs"]["rows"], 3600, "{report}");
+    let quarantined = report["quarantined"].as_array().expect("quarantined");
+    assert_eq!(quarantined.len(), 1, "{report}");
+    let reason = quarantined[0]["reason"].as_str().expect("a reason");
+    assert!(reason.contains("row 0: record.ts is null"), "{reason}");
+
+    // The output keeps `record` a struct with the time in milliseconds, sorted by (service,
+    // time), and declares both key columns, the second by its leaf inside the struct.
+    let key = report["output"]["key"].as_str().expect("an output key");
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(dir.path().join(key)).expect("the output"),
+    )
+    .expect("a reader");
+    let descr = builder.metadata().file_metadata().schema_descr_ptr();
+    for row_group in builder.metadata().row_groups() {
+        let declared: Vec<String> = (row_group.sorting_columns().expect("sorting_columns").iter())
+            .map(|c| descr.column(c.column_idx as usize).path().string())
+            .collect();
+        assert_eq!(declared, ["service", "record.ts"]);
+    }
+    let mut keys = Vec::new();
+    for batch in builder.build().expect("batches") {
+        let batch = batch.expect("a batch");
+        let services = batch.column_by_name("service").expect("service");
+        let services = services.as_string::<i32>();
+        let record = batch.column_by_name("record").expect("record");
+        let ts = record.as_struct().column_by_name("ts").expect("record.ts");
+        assert_eq!(
+            ts.data_type(),
+            &arrow::datatypes::DataType::Timestamp(
+                arrow::datatypes::TimeUnit::Millisecond,
+                Some("UTC".into())
+            )
+        );
+        let ts = ts.as_primitive::<arrow::datatypes::TimestampMillisecondType>();
+        assert_eq!(ts.null_count(), 0);
+        keys.extend((0..batch.num_rows()).map(|i| (services.value(i).to_string(), ts.value(i))));
+    }
+    assert_eq!(keys.len(), 3600);
+    assert!(
+        keys.windows(2).all(|w| w[0] <= w[1]),
+        "sorted by (service, record.ts)"
+    );
+
+    // A ten-minute window: its rows, found by the struct leaf's statistics in fewer row groups
+    // than the hour's.
+    let query = command(
+        "query",
+        "record.ts",
+        &[
+            "--from",
+            "2026-11-29T10:10:00Z",
+            "--to",
+            "2026-11-29T10:20:00Z",
+            "--limit",
+            "0",
+            "--json",
+        ],
+    );
+    let query = ok(&query.iter().map(String::as_str).collect::<Vec<_>>());
+    let stats = &query["stats"];
+    assert_eq!(stats["rows_matched"], 600, "{query}");
+    let scanned = stats["row_groups_scanned"].as_u64().expect("scanned");
+    let total = stats["row_groups_total"].as_u64().expect("total");
+    assert!(
+        scanned < total,
+        "pruned by the time leaf's statistics: {query}"
     );
 }

@@ -18,6 +18,7 @@ use parquet::file::metadata::ParquetMetaData;
 
 use crate::compact::job::JobContext;
 use crate::error::{Error, Result};
+use crate::input::column_path::{column_named, resolve};
 use crate::input::type_union::time_nanos;
 use crate::input::{CheckedInput, READER_BYTES_PER_COLUMN, StagedInput};
 use crate::object_key::ObjectKey;
@@ -85,9 +86,9 @@ fn rows_in_range(input: &CheckedInput, keys: &KeyColumns, range: &KeyRange) -> R
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| Error::parquet(name.clone(), e))?;
     let schema = Arc::clone(builder.schema());
-    let time = schema
-        .index_of(&keys.time)
-        .map_err(|_| Error::invariant(format!("{name} has no column {}", keys.time)))?;
+    let time = resolve(schema.fields(), &keys.time)
+        .map(|path| path[0])
+        .ok_or_else(|| Error::invariant(format!("{name} has no column {}", keys.time)))?;
     let service = schema.index_of(&keys.service).ok();
     let mask = ProjectionMask::roots(builder.parquet_schema(), service.into_iter().chain([time]));
     let mut builder = builder.with_projection(mask).with_batch_size(64 * 1024);
@@ -100,8 +101,7 @@ fn rows_in_range(input: &CheckedInput, keys: &KeyColumns, range: &KeyRange) -> R
     let mut rows = 0u64;
     for batch in reader {
         let batch = batch.map_err(|e| Error::arrow(format!("reading {name}"), e))?;
-        let time = batch
-            .column_by_name(&keys.time)
+        let time = column_named(&batch, &keys.time)?
             .ok_or_else(|| Error::invariant("the time column went missing"))?;
         let times = time_nanos(time.as_ref(), keys.time_unit)
             .map_err(|e| Error::arrow("reading the time key", e))?;

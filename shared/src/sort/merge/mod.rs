@@ -430,7 +430,7 @@ mod tests {
         let key = SortKey::new(&UnifiedSchema {
             schema: Arc::clone(&schema),
             service_index: Some(0),
-            time_index: 1,
+            time_path: vec![1],
             time_unit: Default::default(),
             sort_paths: vec![vec![0], vec![1]],
         })
@@ -457,7 +457,7 @@ mod tests {
         let unified = UnifiedSchema {
             schema: Arc::clone(&schema),
             service_index: Some(0),
-            time_index: 1,
+            time_path: vec![1],
             time_unit: Default::default(),
             sort_paths: vec![vec![0], vec![1]],
         };

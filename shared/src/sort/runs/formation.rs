@@ -596,7 +596,7 @@ mod tests {
                 Field::new("time_unix_nano", DataType::Int64, false),
             ])),
             service_index: Some(0),
-            time_index: 1,
+            time_path: vec![1],
             time_unit: Default::default(),
             sort_paths: vec![vec![0], vec![1]],
         }

@@ -697,7 +697,7 @@ mod tests {
                 Field::new("body", DataType::Utf8, true),
             ])),
             service_index: Some(1),
-            time_index: 0,
+            time_path: vec![0],
             time_unit: Default::default(),
             sort_paths: vec![vec![1], vec![0]],
         }
@@ -923,7 +923,7 @@ mod tests {
                 Field::new("attrs", plain.data_type().clone(), true),
             ])),
             service_index: None,
-            time_index: 0,
+            time_path: vec![0],
             time_unit: Default::default(),
             sort_paths: vec![vec![0]],
         };
