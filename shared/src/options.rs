@@ -389,6 +389,10 @@ pub struct CompactOptions {
     /// collect garbage, as the late-file policy decides; `None`: what the partition's job record
     /// asks of a dispatched job ([`JobMode::Merge`] without one).
     pub mode: Option<JobMode>,
+    /// The size of an output's upload parts; `None`: sized to the memory
+    /// (`store::upload::part_bytes_for`). Parts under S3's 5 MiB only on stores that
+    /// take them: tests in memory make small outputs go up in parts with it.
+    pub upload_part_bytes: Option<usize>,
 }
 
 impl CompactOptions {
@@ -411,6 +415,7 @@ impl CompactOptions {
             parallel_downloads: DEFAULT_PARALLEL_DOWNLOADS,
             local_attempt: false,
             mode: None,
+            upload_part_bytes: None,
         }
     }
 

@@ -129,6 +129,10 @@ pub struct CompactSettings {
     /// The function's memory in MB (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`), which jobs are billed
     /// for; one vCPU's worth when unset.
     pub function_memory_mb: u64,
+    /// Whether the function's memory was given (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, the CLI's
+    /// `--function-memory`) rather than assumed: only then does it size uploads
+    /// ([`CompactSettings::upload_memory_bytes`]).
+    pub function_memory_given: bool,
     /// Prices of a job's cost (`OURIOS_PRICE_*`, else the published arm64 us-east-1 ones).
     pub prices: Prices,
     /// Whether jobs fan out (`OURIOS_FAN_OUT`: `off`, `auto` or a number of ranges; else off).
@@ -160,6 +164,7 @@ impl CompactSettings {
             gc_grace: DEFAULT_GC_GRACE,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
             function_memory_mb: ONE_VCPU_FUNCTION_MB,
+            function_memory_given: false,
             prices: Prices::default(),
             fan_out: FanOut::Off,
             workers: 1,
@@ -204,6 +209,7 @@ impl CompactSettings {
                 parse_duration,
             )?,
             function_memory_mb: function_memory_mb.unwrap_or(ONE_VCPU_FUNCTION_MB),
+            function_memory_given: function_memory_mb.is_some(),
             prices: Prices::from_lookup(lookup)?,
             fan_out: get_or(lookup, "OURIOS_FAN_OUT", FanOut::Off, |s| {
                 s.parse().map_err(|message| Error::Config { message })
@@ -220,6 +226,16 @@ impl CompactSettings {
                 lookup("OURIOS_TIME_UNIT").as_deref(),
             )?,
         })
+    }
+
+    /// The memory an output's upload is sized by ([`crate::store::upload::part_bytes_for`]):
+    /// the function's when given, else four budgets (the budget is a quarter of a function's
+    /// memory by default).
+    pub fn upload_memory_bytes(&self) -> u64 {
+        match self.function_memory_given {
+            true => self.function_memory_mb.saturating_mul(1 << 20),
+            false => self.budget_bytes.saturating_mul(4),
+        }
     }
 
     /// The options of a job under these settings that must stop by `deadline` (less the

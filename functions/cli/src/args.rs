@@ -245,7 +245,8 @@ impl RowGroupArgs {
 #[derive(Debug, Args, Clone)]
 pub struct CostArgs {
     /// Memory of the Lambda function the job's cost is reckoned for, in MB (default:
-    /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE, else 1769, which has one full vCPU).
+    /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE, else 1769, which has one full vCPU). When given, it
+    /// also sizes the output's upload parts (a 64th of it).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub function_memory: Option<u64>,
 }
@@ -255,6 +256,7 @@ impl CostArgs {
     pub fn apply(&self, settings: &mut CompactSettings) {
         if let Some(mb) = self.function_memory {
             settings.function_memory_mb = mb;
+            settings.function_memory_given = true;
         }
     }
 }

@@ -58,6 +58,7 @@ async fn setup(scratch: &Path) -> Compactor {
             gc_grace: Duration::from_secs(900),
             deadline_margin: Duration::ZERO,
             function_memory_mb: ONE_VCPU_FUNCTION_MB,
+            function_memory_given: false,
             prices: Prices::default(),
             fan_out: FanOut::Off,
             workers: 1,
@@ -228,6 +229,7 @@ fn options_follow_the_settings_and_the_deadline() {
             gc_grace: Duration::from_secs(60),
             deadline_margin: Duration::from_secs(20),
             function_memory_mb: 3538,
+            function_memory_given: true,
             prices: Prices {
                 lambda_gb_second: 0.000_016_666_7,
                 ..Prices::default()
@@ -386,8 +388,20 @@ async fn every_store_operation_is_allowed_by_the_compactor_role() {
     );
     // The check is not vacuous: the compactor never writes ingest files.
     let ingest_file = "data/tenant=acme/year=2026/month=11/day=29/hour=10/f1.parquet";
-    let kinds = ["get", "put", "put_multipart", "delete", "list"];
+    let kinds = ["get", "put", "delete", "list"];
     assert_role_covers("CompactorRole", &operations, &kinds, ("put", ingest_file));
+    // These outputs fit one PUT; a larger one goes up in parts, under the same key.
+    let output = (operations.iter())
+        .find(|o| {
+            o.operation == "put" && o.key.starts_with("compacted/") && !o.key.contains("/runs/")
+        })
+        .map(|o| o.key.clone())
+        .expect("an output was written");
+    let multipart = Operation {
+        operation: "put_multipart",
+        key: output,
+    };
+    assert_role_permits("CompactorRole", &[multipart].into());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,7 @@ use crate::partition::{KeyLayout, PartitionId};
 use crate::scratch::ScratchDir;
 use crate::sort::sink::with_sink_thread;
 use crate::store::Store;
-use crate::store::upload::{part_bytes_for, start_upload};
+use crate::store::upload::{job_part_bytes, start_upload};
 
 /// What a plain rewrite did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -86,7 +86,7 @@ pub async fn rewrite_plain(
     )?;
     let (properties, blocks) =
         partition_output_settings(&unified, options, row_group_bytes, &scratch)?;
-    let part_bytes = part_bytes_for(input_bytes, options.settings.budget_bytes);
+    let part_bytes = job_part_bytes(options);
     let (upload, task) = start_upload(
         Arc::clone(store.object_store()),
         output_key.clone(),

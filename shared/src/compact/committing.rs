@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use object_store::ObjectStoreExt;
+use object_store::path::Path;
 
 use crate::compact::job::JobContext;
 use crate::compact::producing::Produced;
@@ -68,7 +69,14 @@ pub(crate) async fn commit_produced(
 
     // Retired entries whose files are gone are forgotten (ingest files and earlier outputs
     // alike), so the manifest stays as small as the grace period allows.
-    let compacted_listing = store.list_sorted(&layout.compacted_dir(partition)).await?;
+    // The compacted directory is listed only when an earlier output is among them.
+    let compacted_dir = layout.compacted_dir(partition);
+    let compacted_prefix = format!("{compacted_dir}/");
+    let compacted_listing =
+        match (manifest.retired.iter()).any(|r| r.key.as_str().starts_with(&compacted_prefix)) {
+            true => store.list_sorted(&compacted_dir).await?,
+            false => Vec::new(),
+        };
     let listed: std::collections::HashSet<&str> = listing
         .iter()
         .chain(&compacted_listing)
@@ -181,15 +189,39 @@ pub(crate) async fn delete_quietly(store: &Store, key: &ObjectKey) {
 
 /// Deletes what is left of the job's directory (`runs/<job>/`: the holds on its outputs, the
 /// commit's marker), once its commit is over: a committed output is referenced, and an
-/// uncommitted one is an orphan GC may take. Best effort: GC sweeps the directory once idle.
-pub(crate) async fn release_holds(job: &JobContext<'_>) {
+/// uncommitted one is an orphan GC may take. `known` names every object left there when the
+/// job knows them (the holds of a job that did not fan out), saving the listing. Best
+/// effort: GC sweeps the directory once idle.
+pub(crate) async fn release_holds(job: &JobContext<'_>, known: Option<Vec<Path>>) {
     if job.options.settings.gc_grace.is_zero() {
         return;
     }
-    let dir = job.layout.fan_out_dir(job.partition, job.attempt_id);
-    if let Ok(listed) = job.store.list_sorted(&dir).await {
-        for object in listed {
-            delete_quietly(job.store, &ObjectKey::from(object.location)).await;
+    let left = match known {
+        Some(keys) => keys,
+        None => {
+            let dir = job.layout.fan_out_dir(job.partition, job.attempt_id);
+            match job.store.list_sorted(&dir).await {
+                Ok(listed) => listed.into_iter().map(|o| o.location).collect(),
+                Err(_) => return,
+            }
         }
+    };
+    for key in left {
+        delete_quietly(job.store, &ObjectKey::from(key)).await;
     }
+}
+
+/// The holds on `produced`'s outputs when they are all the job left in its directory (it did
+/// not fan out), for [`release_holds`]; `None` otherwise.
+pub(crate) fn known_holds(job: &JobContext<'_>, produced: &Produced) -> Option<Vec<Path>> {
+    if produced.fan_out.is_some() {
+        return None;
+    }
+    (produced.outputs.iter())
+        .filter(|w| w.held_from_ms.is_some())
+        .map(|w| {
+            let name = w.output.key.location().filename()?;
+            Some(job.layout.hold_key(job.partition, job.attempt_id, name))
+        })
+        .collect()
 }

@@ -44,7 +44,7 @@ use crate::options::{CompactOptions, JobMode};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::report::{CompactionReport, Status};
 use crate::store::Store;
-use committing::{commit_produced, release_holds};
+use committing::{commit_produced, known_holds, release_holds};
 use job::{JobContext, JobRun};
 use producing::{check_late_files, settle_without_rows};
 use sizing::size_job;
@@ -139,8 +139,9 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
 
     // Step 5: commit; the holds on the outputs go, whatever its outcome. Late files merged
     // leave nothing waiting.
+    let holds = known_holds(job, &produced);
     let committed = commit_produced(job, &manifest, &listing, produced, report).await;
-    release_holds(job).await;
+    release_holds(job, holds).await;
     if mode.is_merge() && manifest.version > 0 && report.status.is_success() {
         forget_checked(job.store, job.partition).await;
     }

@@ -25,7 +25,7 @@ use crate::sort::key::KeyRange;
 use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
 use crate::sort::{SortFailure, SortJob, SortStats, sort_inputs};
-use crate::store::upload::{Hold, part_bytes_for, start_upload};
+use crate::store::upload::{Hold, job_part_bytes, start_upload};
 
 /// Version of the output format; part of the output name so a format change never reuses one.
 const OUTPUT_FORMAT_VERSION: &str = "ourios-compaction/2";
@@ -164,8 +164,7 @@ pub(crate) async fn sort_and_write(
         // An attempt that dies after its upload leaves an orphan, and its hold, to the sweep.
         tracing::warn!(partition = %job.partition, error = %e, "could not mark garbage due");
     }
-    let expected_bytes = checked.iter().map(|c| c.staged.size).sum();
-    let part_bytes = part_bytes_for(expected_bytes, options.settings.budget_bytes);
+    let part_bytes = job_part_bytes(options);
     let (upload, task) = start_upload(
         Arc::clone(store.object_store()),
         key.clone(),

@@ -277,7 +277,12 @@ pub async fn commit(
                 // old versions, so a committer more than KEEP_MANIFEST_VERSIONS behind can
                 // re-create a pruned number: such a version is shadowed, never read, and the
                 // commit is retried on the real latest. A higher version that already holds
-                // our change was built on ours: we won.
+                // our change was built on ours: we won. Ours is the highest listed in the
+                // common case, and then it need not be read back.
+                let versions = list_versions(store, layout, partition).await?;
+                if versions.last() == Some(&next.version) {
+                    return Ok(CommitOutcome::Committed(next));
+                }
                 let latest = load_latest(store, layout, partition).await?;
                 if latest.version == next.version || reflects(&latest, request) {
                     return Ok(CommitOutcome::Committed(next));

@@ -273,9 +273,6 @@ pub async fn sweep_abandoned_uploads(
     store_now_ms: i64,
     grace: Duration,
 ) -> Result<usize> {
-    if store.raw_s3().is_none() {
-        return Ok(0);
-    }
     let prefix = format!("{}/", layout.compacted_dir(partition));
     (store.abort_uploads(&prefix, |upload| {
         is_abandoned_upload(upload, store_now_ms, grace)

@@ -238,7 +238,7 @@ impl Store {
     pub fn read_in_place(&self, key: &Path) -> Option<PathBuf> {
         let path = self.local_path(key)?;
         if let Some(requests) = &self.requests {
-            requests.count_get();
+            requests.count_get(key);
         }
         Some(path)
     }
@@ -275,13 +275,13 @@ impl Store {
     pub async fn list(&self, prefix: &Path) -> Result<Listing> {
         let mut listing = match &self.local_root {
             Some(root) => {
-                let (root, prefix) = (root.clone(), prefix.clone());
-                let listed = tokio::task::spawn_blocking(move || list_local(&root, &prefix))
+                let (root, walked) = (root.clone(), prefix.clone());
+                let listed = tokio::task::spawn_blocking(move || list_local(&root, &walked))
                     .await
                     .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??;
                 // Walked in place: counted as the listing it stands for on S3.
                 if let Some(requests) = &self.requests {
-                    requests.count_listing(listed.objects.len() as u64);
+                    requests.count_listing(prefix, listed.objects.len() as u64);
                 }
                 listed
             }
@@ -295,7 +295,7 @@ impl Store {
                         tracing::info!(prefix = %prefix, error = %e, "listing again by raw key");
                         let listed = raw.list(prefix, false).await?;
                         if let Some(requests) = &self.requests {
-                            requests.count_listing(listed.objects.len() as u64);
+                            requests.count_listing(prefix, listed.objects.len() as u64);
                         }
                         Listing {
                             objects: listed.objects,
@@ -321,17 +321,26 @@ impl Store {
     pub async fn list_dirs(&self, prefix: &Path) -> Result<Vec<Path>> {
         let mut dirs = match &self.local_root {
             Some(root) => {
-                let (root, prefix) = (root.clone(), prefix.clone());
-                tokio::task::spawn_blocking(move || list_local_dirs(&root, &prefix))
+                let (root, walked) = (root.clone(), prefix.clone());
+                let dirs = tokio::task::spawn_blocking(move || list_local_dirs(&root, &walked))
                     .await
-                    .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??
+                    .map_err(|e| Error::invariant(format!("listing task failed: {e}")))??;
+                // Walked in place: counted as the delimited listing it stands for on S3.
+                if let Some(requests) = &self.requests {
+                    requests.count_listing(prefix, dirs.len() as u64);
+                }
+                dirs
             }
             None => match self.inner.list_with_delimiter(Some(prefix)).await {
                 Ok(listing) => listing.common_prefixes,
                 Err(e) => match &self.raw {
                     Some(raw) if may_be_unaddressable(&e) => {
                         tracing::info!(prefix = %prefix, error = %e, "listing again by raw key");
-                        raw.list(prefix, true).await?.dirs
+                        let listed = raw.list(prefix, true).await?;
+                        if let Some(requests) = &self.requests {
+                            requests.count_listing(prefix, listed.dirs.len() as u64);
+                        }
+                        listed.dirs
                     }
                     _ => return Err(Error::store("list", prefix, e)),
                 },
@@ -343,18 +352,30 @@ impl Store {
 
     /// Aborts the incomplete multipart uploads under `key_prefix` that `abandoned` accepts
     /// (a killed attempt's, old enough on the store's clock that no live attempt can own it);
-    /// returns how many were aborted. Stores without raw S3 access have no listable uploads: 0.
+    /// returns how many were aborted. Stores without raw S3 access have no listable uploads: 0
+    /// (a local directory counts the listing that finds none on S3).
     pub async fn abort_uploads(
         &self,
         key_prefix: &str,
         abandoned: impl Fn(&raw_s3::IncompleteUpload) -> bool,
     ) -> Result<usize> {
+        let counted = Path::from(key_prefix);
         let Some(raw) = &self.raw else {
+            if let (Some(requests), Some(_)) = (&self.requests, &self.local_root) {
+                requests.count_listing(&counted, 0);
+            }
             return Ok(0);
         };
+        let uploads = raw.incomplete_uploads(key_prefix).await?;
+        if let Some(requests) = &self.requests {
+            requests.count_listing(&counted, uploads.len() as u64);
+        }
         let mut aborted = 0;
-        for upload in raw.incomplete_uploads(key_prefix).await? {
+        for upload in uploads {
             if abandoned(&upload) {
+                if let Some(requests) = &self.requests {
+                    requests.count_delete(&counted);
+                }
                 raw.abort_upload(&upload).await?;
                 tracing::info!(key = %upload.key, upload_id = %upload.upload_id, "aborted an abandoned incomplete upload");
                 aborted += 1;
@@ -368,6 +389,9 @@ impl Store {
     /// object changed since the listing and was left in place.
     pub async fn delete_listed(&self, meta: &ObjectMeta) -> Result<bool> {
         if let (Some(raw), Some(e_tag)) = (&self.raw, &meta.e_tag) {
+            if let Some(requests) = &self.requests {
+                requests.count_delete(&meta.location);
+            }
             return Ok(
                 raw.delete_if_match(&meta.location, e_tag).await? == ConditionalDelete::Deleted
             );

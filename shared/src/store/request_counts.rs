@@ -38,30 +38,59 @@ impl RequestCounters {
     }
 
     /// Counts one GET made outside the store (a local file read in place of a download).
-    pub fn count_get(&self) {
-        Self::add(&self.get, 1);
+    pub fn count_get(&self, key: &Path) {
+        self.count(Class::Get, "read in place", key, 1);
     }
 
-    /// Counts the LIST requests of a listing of `entries` keys made outside the store (a local
-    /// directory walked in place): one per page, at least one.
-    pub fn count_listing(&self, entries: u64) {
-        Self::add(&self.list, entries.div_ceil(LIST_PAGE).max(1));
+    /// Counts the LIST requests of a listing of `entries` keys under `prefix` made outside the
+    /// store (a local directory walked in place): one per page, at least one.
+    pub fn count_listing(&self, prefix: &Path, entries: u64) {
+        self.count(Class::List, "walk", prefix, list_requests(entries));
     }
 
-    fn add(counter: &AtomicU64, n: u64) {
+    /// Counts one DELETE-class request made outside the store (by raw S3 access).
+    pub fn count_delete(&self, key: &Path) {
+        self.count(Class::Delete, "delete (raw)", key, 1);
+    }
+
+    /// Counts `n` requests of `class`, logged (at debug level) with the operation and key, so
+    /// a job's requests can be told apart (`OURIOS_LOG=ourios_compaction::store=debug`).
+    fn count(&self, class: Class, operation: &str, key: &Path, n: u64) {
+        let counter = match class {
+            Class::Get => &self.get,
+            Class::Put => &self.put,
+            Class::List => &self.list,
+            Class::Delete => &self.delete,
+        };
         counter.fetch_add(n, Ordering::Relaxed);
+        tracing::debug!(class = ?class, operation, key = %key, n, "store request");
     }
 }
 
+/// An S3 price class.
+#[derive(Debug, Clone, Copy)]
+enum Class {
+    Get,
+    Put,
+    List,
+    Delete,
+}
+
+/// The LIST requests of a listing of `entries` keys: one per page of [`LIST_PAGE`], at least
+/// one.
+fn list_requests(entries: u64) -> u64 {
+    entries.div_ceil(LIST_PAGE).max(1)
+}
+
 /// Counts a listing's requests: one per page of [`LIST_PAGE`] entries, at least one.
-fn counted_listing(stream: MetaStream, counters: Arc<RequestCounters>) -> MetaStream {
-    RequestCounters::add(&counters.list, 1);
+fn counted_listing(stream: MetaStream, counters: Arc<RequestCounters>, prefix: Path) -> MetaStream {
+    counters.count(Class::List, "list", &prefix, 1);
     stream
         .enumerate()
         .map(move |(i, item)| {
             let i = i as u64;
             if i > 0 && i.is_multiple_of(LIST_PAGE) {
-                RequestCounters::add(&counters.list, 1);
+                counters.count(Class::List, "list (next page)", &prefix, 1);
             }
             item
         })
@@ -72,59 +101,81 @@ fn counted_listing(stream: MetaStream, counters: Arc<RequestCounters>) -> MetaSt
 impl StoreHooks for Arc<RequestCounters> {
     const NAME: &'static str = "RequestCountingStore";
 
+    /// A conditional write the store does not offer (a local directory's overwrite by ETag)
+    /// sends no request, and is not counted.
     async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
-        RequestCounters::add(&self.put, 1);
-        put.forward(inner).await
+        let location = put.location.clone();
+        let result = put.forward(inner).await;
+        if !matches!(
+            result,
+            Err(object_store::Error::NotImplemented { .. }
+                | object_store::Error::NotSupported { .. })
+        ) {
+            self.count(Class::Put, "put", &location, 1);
+        }
+        result
     }
 
     /// CreateMultipartUpload; each part and the completion are counted as they go.
     async fn put_multipart(&self, inner: &Inner, start: UploadRequest<'_>) -> StoreResult<Upload> {
-        RequestCounters::add(&self.put, 1);
+        self.count(Class::Put, "create multipart upload", start.location, 1);
         start.forward(inner).await
     }
 
     async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
-        RequestCounters::add(&self.get, 1);
+        let operation = if get.options.head { "head" } else { "get" };
+        self.count(Class::Get, operation, get.location, 1);
         get.forward(inner).await
     }
 
     fn delete(&self, inner: &Inner, locations: PathStream) -> PathStream {
         let counters = Arc::clone(self);
         let counted = locations
-            .inspect(move |_| RequestCounters::add(&counters.delete, 1))
+            .inspect(move |key| {
+                if let Ok(key) = key {
+                    counters.count(Class::Delete, "delete", key, 1);
+                }
+            })
             .boxed();
         inner.delete_stream(counted)
     }
 
     fn list(&self, inner: &Inner, list: ListRequest<'_>) -> MetaStream {
-        counted_listing(list.forward(inner), Arc::clone(self))
+        let prefix = list.prefix.cloned().unwrap_or_default();
+        counted_listing(list.forward(inner), Arc::clone(self), prefix)
     }
 
     async fn list_dirs(&self, inner: &Inner, prefix: Option<&Path>) -> StoreResult<ListResult> {
         let result = inner.list_with_delimiter(prefix).await?;
         let entries = (result.objects.len() + result.common_prefixes.len()) as u64;
-        self.count_listing(entries);
+        let prefix = prefix.cloned().unwrap_or_default();
+        self.count(
+            Class::List,
+            "list directories",
+            &prefix,
+            list_requests(entries),
+        );
         Ok(result)
     }
 
     async fn copy(&self, inner: &Inner, copy: CopyRequest<'_>) -> StoreResult<()> {
-        RequestCounters::add(&self.put, 1);
+        self.count(Class::Put, "copy", copy.to, 1);
         copy.forward(inner).await
     }
 
-    fn put_part(&self, upload: &mut Upload, _location: &Path, data: PutPayload) -> UploadPart {
-        RequestCounters::add(&self.put, 1);
+    fn put_part(&self, upload: &mut Upload, location: &Path, data: PutPayload) -> UploadPart {
+        self.count(Class::Put, "upload part", location, 1);
         upload.put_part(data)
     }
 
-    async fn complete(&self, upload: &mut Upload, _location: &Path) -> StoreResult<PutResult> {
-        RequestCounters::add(&self.put, 1);
+    async fn complete(&self, upload: &mut Upload, location: &Path) -> StoreResult<PutResult> {
+        self.count(Class::Put, "complete multipart upload", location, 1);
         upload.complete().await
     }
 
     /// AbortMultipartUpload is a DELETE-class request (free).
-    async fn abort(&self, upload: &mut Upload, _location: &Path) -> StoreResult<()> {
-        RequestCounters::add(&self.delete, 1);
+    async fn abort(&self, upload: &mut Upload, location: &Path) -> StoreResult<()> {
+        self.count(Class::Delete, "abort multipart upload", location, 1);
         upload.abort().await
     }
 }
@@ -206,9 +257,10 @@ mod tests {
         let n = store.list(Some(&Path::from("k"))).count().await;
         assert_eq!(n, 2_001);
         assert_eq!(counters.snapshot().list - before, 3);
-        counters.count_listing(0);
-        counters.count_listing(1_000);
-        counters.count_listing(1_001);
+        let walked = Path::from("k");
+        counters.count_listing(&walked, 0);
+        counters.count_listing(&walked, 1_000);
+        counters.count_listing(&walked, 1_001);
         assert_eq!(counters.snapshot().list - before, 3 + 1 + 1 + 2);
     }
 }

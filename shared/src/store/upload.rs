@@ -5,13 +5,14 @@
 //! side uploads them; if the writer goes away without [`UploadWriter::finish`], the upload
 //! is aborted and nothing appears at the key.
 //!
-//! Parts are sized to the output and the job's budget ([`part_bytes_for`]). The upload starts
-//! with the first part, not before: S3 dates the object at the upload's start, so the object
-//! is no older than its bytes. An upload with a [`Hold`] writes the hold just before it starts
-//! and renews it as parts go (at most every half grace, on the job's monotonic clock): GC
-//! leaves the object alone while its hold is fresh, however long the upload takes, and the
-//! committer knows from the last renewal how long it may still commit
-//! ([`Uploaded::held_from_ms`]).
+//! Parts are sized to the job's memory ([`part_bytes_for`]). An output that fits in its first
+//! part, which may hold [`FIRST_PART_PARTS`] parts' bytes (nothing else is in memory while it
+//! fills), goes up in one PUT; a larger one as a multipart upload, which starts with that first
+//! part, not before: S3 dates a multipart object at the upload's start, so the object is no
+//! older than its bytes. An upload with a [`Hold`] writes the hold just before it starts and
+//! renews it as parts go (at most every half grace, on the job's monotonic clock): GC leaves
+//! the object alone while its hold is fresh, however long the upload takes, and the committer
+//! knows from the last renewal how long it may still commit ([`Uploaded::held_from_ms`]).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -23,25 +24,34 @@ use tokio::sync::mpsc;
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::options::CompactOptions;
 
 /// The smallest part (S3 needs at least 5 MiB for all parts but the last).
 pub const PART_BYTES: usize = 5 << 20;
-/// The parts an output is cut into when the budget lets its parts be that large (see
-/// [`part_bytes_for`]).
-const TARGET_PARTS: u64 = 64;
-/// The largest part whatever the budget.
+/// The largest part whatever the memory.
 const MAX_PART_BYTES: u64 = 64 << 20;
+/// The first part holds up to this many parts' bytes: while it fills nothing else is held,
+/// and once it is sent it stays in memory until its last part is uploaded, beside the part
+/// filling and the one queued, so an upload holds at most five parts' bytes either way. An
+/// output that fits in it goes up in one PUT.
+pub const FIRST_PART_PARTS: usize = 3;
 
-/// The part size of an upload of about `expected_bytes` by a job of decoded-row budget
-/// `budget_bytes`: a 64th of the output, at least [`PART_BYTES`], at most a 16th
-/// of the budget (an upload holds up to five parts: the one filling, one queued, one being
-/// cut, two in flight; the budget is a quarter of a function's memory) and 64 MiB. A 256 MB
-/// function (64 MiB budget) keeps 5 MiB parts; a 1,769 MB one cuts a 3 GB output into 112
-/// parts instead of 615.
-pub fn part_bytes_for(expected_bytes: u64, budget_bytes: u64) -> usize {
-    let cap = (budget_bytes / 16).clamp(PART_BYTES as u64, MAX_PART_BYTES);
-    let wanted = expected_bytes / TARGET_PARTS;
-    usize::try_from(wanted.clamp(PART_BYTES as u64, cap)).unwrap_or(PART_BYTES)
+/// The part size of an upload by a job whose function has `memory_bytes` of memory: a 64th
+/// of it, at least [`PART_BYTES`] and at most 64 MiB. An upload holds at most five parts
+/// (see [`FIRST_PART_PARTS`]): 8% of the memory. A 256 MB function keeps 5 MiB parts and
+/// puts an output of up to 15 MiB in one PUT; a 1,769 MB one cuts 27.6 MiB parts, puts up to
+/// 83 MiB in one PUT and a 3 GB output in 112 parts instead of 615.
+pub fn part_bytes_for(memory_bytes: u64) -> usize {
+    let part = (memory_bytes / 64).clamp(PART_BYTES as u64, MAX_PART_BYTES);
+    usize::try_from(part).unwrap_or(PART_BYTES)
+}
+
+/// The part size of a job's outputs under `options`: [`CompactOptions::upload_part_bytes`]
+/// when set, else [`part_bytes_for`] the memory the settings give
+/// ([`crate::settings::CompactSettings::upload_memory_bytes`]).
+pub fn job_part_bytes(options: &CompactOptions) -> usize {
+    (options.upload_part_bytes)
+        .unwrap_or_else(|| part_bytes_for(options.settings.upload_memory_bytes()))
 }
 
 /// Parts uploaded concurrently.
@@ -125,16 +135,16 @@ pub struct UploadWriter {
     part_bytes: usize,
 }
 
-/// Starts an upload task for `key` in parts of `part_bytes` (at least [`PART_BYTES`]; see
-/// [`part_bytes_for`]), held by `hold`; returns the writer end and the task handle, which
-/// resolves once the writer finishes.
+/// Starts an upload task for `key` in parts of `part_bytes` (see [`part_bytes_for`]; S3 takes
+/// no part but the last under [`PART_BYTES`]), held by `hold`; returns the writer end and the
+/// task handle, which resolves once the writer finishes.
 pub fn start_upload(
     store: Arc<dyn ObjectStore>,
     key: Path,
     hold: Option<Hold>,
     part_bytes: usize,
 ) -> (UploadWriter, tokio::task::JoinHandle<Result<Uploaded>>) {
-    let part_bytes = part_bytes.max(PART_BYTES);
+    let part_bytes = part_bytes.max(1);
     let (tx, rx) = mpsc::channel(1);
     let task = tokio::spawn(run_upload(store, key, hold, part_bytes, rx));
     (UploadWriter::new(tx, part_bytes), task)
@@ -147,22 +157,45 @@ async fn run_upload(
     part_bytes: usize,
     mut rx: mpsc::Receiver<Message>,
 ) -> Result<Uploaded> {
-    // The upload starts with the first part (or the end of an empty stream).
-    let Some(mut message) = rx.recv().await else {
-        return Err(Error::invariant(format!(
-            "upload of {key} abandoned before it started"
-        )));
+    let abandoned = |when: &str| Error::invariant(format!("upload of {key} abandoned {when}"));
+    // The upload starts with the first part, or the end of a stream that fits in it.
+    let first = match rx.recv().await {
+        Some(Message::Part(first)) => first,
+        Some(Message::Finish) => Bytes::new(),
+        None => return Err(abandoned("before it started")),
+    };
+    let mut message = match first.is_empty() {
+        true => Message::Finish,
+        false => rx
+            .recv()
+            .await
+            .ok_or_else(|| abandoned("before it finished"))?,
     };
     let mut held_from_ms = match &hold {
         Some(hold) => Some(hold.renew(&store, None).await?),
         None => None,
     };
+    if let Message::Finish = message {
+        let total = first.len() as u64;
+        store
+            .put(&key, PutPayload::from(first))
+            .await
+            .map_err(|e| Error::store("put", &key, e))?;
+        if let (Some(hold), Some(since)) = (&hold, held_from_ms) {
+            held_from_ms = Some(hold.keep(&store, since).await?);
+        }
+        return Ok(Uploaded {
+            bytes: total,
+            held_from_ms,
+        });
+    }
     let upload = store
         .put_multipart(&key)
         .await
         .map_err(|e| Error::store("put_multipart", &key, e))?;
     let mut parts = WriteMultipart::new_with_chunk_size(upload, part_bytes);
-    let mut total = 0u64;
+    let mut total = first.len() as u64;
+    parts.put(first);
     loop {
         if let (Some(hold), Some(since)) = (&hold, held_from_ms) {
             match hold.keep(&store, since).await {
@@ -202,9 +235,7 @@ async fn run_upload(
             None => {
                 // The writer failed or was dropped: nothing may appear at the key.
                 let _ = parts.abort().await;
-                return Err(Error::invariant(format!(
-                    "upload of {key} abandoned before it finished"
-                )));
+                return Err(abandoned("before it finished"));
             }
         };
     }
@@ -212,9 +243,11 @@ async fn run_upload(
 
 impl UploadWriter {
     fn new(tx: mpsc::Sender<Message>, part_bytes: usize) -> Self {
+        // The first part's capacity is reserved, not touched: its pages are only mapped as
+        // bytes are written.
         Self {
             tx,
-            buffer: Vec::with_capacity(part_bytes),
+            buffer: Vec::with_capacity(part_bytes * FIRST_PART_PARTS),
             bytes: 0,
             part_bytes,
         }
@@ -235,18 +268,25 @@ impl UploadWriter {
         self.send(Message::Finish)?;
         Ok(self.bytes)
     }
+
+    /// The size the part being filled is sent at: the first part's, until it is sent.
+    fn part_limit(&self) -> usize {
+        match self.bytes <= self.buffer.len() as u64 {
+            true => self.part_bytes * FIRST_PART_PARTS,
+            false => self.part_bytes,
+        }
+    }
 }
 
 impl Write for UploadWriter {
     /// Takes what fits the part being filled, so the part's buffer never grows past its size
     /// (growing it would copy the part into a buffer of twice the size).
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let taken = buf
-            .len()
-            .min(self.part_bytes.saturating_sub(self.buffer.len()));
+        let limit = self.part_limit();
+        let taken = buf.len().min(limit.saturating_sub(self.buffer.len()));
         self.buffer.extend_from_slice(&buf[..taken]);
         self.bytes += taken as u64;
-        if self.buffer.len() >= self.part_bytes {
+        if self.buffer.len() >= limit {
             let part = Bytes::from(std::mem::replace(
                 &mut self.buffer,
                 Vec::with_capacity(self.part_bytes),
@@ -269,15 +309,15 @@ mod tests {
     use crate::store::Store;
     use crate::testing::get_bytes;
 
-    /// 12 MiB and a bit, written in pieces that straddle part boundaries.
-    fn data() -> Vec<u8> {
-        (0..(12 << 20) + 12_345).map(|i| (i % 251) as u8).collect()
+    /// `mib` MiB and a bit, written in pieces that straddle part boundaries.
+    fn data(mib: usize) -> Vec<u8> {
+        (0..(mib << 20) + 12_345).map(|i| (i % 251) as u8).collect()
     }
 
     const PIECE: usize = (3 << 20) + 7;
 
     #[test]
-    fn parts_are_cut_at_their_size_whatever_the_writes() {
+    fn the_first_part_holds_three_parts_and_the_rest_are_cut_at_their_size() {
         let (tx, mut rx) = mpsc::channel(1);
         let receiver = std::thread::spawn(move || {
             let mut parts = Vec::new();
@@ -286,8 +326,8 @@ mod tests {
             }
             parts
         });
-        let mut writer = UploadWriter::new(tx, 7 << 20);
-        let data = data();
+        let mut writer = UploadWriter::new(tx, 3 << 20);
+        let data = data(12);
         for piece in data.chunks(PIECE) {
             writer.write_all(piece).expect("write");
         }
@@ -295,41 +335,42 @@ mod tests {
         drop(writer);
         let parts = receiver.join().expect("receiver");
         let sizes: Vec<usize> = parts.iter().map(Bytes::len).collect();
-        assert_eq!(sizes, [7 << 20, (5 << 20) + 12_345]);
+        assert_eq!(sizes, [9 << 20, 3 << 20, 12_345]);
         assert_eq!(parts.concat(), data);
     }
 
     #[test]
-    fn parts_grow_with_the_output_and_the_memory() {
+    fn parts_grow_with_the_memory() {
         const MIB: u64 = 1 << 20;
-        let budget = |memory_mb: u64| crate::options::budget_for_function_memory(memory_mb);
-        // A small function keeps the smallest parts; so does a small output.
-        assert_eq!(part_bytes_for(3 << 30, budget(256)), PART_BYTES);
-        assert_eq!(part_bytes_for(89 * MIB, budget(1769)), PART_BYTES);
+        // A small function keeps the smallest parts.
+        assert_eq!(part_bytes_for(256 * MIB), PART_BYTES);
         // A 3 GB output on a 1,769 MB function: at most a fifth of the 5 MiB parts' PUTs.
-        let part = part_bytes_for(3 << 30, budget(1769)) as u64;
+        let part = part_bytes_for(1769 * MIB) as u64;
+        assert_eq!(part, 1769 * MIB / 64);
         let (parts, before) = ((3u64 << 30).div_ceil(part), (3u64 << 30).div_ceil(5 * MIB));
         assert!(
             parts * 5 <= before,
             "{parts} parts of {part} bytes, {before} before"
         );
-        // Never more than a 16th of the budget, nor 64 MiB.
-        assert_eq!(part, budget(1769) / 16);
-        assert_eq!(part_bytes_for(1 << 40, budget(10_240)) as u64, 64 * MIB);
+        // Never more than 64 MiB.
+        assert_eq!(part_bytes_for(10_240 * MIB) as u64, 64 * MIB);
     }
 
+    /// An output that fits in the first part goes up in one PUT; a larger one in parts (the
+    /// first part cut in three), each request counted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_upload_stores_every_byte_written_in_parts_of_any_size() {
-        let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
-        for part_bytes in [PART_BYTES, 7 << 20] {
-            let key = format!("out-{part_bytes}.parquet");
+    async fn an_upload_stores_every_byte_in_one_put_or_in_parts() {
+        for (mib, puts) in [(0, 1), (12, 1), (21, 7)] {
+            let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://")
+                .counting_requests();
+            let key = format!("out-{mib}.parquet");
             let (mut writer, task) = start_upload(
                 Arc::clone(store.object_store()),
                 Path::from(key.as_str()),
                 None,
-                part_bytes,
+                PART_BYTES,
             );
-            let expected = data();
+            let expected = data(mib);
             let data = expected.clone();
             let written = tokio::task::spawn_blocking(move || {
                 for piece in data.chunks(PIECE) {
@@ -342,6 +383,7 @@ mod tests {
             assert_eq!(written, expected.len() as u64);
             let uploaded = task.await.expect("task").expect("upload");
             assert_eq!((uploaded.bytes, uploaded.held_from_ms), (written, None));
+            assert_eq!(store.request_counts().put, puts, "{mib} MiB");
             let stored = get_bytes(&store, &key).await;
             assert_eq!(stored.as_ref(), expected.as_slice());
         }

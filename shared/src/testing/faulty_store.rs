@@ -119,7 +119,21 @@ pub struct Faults {
     abandoned: std::sync::Mutex<Option<Path>>,
 }
 
+/// Whether `location` is a compaction's output (not a hold or a run in a job directory).
+fn is_output(location: &Path) -> bool {
+    let key = location.as_ref();
+    key.starts_with("compacted/") && key.ends_with(".parquet") && !key.contains("/runs/")
+}
+
 impl Faults {
+    /// Runs the hook set by [`FaultyStore::with_hook_before_upload`], once.
+    async fn run_hook_before_upload(&self) {
+        let hook = self.before_upload.lock().ok().and_then(|mut h| h.take());
+        if let Some(Hook(hook)) = hook {
+            hook.await;
+        }
+    }
+
     fn decide(&self, conditional: bool, multipart: bool) -> (u64, Verdict) {
         self.state.next(self.fault, conditional, multipart)
     }
@@ -151,8 +165,9 @@ impl FaultyStore {
         Self::wrap(inner, Arc::new(faults))
     }
 
-    /// Runs `hook` to completion when the first multipart upload starts: for a compaction,
-    /// after it read the partition and sorted, before it commits. A hook that runs another
+    /// Runs `hook` to completion when the first output's upload starts (a `.parquet` object
+    /// under `compacted/` outside a job directory, whether in one PUT or in parts): for a
+    /// compaction, after it read the partition and sorted, before it commits. A hook that runs another
     /// compaction injects a competing commit between plan and commit.
     pub fn with_hook_before_upload(
         self,
@@ -227,6 +242,9 @@ impl StoreHooks for Faults {
 
     async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
         let (location, conditional) = (put.location, matches!(put.opts.mode, PutMode::Create));
+        if is_output(location) {
+            self.run_hook_before_upload().await;
+        }
         let (op, verdict) = self.decide(conditional, false);
         match (verdict, self.fault) {
             (Verdict::Pass, _) => put.forward(inner).await,
@@ -262,10 +280,7 @@ impl StoreHooks for Faults {
 
     async fn put_multipart(&self, inner: &Inner, start: UploadRequest<'_>) -> StoreResult<Upload> {
         let location = start.location;
-        let hook = self.before_upload.lock().ok().and_then(|mut h| h.take());
-        if let Some(Hook(hook)) = hook {
-            hook.await;
-        }
+        self.run_hook_before_upload().await;
         let (op, verdict) = self.decide(false, true);
         let abandon = matches!(
             (verdict, self.fault),

@@ -278,36 +278,44 @@ async fn gc_without_tenant_or_hour_covers_every_compacted_partition() {
     );
 }
 
-/// On S3 the requests of `compact --json` are the store's own: one GET per input downloaded,
-/// the output's multipart upload and the manifest as PUTs, the listings as LISTs.
+/// `compact --json` counts its requests by price class, and a job counts the same on S3 as
+/// on a local directory, whose in-place reads and walks count as the GETs and LISTs they
+/// stand for: the same hour compacted on each, then compacted again (nothing to do). On the
+/// first job: one GET per input; five PUTs (the garbage-due marker, the output's hold, the
+/// output in one PUT, the manifest, the symlink manifest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compact_counts_its_s3_requests() {
-    let url = s3_url("cli-cost");
-    let (tenant, hour) = ("acme", "2026-11-29T10");
-    let mut args = vec!["generate"];
-    args.extend(partition_args(&url, tenant, hour));
-    args.extend(["--files", "4", "--rows", "1000", "--json"]);
-    cli_json(&args);
+async fn compact_counts_the_same_requests_on_s3_and_on_a_local_directory() {
+    let local = tempfile::tempdir().expect("a directory");
+    let local = local.path().to_string_lossy().into_owned();
+    let mut counted = Vec::new();
+    for url in [s3_url("cli-cost"), local] {
+        let (tenant, hour) = ("acme", "2026-11-29T10");
+        let mut args = vec!["generate"];
+        args.extend(partition_args(&url, tenant, hour));
+        args.extend(["--files", "4", "--rows", "1000", "--json"]);
+        cli_json(&args);
 
-    let mut args = vec!["compact"];
-    args.extend(partition_args(&url, tenant, hour));
-    args.extend(["--function-memory", "1024", "--json"]);
-    let report = cli_json(&args);
-    assert_eq!(report["status"], "compacted", "{report}");
-    let requests = &report["cost"]["requests"];
-    let count = |class: &str| requests[class].as_u64().expect("a count");
-    assert!(count("get") >= 4, "{report}");
-    // Create, at least one part and complete for the output; the manifest.
-    assert!(count("put") >= 4, "{report}");
-    assert!(count("list") >= 1, "{report}");
-    let duration_s = report["duration_ms"].as_f64().expect("duration") / 1000.0;
-    let gb_seconds = report["cost"]["lambda_gb_seconds"]
-        .as_f64()
-        .expect("GB-seconds");
-    assert!(
-        (gb_seconds - duration_s).abs() <= 1e-9,
-        "1,024 MB: {report}"
-    );
+        let mut args = vec!["compact"];
+        args.extend(partition_args(&url, tenant, hour));
+        args.extend(["--function-memory", "1024", "--json"]);
+        let first = cli_json(&args);
+        assert_eq!(first["status"], "compacted", "{first}");
+        let duration_s = first["duration_ms"].as_f64().expect("duration") / 1000.0;
+        let gb_seconds = (first["cost"]["lambda_gb_seconds"].as_f64()).expect("GB-seconds");
+        assert!((gb_seconds - duration_s).abs() <= 1e-9, "1,024 MB: {first}");
+        let again = cli_json(&args);
+        assert_eq!(again["status"], "noop", "{again}");
+        counted.push((url, [first, again].map(|r| r["cost"]["requests"].clone())));
+    }
+    let [(_, on_s3), (_, on_disk)] = &counted[..] else {
+        unreachable!("two stores")
+    };
+    assert_eq!(on_s3, on_disk, "S3, then the local directory");
+    let first = &on_s3[0];
+    let count = |class: &str| first[class].as_u64().expect("a count");
+    assert!(count("get") >= 4, "{first}");
+    assert_eq!(count("put"), 5, "{first}");
+    assert!(count("list") >= 2, "{first}");
 }
 
 /// Variables exported empty (`AWS_ENDPOINT_URL_S3=`, `AWS_SESSION_TOKEN=`, as some shells and

@@ -51,11 +51,17 @@ struct Scenario {
     scratch: tempfile::TempDir,
 }
 
-fn options(scratch: &std::path::Path) -> CompactOptions {
+fn options(scratch: &std::path::Path, store: &Store) -> CompactOptions {
     // Small budget: the sort spills runs, so the crash points cover the spill path too.
     let mut options = small_budget_options(scratch);
     // Zero grace: GC runs right after the commit, so its deletes are crash points as well.
     options.settings.gc_grace = Duration::ZERO;
+    // Parts small enough that the output goes up as a multipart upload (its first part holds
+    // three), so its parts and completion are crash points too; S3 takes no part under
+    // 5 MiB, so only in memory.
+    if store.raw_s3().is_none() {
+        options.upload_part_bytes = Some(2 << 10);
+    }
     options
 }
 
@@ -70,7 +76,7 @@ async fn prepare(store: Store, round: Round) -> Scenario {
     put_bytes(&store, &bad_key, Bytes::from_static(BAD_BYTES)).await;
     let scratch = tempfile::tempdir().expect("scratch");
     if round != Round::First {
-        let opts = options(scratch.path());
+        let opts = options(scratch.path(), &store);
         compact_expecting(&store, &layout, &partition, &opts, Status::Partial).await;
         for (i, name) in ["d.parquet", "e.parquet", "f.parquet"].iter().enumerate() {
             let first = (i as i64 + 3) * 1000;
@@ -93,7 +99,7 @@ impl Scenario {
             store,
             &self.layout,
             &self.partition,
-            &options(self.scratch.path()),
+            &options(self.scratch.path(), store),
         )
         .await
         .ok()

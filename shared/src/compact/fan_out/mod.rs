@@ -222,7 +222,7 @@ async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<(
     };
     if definitive {
         tasks::delete_state(job, &plan, split.as_ref()).await;
-        release_holds(job).await;
+        release_holds(job, None).await;
     }
     committed
 }
@@ -271,7 +271,7 @@ async fn report_landed_commit(
         }
         tasks::delete_state(job, &plan, split.as_ref()).await;
     }
-    release_holds(job).await;
+    release_holds(job, None).await;
     report.output = match outputs.as_slice() {
         [one] => Some(one.clone()),
         _ => None,

@@ -444,30 +444,25 @@ async fn the_sweep_collects_an_old_hours_retired_inputs_once_past_the_grace() {
     assert_eq!(ours(&sweep().await), None, "nothing left to collect");
 }
 
-/// Fails every listing of the compacted directory with a 503: a job uploads its output and
-/// dies before its commit (the commit lists that directory first).
+/// Fails every write of a manifest version with a 503: a job uploads its output and fails
+/// its commit.
 #[derive(Debug)]
-struct UnavailableCompactedListings;
+struct UnavailableManifestWrites;
 
-impl crate::store::hooked::StoreHooks for UnavailableCompactedListings {
-    fn list(
+#[async_trait::async_trait]
+impl crate::store::hooked::StoreHooks for UnavailableManifestWrites {
+    async fn put(
         &self,
         inner: &crate::store::hooked::Inner,
-        list: crate::store::hooked::ListRequest<'_>,
-    ) -> crate::store::hooked::MetaStream {
-        if list
-            .prefix
-            .is_some_and(|p| p.as_ref().starts_with("compacted/"))
-        {
-            let error = object_store::Error::Generic {
-                store: "UnavailableCompactedListings",
+        put: crate::store::hooked::PutRequest<'_>,
+    ) -> object_store::Result<object_store::PutResult> {
+        if put.location.as_ref().starts_with("_compaction/manifests/") {
+            return Err(object_store::Error::Generic {
+                store: "UnavailableManifestWrites",
                 source: "503 Slow Down (injected)".into(),
-            };
-            return futures::StreamExt::boxed(futures::stream::once(futures::future::ready(Err(
-                error,
-            ))));
+            });
         }
-        list.forward(inner)
+        put.forward(inner).await
     }
 }
 
@@ -487,7 +482,7 @@ async fn the_sweep_collects_the_orphan_of_an_attempt_that_never_committed() {
     let mut options = CompactOptions::new(scratch.path());
     options.settings.gc_grace = grace;
     let failing =
-        crate::store::hooked::HookedStore::wrap(inner, Arc::new(UnavailableCompactedListings));
+        crate::store::hooked::HookedStore::wrap(inner, Arc::new(UnavailableManifestWrites));
     let failing = Store::from_object_store(Arc::new(failing), "memory://");
     let failed = run_job(&failing, &p, &options).await;
     assert_eq!(failed.report.status, Status::Failed);

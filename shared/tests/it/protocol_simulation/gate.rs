@@ -58,6 +58,9 @@ pub(crate) struct Gate {
     pub(crate) changed: Condvar,
     /// Ingest files a GET of which was refused (a job may quarantine them, good or not).
     pub(crate) refused: Mutex<BTreeSet<String>>,
+    /// Tasks reaped after their process crashed: an operation one of their detached tasks
+    /// (an upload) still sends fails as the dead process's would, and takes no effect.
+    pub(crate) reaped_crashed: Mutex<BTreeSet<u64>>,
 }
 
 impl Gate {
@@ -119,12 +122,19 @@ pub(crate) struct InProgress {
 }
 
 impl InProgress {
-    pub(crate) fn new(gate: &Arc<Gate>, task: u64) -> Self {
-        gate.update(task, |s| s.ops_in_progress += 1);
-        Self {
+    /// Counts an operation of `task`; `None` when the task was reaped after a crash.
+    pub(crate) fn new(gate: &Arc<Gate>, task: u64) -> Option<Self> {
+        let mut tasks = gate.tasks.lock().expect("lock");
+        match tasks.get_mut(&task) {
+            Some(state) => state.ops_in_progress += 1,
+            None if gate.reaped_crashed.lock().expect("lock").contains(&task) => return None,
+            None => panic!("an operation of task {task}, which finished and was reaped"),
+        }
+        gate.changed.notify_all();
+        Some(Self {
             gate: Arc::clone(gate),
             task,
-        }
+        })
     }
 }
 
@@ -149,12 +159,14 @@ impl Turn {
         what: String,
         op: impl std::future::Future<Output = ObjResult<T>>,
     ) -> ObjResult<T> {
-        let _counted = InProgress::new(&self.gate, self.task);
-        let _turn = self.serial.lock().await;
         let injected = |kind: &str| object_store::Error::Generic {
             store: "GateStore",
             source: format!("injected {kind} at {what}").into(),
         };
+        let Some(_counted) = InProgress::new(&self.gate, self.task) else {
+            return Err(injected("crash (the process is gone)"));
+        };
+        let _turn = self.serial.lock().await;
         match self.gate.arrive(self.task, &what).await {
             Verdict::Proceed => op.await,
             Verdict::Unavailable => Err(injected("503")),
@@ -271,6 +283,11 @@ impl StoreHooks for Turn {
     }
 
     fn upload_dropped(&self, _location: &Path) {
-        self.gate.update(self.task, |s| s.open_uploads -= 1);
+        // A crashed task's detached upload may outlive its reaping.
+        let mut tasks = self.gate.tasks.lock().expect("lock");
+        if let Some(state) = tasks.get_mut(&self.task) {
+            state.open_uploads -= 1;
+            self.gate.changed.notify_all();
+        }
     }
 }

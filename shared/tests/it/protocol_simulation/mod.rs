@@ -541,6 +541,9 @@ impl Sim {
             let task = self.tasks.remove(&id).expect("a task");
             // A crashed process reports nothing, whether its abort or its end came first.
             let crashed = state.is_some_and(|s| s.crashed);
+            if crashed {
+                self.gate.reaped_crashed.lock().expect("lock").insert(id);
+            }
             let outcome = match self.runtime.block_on(task.handle) {
                 Ok(_) if crashed => Outcome::Nothing,
                 Ok(outcome) => outcome,
