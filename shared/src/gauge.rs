@@ -89,27 +89,28 @@ pub fn batch_memory_bytes(batch: &arrow::array::RecordBatch) -> u64 {
     arrays_memory_bytes(batch.columns())
 }
 
-/// [`batch_memory_bytes`] of some arrays.
+/// [`batch_memory_bytes`] of some arrays. Buffers are told apart by address, so one shared
+/// by several arrays counts once; a batch holds a few dozen, so they are sorted rather than
+/// hashed.
 pub fn arrays_memory_bytes<'a>(
     arrays: impl IntoIterator<Item = &'a arrow::array::ArrayRef>,
 ) -> u64 {
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0u64;
+    let mut buffers = Vec::new();
     for column in arrays {
-        add_array_data(&column.to_data(), &mut seen, &mut total);
+        add_array_data(&column.to_data(), &mut buffers);
     }
-    total
+    buffers.sort_unstable();
+    buffers.dedup_by_key(|(address, _)| *address);
+    buffers.iter().map(|&(_, capacity)| capacity).sum()
 }
 
-fn add_array_data(
-    data: &arrow::array::ArrayData,
-    seen: &mut std::collections::HashSet<usize>,
-    total: &mut u64,
-) {
+/// Pushes the address and capacity of each buffer of `data` and its children.
+fn add_array_data(data: &arrow::array::ArrayData, buffers: &mut Vec<(usize, u64)>) {
     let mut add = |buffer: &arrow::buffer::Buffer| {
-        if seen.insert(buffer.data_ptr().as_ptr() as usize) {
-            *total += buffer.capacity() as u64;
-        }
+        buffers.push((
+            buffer.data_ptr().as_ptr() as usize,
+            buffer.capacity() as u64,
+        ));
     };
     for buffer in data.buffers() {
         add(buffer);
@@ -118,7 +119,7 @@ fn add_array_data(
         add(nulls.buffer());
     }
     for child in data.child_data() {
-        add_array_data(child, seen, total);
+        add_array_data(child, buffers);
     }
 }
 
@@ -138,5 +139,31 @@ mod tests {
         assert_eq!(g.peak(), 15);
         drop(_c);
         assert_eq!(g.current(), 0);
+    }
+
+    #[test]
+    fn a_buffer_shared_by_arrays_counts_once() {
+        use std::sync::Arc;
+        let names: arrow::array::ArrayRef = Arc::new(arrow::array::StringArray::from(vec![
+            Some("a"),
+            None,
+            Some("bc"),
+        ]));
+        let one = arrays_memory_bytes([&names]);
+        assert!(one > 0);
+        // Offsets, values and validity, each counted by its capacity.
+        let data = names.to_data();
+        let expected: u64 = (data
+            .buffers()
+            .iter()
+            .map(|b| b.capacity() as u64)
+            .sum::<u64>())
+            + data.nulls().map_or(0, |n| n.buffer().capacity() as u64);
+        assert_eq!(one, expected);
+        let again = Arc::clone(&names);
+        assert_eq!(arrays_memory_bytes([&names, &again]), one);
+        let other: arrow::array::ArrayRef =
+            Arc::new(arrow::array::StringArray::from(vec!["a", "bc"]));
+        assert!(arrays_memory_bytes([&names, &other]) > one);
     }
 }

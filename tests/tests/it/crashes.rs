@@ -58,7 +58,8 @@ fn options(scratch: &std::path::Path, store: &Store) -> CompactOptions {
     options.settings.gc_grace = Duration::ZERO;
     // Parts small enough that the output goes up as a multipart upload (its first part holds
     // three), so its parts and completion are crash points too; S3 takes no part under
-    // 5 MiB, so only in memory.
+    // 5 MiB, so only in memory (`store` is the scenario's own, not the faulty wrapper, which
+    // has no raw S3 access whatever it wraps).
     if store.raw_s3().is_none() {
         options.upload_part_bytes = Some(2 << 10);
     }
@@ -99,7 +100,7 @@ impl Scenario {
             store,
             &self.layout,
             &self.partition,
-            &options(self.scratch.path(), store),
+            &options(self.scratch.path(), &self.store),
         )
         .await
         .ok()
