@@ -181,13 +181,7 @@ async fn run_upload(
             .put(&key, PutPayload::from(first))
             .await
             .map_err(|e| Error::store("put", &key, e))?;
-        if let (Some(hold), Some(since)) = (&hold, held_from_ms) {
-            held_from_ms = Some(hold.keep(&store, since).await?);
-        }
-        return Ok(Uploaded {
-            bytes: total,
-            held_from_ms,
-        });
+        return uploaded(&store, hold.as_ref(), held_from_ms, total).await;
     }
     let upload = store
         .put_multipart(&key)
@@ -220,14 +214,7 @@ async fn run_upload(
                     .finish()
                     .await
                     .map_err(|e| Error::store("complete_multipart", &key, e))?;
-                // A completion that took long renews the hold, so the commit has its time.
-                if let (Some(hold), Some(since)) = (&hold, held_from_ms) {
-                    held_from_ms = Some(hold.keep(&store, since).await?);
-                }
-                return Ok(Uploaded {
-                    bytes: total,
-                    held_from_ms,
-                });
+                return uploaded(&store, hold.as_ref(), held_from_ms, total).await;
             }
         }
         message = match rx.recv().await {
@@ -239,6 +226,24 @@ async fn run_upload(
             }
         };
     }
+}
+
+/// What an upload of `bytes` that just landed gives back: a PUT or completion that took long
+/// renews the hold first, so the commit has its time.
+async fn uploaded(
+    store: &Arc<dyn ObjectStore>,
+    hold: Option<&Hold>,
+    held_from_ms: Option<u64>,
+    bytes: u64,
+) -> Result<Uploaded> {
+    let held_from_ms = match (hold, held_from_ms) {
+        (Some(hold), Some(since)) => Some(hold.keep(store, since).await?),
+        _ => held_from_ms,
+    };
+    Ok(Uploaded {
+        bytes,
+        held_from_ms,
+    })
 }
 
 impl UploadWriter {
