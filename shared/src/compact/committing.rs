@@ -2,6 +2,7 @@
 //! inputs; losing the race is detected and reported (`noop` or `conflict`), and outputs no
 //! commit made live are deleted.
 
+use futures::StreamExt;
 use std::time::Instant;
 
 use object_store::ObjectStoreExt;
@@ -187,6 +188,19 @@ pub(crate) async fn delete_quietly(store: &Store, key: &ObjectKey) {
     }
 }
 
+/// Deletes `keys` as [`delete_quietly`] does, as many at a time as the job downloads at once:
+/// a round trip each, so a fan-out's records and holds go in a few instead of one after
+/// another (one at a time keeps a job's store operations one sequence, as the protocol
+/// simulation runs them).
+pub(crate) async fn delete_all_quietly(job: &JobContext<'_>, keys: Vec<Path>) {
+    let at_once = job.options.parallel_downloads.max(1);
+    futures::stream::iter(keys)
+        .for_each_concurrent(at_once, |key| async move {
+            delete_quietly(job.store, &ObjectKey::from(key)).await
+        })
+        .await;
+}
+
 /// Deletes what is left of the job's directory (`runs/<job>/`: the holds on its outputs, the
 /// commit's marker), once its commit is over: a committed output is referenced, and an
 /// uncommitted one is an orphan GC may take. `known` names every object left there when the
@@ -206,9 +220,7 @@ pub(crate) async fn release_holds(job: &JobContext<'_>, known: Option<Vec<Path>>
             }
         }
     };
-    for key in left {
-        delete_quietly(job.store, &ObjectKey::from(key)).await;
-    }
+    delete_all_quietly(job, left).await;
 }
 
 /// The holds on `produced`'s outputs when they are all the job left in its directory (it did

@@ -33,6 +33,9 @@ pub struct PlannedReader {
     store: Arc<dyn ObjectStore>,
     key: Path,
     size: Option<u64>,
+    /// Bytes read from the object's end in the footer's first request (`None`: its last eight
+    /// bytes, then the footer, then the page indexes, one request each).
+    footer_prefetch: Option<usize>,
     plan: Arc<ReadPlan>,
     /// Fetched blocks: the block's index and the bytes of each of its requests.
     loaded: Vec<(usize, Vec<Bytes>)>,
@@ -47,10 +50,21 @@ impl PlannedReader {
             store,
             key,
             size: None,
+            footer_prefetch: None,
             plan: Arc::new(ReadPlan::default()),
             loaded: Vec::new(),
             cursor: 0,
         }
+    }
+
+    /// The same reader of an object whose size is known (no HEAD before the footer), whose
+    /// footer is loaded with one request for its last `prefetch` bytes: the footer and the page
+    /// indexes when they fit, as they do in the job's own runs and outputs (a larger footer
+    /// takes one request more).
+    pub fn with_footer_prefetch(mut self, size: u64, prefetch: usize) -> Self {
+        self.size = Some(size);
+        self.footer_prefetch = Some(prefetch);
+        self
     }
 
     /// The same object read by `plan` from now on.
@@ -78,6 +92,7 @@ impl PlannedReader {
         };
         let metadata = ParquetMetaDataReader::new()
             .with_page_index_policy(PageIndexPolicy::Optional)
+            .with_prefetch_hint(self.footer_prefetch)
             .load_and_finish(&mut *self, size)
             .await
             .map_err(|e| parquet_store_error("get", &self.key, e))?;
@@ -200,5 +215,51 @@ impl AsyncFileReader for PlannedReader {
                 .map_err(|e| ParquetError::External(Box::new(e)))
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::store::counting::CountingStore;
+    use crate::testing::{parquet_bytes, rows_batch};
+
+    #[tokio::test]
+    async fn a_prefetched_footer_comes_in_one_request_with_its_page_indexes() {
+        let rows: Vec<_> = (0..5_000)
+            .map(|i| (Some(format!("s{}", i % 7)), i, i))
+            .collect();
+        let bytes = parquet_bytes(&[rows_batch(&rows)], 1_000);
+        let size = bytes.len() as u64;
+        let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let key = Path::from("f.parquet");
+        memory.put(&key, bytes.into()).await.expect("put");
+        let (counting, reads) = CountingStore::new(Arc::clone(&memory));
+        let store: Arc<dyn ObjectStore> = Arc::new(counting);
+
+        let plain = PlannedReader::new(Arc::clone(&store), key.clone())
+            .load_metadata()
+            .await
+            .expect("footer");
+        let plain_requests = reads.requests();
+        assert_eq!(
+            plain_requests, 3,
+            "the last eight bytes, the footer, the indexes"
+        );
+
+        let prefetched = PlannedReader::new(Arc::clone(&store), key)
+            .with_footer_prefetch(size, 256 << 10)
+            .load_metadata()
+            .await
+            .expect("footer");
+        assert_eq!(reads.requests() - plain_requests, 1);
+        assert_eq!(prefetched.num_row_groups(), plain.num_row_groups());
+        assert!(plain.page_index().is_some(), "the file has page indexes");
+        assert!(
+            prefetched.page_index().is_some(),
+            "the page indexes came with it"
+        );
     }
 }

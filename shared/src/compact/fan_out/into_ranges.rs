@@ -131,7 +131,7 @@ async fn merge_touched(
     run: &OutputFile,
 ) -> Result<Option<Touched>> {
     let keys = &job.options.keys;
-    let (run_meta, run_arrow) = footer(job, run.key.location(), &run.key).await?;
+    let (run_meta, run_arrow) = footer(job, run.key.location(), run.bytes, &run.key).await?;
     let all_bytes = run.bytes + ranges.iter().map(|(f, _)| f.bytes).sum::<u64>();
     let mut touched = Touched {
         outputs: Vec::new(),
@@ -154,7 +154,7 @@ async fn merge_touched(
         if late.rows == 0 {
             continue;
         }
-        let (meta, arrow) = footer(job, file.key.location(), &file.key).await?;
+        let (meta, arrow) = footer(job, file.key.location(), file.bytes, &file.key).await?;
         let every_group: Vec<usize> = (0..meta.num_row_groups()).collect();
         let output = OutputFile {
             key: file.key.clone(),

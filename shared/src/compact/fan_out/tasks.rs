@@ -8,6 +8,7 @@
 //! its own record last, so a record present means its task completed; a task that runs again
 //! writes the same bytes under the same keys.
 
+use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +19,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::admission::admit;
-use super::range_read::{footer, stage_range};
+use super::range_read::{FOOTER_PREFETCH_BYTES, footer, stage_range};
 use crate::clock::Expiry;
-use crate::compact::committing::delete_quietly;
+use crate::compact::committing::delete_all_quietly;
 use crate::compact::job::JobContext;
 use crate::compact::producing::{OutputTarget, Produced, sort_group};
 use crate::compact::sizing::Sizing;
@@ -268,6 +269,7 @@ pub(crate) async fn split(job: &JobContext<'_>) -> Result<Split> {
             Arc::clone(job.store.object_store()),
             run.key.location().clone(),
         )
+        .with_footer_prefetch(run.bytes, FOOTER_PREFETCH_BYTES)
         .load_metadata()
         .await?;
         spans.extend(row_group_spans(&metadata, &job.options.keys));
@@ -315,7 +317,7 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
     let mut inputs = Vec::new();
     let mut schemas = Vec::new();
     for (ordinal, run) in split.runs.iter().enumerate() {
-        let (metadata, arrow) = footer(job, run.key.location(), &run.key).await?;
+        let (metadata, arrow) = footer(job, run.key.location(), run.bytes, &run.key).await?;
         schemas.push((run.key.clone(), Arc::clone(arrow.schema())));
         let row_groups = row_groups_in_range(&metadata, keys, &key_range);
         if row_groups.is_empty() {
@@ -410,8 +412,15 @@ pub(crate) async fn recorded(job: &JobContext<'_>) -> Result<(Produced, Refusals
         read_any: !plan.rejected.is_empty(),
         first: None,
     };
-    for group in 0..plan.groups.len() {
-        let run: GroupRun = read_state(job, &run_name(group)).await?;
+    // The records are read as many at a time as the job downloads at once, used in order.
+    let at_once = job.options.parallel_downloads.max(1);
+    let runs: Vec<Result<GroupRun>> = futures::stream::iter(0..plan.groups.len())
+        .map(|group| async move { read_state(job, &run_name(group)).await })
+        .buffered(at_once)
+        .collect()
+        .await;
+    for run in runs {
+        let run = run?;
         consumed.extend(run.consumed.iter().map(PlannedInput::wanted));
         quarantined.extend(run.quarantined);
         refusals.merge(&run.refusals);
@@ -421,8 +430,13 @@ pub(crate) async fn recorded(job: &JobContext<'_>) -> Result<(Produced, Refusals
     quarantined.extend(plan.rejected.iter().cloned());
     quarantined.sort_by(|a, b| a.file.cmp(&b.file));
     let mut outputs = Vec::new();
-    for range in 0..split.ranges() {
-        let output: RangeOutput = read_state(job, &range_name(range)).await?;
+    let ranges: Vec<Result<RangeOutput>> = futures::stream::iter(0..split.ranges())
+        .map(|range| async move { read_state(job, &range_name(range)).await })
+        .buffered(at_once)
+        .collect()
+        .await;
+    for (range, output) in ranges.into_iter().enumerate() {
+        let output = output?;
         add_stats(&mut stats, &output.stats);
         if let Some(file) = output.output {
             // The first output's range is open below; a range without rows joins the one
@@ -516,9 +530,7 @@ pub(crate) async fn delete_state(job: &JobContext<'_>, plan: &FanOutPlan, split:
     for range in 0..split.map_or(0, Split::ranges) {
         keys.push(state_key(job, &range_name(range)));
     }
-    for key in keys {
-        delete_quietly(job.store, &ObjectKey::from(key)).await;
-    }
+    delete_all_quietly(job, keys).await;
 }
 
 pub(crate) fn add_stats(total: &mut SortStats, more: &SortStats) {
