@@ -102,6 +102,7 @@
 //! | | [`store::counting`] | a store wrapper counting read requests |
 //! | | [`store::request_counts`] | a store wrapper counting a job's requests by S3 price class |
 //! | input | [`input`] | staging and checking input files, reading them in sized batches |
+//! | | [`input::check_pool`] | inputs checked on threads of their own as they are downloaded |
 //! | | [`input::column_path`] | columns named by the settings, at the top level or inside structs |
 //! | | [`input::page_check`] | an input's pages checked against what they declare before decoding |
 //! | | [`input::schema`] | the union of input schemas |

@@ -12,6 +12,7 @@ use crate::options::{
     CompactOptions, DEFAULT_BUDGET_BYTES, DEFAULT_GC_GRACE, DEFAULT_ROW_GROUPS_PER_BLOCK, FanOut,
     KeyColumns, budget_for_function_memory,
 };
+use crate::two_threads::two_cores;
 
 /// A variable's value, if set (the binaries pass [`process_env`]).
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -228,6 +229,16 @@ impl CompactSettings {
         })
     }
 
+    /// Whether the work that can be split over two threads is (the input checks, the output's
+    /// encoding): when the process has two cores and, where the function's memory is given,
+    /// that memory buys two vCPUs (3,538 MB and more). A function gets one vCPU per 1,769 MB,
+    /// so below that a second thread shortens nothing and only adds its overhead to the CPU
+    /// billed.
+    pub fn two_threads(&self) -> bool {
+        two_cores()
+            && (!self.function_memory_given || self.function_memory_mb >= 2 * ONE_VCPU_FUNCTION_MB)
+    }
+
     /// The memory an output's upload is sized by ([`crate::store::upload::part_bytes_for`]):
     /// the function's when given, else four budgets (the budget is a quarter of a function's
     /// memory by default).
@@ -271,6 +282,25 @@ mod tests {
         for bad in ["", "MiB", "-1", "1.5MiB", "12TB", "99999999999999999999"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_second_thread_only_where_the_function_buys_a_second_vcpu() {
+        let with = |memory: &str| {
+            let vars = lookup(&[("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory)]);
+            CompactSettings::from_lookup(&vars)
+                .expect("settings")
+                .two_threads()
+        };
+        assert!(!with("1769"), "one vCPU");
+        assert!(!with("3000"), "less than two vCPUs");
+        assert_eq!(with("3538"), two_cores());
+        let unknown = CompactSettings::from_lookup(&lookup(&[])).expect("settings");
+        assert_eq!(
+            unknown.two_threads(),
+            two_cores(),
+            "the process's cores decide"
+        );
     }
 
     #[test]

@@ -246,7 +246,8 @@ impl RowGroupArgs {
 pub struct CostArgs {
     /// Memory of the Lambda function the job's cost is reckoned for, in MB (default:
     /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE, else 1769, which has one full vCPU). When given, it
-    /// also sizes the output's upload parts (a 64th of it).
+    /// also sizes the output's upload parts (a 64th of it), and below 3538 (two vCPUs) the job
+    /// works on one thread where it could use two, as such a function has one vCPU.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub function_memory: Option<u64>,
 }

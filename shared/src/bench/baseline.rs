@@ -58,13 +58,15 @@ pub async fn rewrite_plain(
             is_compacted: false,
         });
     }
-    // Checked as the compactor checks them (on two threads), so both sides pay the same.
+    // Checked as the compactor checks them (on two threads where it uses two), so both sides
+    // pay the same.
     let mut checked = Vec::new();
     for (staged, verdict) in check_inputs(
         staged,
         partition,
         &options.keys,
         options.settings.budget_bytes,
+        options.settings.two_threads(),
     )? {
         checked.push(verdict.map_err(|reason| Error::Config {
             message: format!("{}: {reason}", staged.key),

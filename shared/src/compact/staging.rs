@@ -1,7 +1,8 @@
 //! Steps 2 and 3, staging and checking: each wanted input gets a local file (the store's own
-//! file for a local directory, a streamed download into scratch otherwise), then its footer
-//! and key columns are checked against the partition; bad inputs are quarantined (recorded,
-//! left untouched, never deleted).
+//! file for a local directory, a streamed download into scratch otherwise), and its footer
+//! and key columns are checked against the partition (a downloaded input as soon as it has
+//! arrived, while the next ones download: [`crate::input::check_pool`]); bad inputs are
+//! quarantined (recorded, left untouched, never deleted).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -12,8 +13,9 @@ use object_store::path::Path;
 use crate::compact::job::JobContext;
 use crate::compact::state::WantedInput;
 use crate::error::{Error, Result};
+use crate::input::check_pool::CheckPool;
 use crate::input::schema::is_time_setting_reason;
-use crate::input::{CheckedInput, StagedInput};
+use crate::input::{CheckVerdict, CheckedInput, StagedInput};
 use crate::object_key::ObjectKey;
 use crate::options::CompactOptions;
 use crate::partition::{PartitionId, staged_input_name};
@@ -82,9 +84,40 @@ pub(crate) async fn stage_and_check(
     job_decides: bool,
 ) -> Result<CheckedGroup> {
     let (store, partition, options) = (job.store, job.partition, job.options);
-    // Step 2: stage.
-    let (staged, unreadable) =
-        stage_inputs(store, wanted, scratch, options.parallel_downloads).await?;
+    // Step 2: stage; inputs that are downloaded are checked (step 3) as each arrives.
+    let pool = if wanted.iter().any(|w| store.local_path(&w.key).is_none()) {
+        let (budget, parallel) = (
+            options.settings.budget_bytes,
+            options.settings.two_threads(),
+        );
+        Some(CheckPool::start(
+            partition,
+            &options.keys,
+            budget,
+            parallel,
+        )?)
+    } else {
+        None
+    };
+    let staging = stage_inputs(
+        store,
+        wanted,
+        scratch,
+        options.parallel_downloads,
+        pool.as_ref(),
+    )
+    .await;
+    // Every check handed over ends before the scratch files may go.
+    let checking = Instant::now();
+    let early_verdicts = match pool {
+        Some(pool) => Some(
+            tokio::task::spawn_blocking(move || pool.finish())
+                .await
+                .map_err(|e| Error::invariant(format!("input check task failed: {e}")))??,
+        ),
+        None => None,
+    };
+    let (staged, unreadable) = staging?;
     let mut refused = Vec::new();
     for (key, outcome) in unreadable {
         match outcome {
@@ -119,9 +152,12 @@ pub(crate) async fn stage_and_check(
         })?;
     }
 
-    // Step 3: check.
-    let checking = Instant::now();
-    let (checked, mut quarantined) = check_inputs(staged, partition, options).await?;
+    // Step 3: check (what was not checked as it arrived).
+    let verdicts = match early_verdicts {
+        Some(verdicts) => verdicts,
+        None => check_inputs(staged, partition, options).await?,
+    };
+    let (checked, mut quarantined) = sort_verdicts(verdicts, options)?;
     for (key, reason) in &refused {
         quarantined.push(quarantine_key(
             key,
@@ -160,12 +196,14 @@ enum Unreadable {
     Vanished(String),
 }
 
-/// Stages the wanted inputs in order; and names the ones the store would not give.
+/// Stages the wanted inputs in order, handing each to `checks` as soon as it is staged; and
+/// names the ones the store would not give.
 async fn stage_inputs(
     store: &Store,
     wanted: Vec<WantedInput>,
     scratch: &ScratchDir,
     parallel_downloads: usize,
+    checks: Option<&CheckPool>,
 ) -> Result<(Vec<StagedInput>, Vec<(Path, Unreadable)>)> {
     // Every download runs to its end before this returns, even after one fails: a download
     // dropped midway leaves its file creation or write running on a blocking thread, which
@@ -179,8 +217,10 @@ async fn stage_inputs(
                 return Ok(None);
             }
             let outcome = stage_input(store, scratch, i, wanted).await;
-            if outcome.is_err() {
-                failed.store(true, Ordering::Relaxed);
+            match (&outcome, checks) {
+                (Err(_), _) => failed.store(true, Ordering::Relaxed),
+                (Ok(Ok(staged)), Some(pool)) => pool.check(i, staged.clone()),
+                _ => {}
             }
             outcome.map(Some)
         })
@@ -254,21 +294,32 @@ pub(crate) fn is_refusal(error: &object_store::Error) -> bool {
     )
 }
 
-/// Checks the staged inputs ([`crate::input::check_inputs`]) off the runtime's threads and
-/// quarantines the bad ones, in the inputs' order.
+/// Checks the staged inputs ([`crate::input::check_inputs`]) off the runtime's threads, the
+/// verdicts in the inputs' order.
 async fn check_inputs(
     staged: Vec<StagedInput>,
     partition: &PartitionId,
     options: &CompactOptions,
-) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
+) -> Result<Vec<CheckVerdict>> {
     let partition = partition.clone();
     let keys = options.keys.clone();
-    let budget = options.settings.budget_bytes;
-    let verdicts = tokio::task::spawn_blocking(move || {
-        crate::input::check_inputs(staged, &partition, &keys, budget)
+    let (budget, parallel) = (
+        options.settings.budget_bytes,
+        options.settings.two_threads(),
+    );
+    tokio::task::spawn_blocking(move || {
+        crate::input::check_inputs(staged, &partition, &keys, budget, parallel)
     })
     .await
-    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))??;
+    .map_err(|e| Error::invariant(format!("input check task failed: {e}")))?
+}
+
+/// Sorts the verdicts, in the inputs' order, into the checked inputs and the quarantined
+/// ones, unless the time column's settings are what every input lacks.
+fn sort_verdicts(
+    verdicts: Vec<CheckVerdict>,
+    options: &CompactOptions,
+) -> Result<(Vec<CheckedInput>, Vec<Quarantined>)> {
     // A time column that no input holds, that every input holds with a type no time has, or
     // whose integers every input counts in another unit, is a setting's mistake (a typo,
     // another writer's name, a text column, seconds read as nanoseconds), not bad files: the

@@ -1,5 +1,6 @@
 //! Input files of one compaction: staged locally, checked against the partition, read in batches.
 
+pub mod check_pool;
 pub mod column_path;
 pub mod page_check;
 pub mod schema;
@@ -29,7 +30,7 @@ use crate::input::schema::{check_key_columns, map_with_child_types};
 use crate::input::type_union::time_nanos;
 use crate::options::{IntegerTimeUnit, KeyColumns, SORT_KEY_METADATA};
 use crate::partition::PartitionId;
-use crate::two_threads::{on_two_threads, two_cores};
+use crate::two_threads::on_two_threads;
 
 /// An input file with a local copy the engine can read page by page.
 #[derive(Debug, Clone)]
@@ -177,8 +178,8 @@ pub const CHECK_STACK_BYTES: usize = 256 << 20;
 pub type CheckVerdict = (StagedInput, std::result::Result<CheckedInput, String>);
 
 /// Checks every staged input ([`check_input`] under budget B, `budget_bytes`; a reader panic
-/// counts as a bad input), on two
-/// threads of [`CHECK_STACK_BYTES`] when the process has two cores, the largest files first;
+/// counts as a bad input), on two threads of [`CHECK_STACK_BYTES`] when `parallel`, the
+/// largest files first;
 /// each input's size is read from its local copy. The verdicts come back in the inputs' order,
 /// so which thread checked a file changes nothing. An `Err` means no thread could be started.
 pub fn check_inputs(
@@ -186,6 +187,7 @@ pub fn check_inputs(
     partition: &PartitionId,
     keys: &KeyColumns,
     budget_bytes: u64,
+    parallel: bool,
 ) -> Result<Vec<CheckVerdict>> {
     let staged: Vec<StagedInput> = staged
         .into_iter()
@@ -199,7 +201,7 @@ pub fn check_inputs(
         on_two_threads(
             staged,
             &weights,
-            two_cores(),
+            parallel,
             Some(CHECK_STACK_BYTES),
             |s: StagedInput| {
                 let verdict =
@@ -1719,8 +1721,8 @@ mod tests {
             input.size = 0; // read again from the local copy
             staged.push(input);
         }
-        let verdicts =
-            check_inputs(staged, &partition(), &KeyColumns::default(), 8 << 20).expect("threads");
+        let verdicts = check_inputs(staged, &partition(), &KeyColumns::default(), 8 << 20, true)
+            .expect("threads");
         assert_eq!(verdicts.len(), 24);
         for (i, (input, verdict)) in verdicts.iter().enumerate() {
             assert_eq!(input.name, format!("f{i:02}.parquet"));

@@ -22,7 +22,6 @@ use crate::output::blocks::{BlockOptions, BlockWriter};
 use crate::output::dictionary_choice::DICTIONARY_SAMPLE_ROWS;
 use crate::scratch::ScratchDir;
 use crate::sort::sink::{ChunkSink, values_bytes};
-use crate::two_threads::two_cores;
 
 /// Distinct values a row group's service bloom filter is sized for (row groups are
 /// clustered by service, so few distinct services fall in one).
@@ -205,7 +204,7 @@ pub fn partition_output_settings(
     )
     .with_page_file(scratch.file("pages", "bin"))
     .with_dictionary_sample(DICTIONARY_SAMPLE_ROWS)
-    .with_parallel_encoding(two_cores());
+    .with_parallel_encoding(options.settings.two_threads());
     Ok((properties, blocks))
 }
 
