@@ -48,6 +48,8 @@ use committing::{commit_produced, known_holds, release_holds};
 use job::{JobContext, JobRun};
 use producing::{check_late_files, settle_without_rows};
 use sizing::size_job;
+
+pub use sizing::Prepared;
 use state::read_partition;
 
 pub use fan_out::commit_fanned_out;
@@ -61,21 +63,45 @@ pub async fn compact_partition(
     partition: &PartitionId,
     options: &CompactOptions,
 ) -> Result<CompactionReport> {
+    compact_partition_prepared(store, layout, partition, options, None).await
+}
+
+/// [`compact_partition`] from what a look at the job's size read just before
+/// ([`fan_out::estimate`]): its state, and its sizing when the look got that far, are not read
+/// again. A merge's state read a moment earlier is as good as one read now: the commit is
+/// conditional on the manifest version it saw.
+pub async fn compact_partition_prepared(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+    prepared: Option<Prepared>,
+) -> Result<CompactionReport> {
     let (run, mut report) = JobRun::start(store, layout, partition, options)?;
-    let steps = compact(&run.context(), &mut report).await;
+    let steps = compact(&run.context(), &mut report, prepared).await;
     Ok(run.finish(steps, report).await)
 }
 
 /// Steps 1 to 5 of one job; [`JobRun::finish`] collects the garbage and prices the report.
-async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<()> {
+async fn compact(
+    job: &JobContext<'_>,
+    report: &mut CompactionReport,
+    prepared: Option<Prepared>,
+) -> Result<()> {
     // A job that only collects reads nothing here: its GC (step 6) reads what it needs.
     let mode = job.options.job_mode();
     if mode == JobMode::Collect {
         report.status = Status::Noop;
         return Ok(());
     }
-    // Step 1: read the state.
-    let state = read_partition(job.store, job.layout, job.partition).await?;
+    // Step 1: read the state (unless a look at the job's size just read it).
+    let (state, mut prepared_sizing) = match prepared {
+        Some(Prepared { state, sizing }) => (state, sizing.filter(|_| mode.is_merge())),
+        None => (
+            read_partition(job.store, job.layout, job.partition).await?,
+            None,
+        ),
+    };
     report.manifest_version = state.manifest.version;
     report.unaddressable = state.unaddressable;
     let (manifest, listing) = (state.manifest, state.listing);
@@ -126,7 +152,10 @@ async fn compact(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<
         None => match fan_out::produce_into_ranges(job, &manifest, &wanted).await? {
             Some(into_ranges) => into_ranges,
             None => {
-                let sizing = size_job(job, wanted).await?;
+                let sizing = match prepared_sizing.take() {
+                    Some(sizing) => sizing,
+                    None => size_job(job, wanted).await?,
+                };
                 report.oversized.clone_from(&sizing.oversized);
                 if sizing.wanted.iter().all(|w| w.is_compacted) && in_one_piece {
                     report.status = Status::Noop;

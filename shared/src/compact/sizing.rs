@@ -23,7 +23,7 @@ use parquet::file::metadata::ParquetMetaDataReader;
 
 use crate::compact::job::JobContext;
 use crate::compact::staging::is_refusal;
-use crate::compact::state::WantedInput;
+use crate::compact::state::{PartitionState, WantedInput};
 use crate::error::{Error, Result};
 use crate::input::page_check::{MAX_LEAF_COLUMNS, check_schema_nesting};
 use crate::input::schema::check_key_columns;
@@ -73,6 +73,14 @@ pub(crate) struct FooterFacts {
 
 /// Footers already read, by key.
 pub(crate) type Footers = HashMap<ObjectKey, Footer>;
+
+/// What a look at a job's size read before the job ran ([`crate::compact::fan_out::estimate`]):
+/// the partition's state and, when the look got that far, the job's sizing, for the job to
+/// start from instead of reading them again ([`crate::compact::compact_partition_prepared`]).
+pub struct Prepared {
+    pub(crate) state: PartitionState,
+    pub(crate) sizing: Option<Sizing>,
+}
 
 /// The plan of a job's scratch space.
 #[derive(Debug, Default)]

@@ -33,7 +33,7 @@ pub(crate) use into_ranges::{merges_into_ranges, produce_into_ranges};
 use crate::compact::committing::{commit_produced, release_holds};
 use crate::compact::job::{JobContext, JobRun};
 use crate::compact::producing::{Produced, produce_one, settle_without_rows};
-use crate::compact::sizing::{Sizing, size_job};
+use crate::compact::sizing::{Prepared, Sizing, size_job};
 use crate::compact::state::{WantedInput, read_partition};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gauge::MemoryGauge;
@@ -299,9 +299,23 @@ pub async fn estimate(
     partition: &PartitionId,
     options: &CompactOptions,
 ) -> Result<Option<FanOutShape>> {
+    Ok(estimate_prepared(store, layout, partition, options)
+        .await?
+        .0)
+}
+
+/// [`estimate`], and with `None` what it read, for the job that runs here to start from
+/// ([`crate::compact::compact_partition_prepared`]).
+pub async fn estimate_prepared(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+) -> Result<(Option<FanOutShape>, Option<Prepared>)> {
     let state = read_partition(store, layout, partition).await?;
-    let Some(wanted) = state.wanted else {
-        return Ok(None);
+    let here = |state, sizing| Ok((None, Some(Prepared { state, sizing })));
+    let Some(wanted) = state.wanted.clone() else {
+        return here(state, None);
     };
     let gauge = MemoryGauge::new();
     let job = JobContext {
@@ -313,24 +327,25 @@ pub async fn estimate(
         attempt_id: "estimate",
     };
     if options.settings.fan_out == FanOut::Off {
-        return Ok(None);
+        return here(state, None);
     }
     let in_one_piece = state.manifest.compacted_in_one_piece();
     if merges_into_ranges(&state.manifest, &wanted) {
         // Late files into a fanned-out hour: only the ranges they touch, here.
-        return Ok(None);
+        return here(state, None);
     }
     let sizing = size_job(&job, wanted.clone()).await?;
     let Some(shape) = shape(&sizing, options) else {
-        return Ok(None);
+        return here(state, Some(sizing));
     };
     if settle_without_rows(&job, &wanted, in_one_piece)
         .await?
         .is_some()
     {
-        return Ok(None);
+        // The job settles them again (it does not fan out): nothing sized is reused.
+        return here(state, None);
     }
-    Ok(Some(shape))
+    Ok((Some(shape), None))
 }
 
 /// Another fanned-out job of `partition` still at work: one whose directory (`runs/<job>/`)

@@ -10,7 +10,8 @@ use tracing::Instrument;
 use super::failures::FailureAction;
 use super::job::{self, JobRecord, Parked};
 use super::job_lifecycle::{
-    JobOutcome, RecordAction, end_fanned_out_job, hand_off_if_large, run_compaction_job,
+    HandOff, JobOutcome, ReadBefore, RecordAction, end_fanned_out_job, hand_off_if_large,
+    run_compaction_job_after,
 };
 use crate::clock::Clock;
 use crate::compact::fan_out::{FanOutTask, TaskAnswer, run_fan_out_task};
@@ -180,8 +181,12 @@ impl Compactor {
         options: &CompactOptions,
         by_hand: bool,
     ) -> crate::error::Result<JobOutcome> {
-        let (store, layout) = (&self.store, &self.layout);
-        let record = (job::read_job(store, partition).await?).and_then(|s| s.record);
+        // One counting store for the whole job: its report counts the record's and the look's
+        // requests too.
+        let (store, layout) = (&self.store.counting_requests(), &self.layout);
+        let requests_before = store.request_counts();
+        let stored = job::read_job(store, partition).await?;
+        let record = stored.as_ref().and_then(|s| s.record.clone());
         if let Some(record) = record.as_ref().filter(|_| !by_hand)
             && let Some(parked) = &record.parked
         {
@@ -195,23 +200,29 @@ impl Compactor {
         }
         let mode = (options.mode)
             .unwrap_or_else(|| record.as_ref().map_or_else(JobMode::default, |r| r.mode));
+        let mut read = ReadBefore {
+            stored,
+            prepared: None,
+            requests_before,
+        };
+        let readiness = &self.readiness;
         let Some(machine) = (self.state_machine.as_ref()).filter(|_| mode.is_merge()) else {
-            return run_compaction_job(store, layout, partition, &options, &self.readiness).await;
+            return run_compaction_job_after(store, layout, partition, &options, readiness, read)
+                .await;
         };
         // A job whose earlier attempts ran out of time here is handed off with more ranges.
         let timed_out = record.map_or(0, |r| r.timed_out);
         options.settings.fan_out = options.settings.fan_out.escalated(timed_out);
-        let options = &options;
-        if options.settings.fan_out != FanOut::Off
-            && let Some(outcome) =
-                hand_off_if_large(store, layout, partition, options, machine).await?
-        {
-            return Ok(outcome);
+        if options.settings.fan_out != FanOut::Off {
+            let stored = read.stored.as_ref();
+            match hand_off_if_large(store, layout, partition, &options, machine, stored).await? {
+                HandOff::Handed(outcome) => return Ok(outcome),
+                HandOff::Here(prepared) => read.prepared = prepared,
+            }
         }
         // It fits: one piece, whatever a later look at the clock would say.
-        let mut options = options.clone();
         options.settings.fan_out = FanOut::Off;
-        run_compaction_job(store, layout, partition, &options, &self.readiness).await
+        run_compaction_job_after(store, layout, partition, &options, readiness, read).await
     }
 
     /// The answer of a fanned-out job's commit. One that failed or ran out of time fails the

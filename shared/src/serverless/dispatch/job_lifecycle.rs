@@ -10,8 +10,9 @@ use super::failures::{FailureAction, clear_failures, count_failure};
 use super::hand_off::{Claim, claim_hand_off, release_hand_off};
 use super::job::{self, JobRecord, StoredJob, WriteOutcome};
 use super::partition_facts;
-use crate::compact::compact_partition;
-use crate::compact::fan_out::{active_job, estimate};
+use crate::compact::fan_out::{active_job, estimate_prepared};
+use crate::compact::{Prepared, compact_partition_prepared};
+use crate::cost::RequestCounts;
 use crate::error::Result;
 use crate::options::CompactOptions;
 use crate::partition::{KeyLayout, PartitionId, is_attempt_output};
@@ -55,6 +56,18 @@ pub struct JobOutcome {
     pub failure: Option<FailureAction>,
 }
 
+/// What the compactor read before it ran a job here: the job record and, from its look at the
+/// job's size, the partition's state; the job reads none of it again, and its report counts
+/// the requests from `requests_before` on.
+pub struct ReadBefore {
+    /// The job record as read.
+    pub stored: Option<StoredJob>,
+    /// What the look at the job's size read (`None`: no look).
+    pub prepared: Option<Prepared>,
+    /// The counting store's counts before the first of those reads.
+    pub requests_before: RequestCounts,
+}
+
 /// Runs one compaction job and ends its job record, re-arming it only when `readiness` says
 /// the partition is ready again.
 pub async fn run_compaction_job(
@@ -68,6 +81,31 @@ pub async fn run_compaction_job(
     let store = &store.counting_requests();
     let requests_before = store.request_counts();
     let stored = job::read_job(store, partition).await?;
+    let read = ReadBefore {
+        stored,
+        prepared: None,
+        requests_before,
+    };
+    run_compaction_job_after(store, layout, partition, options, readiness_config, read).await
+}
+
+/// [`run_compaction_job`] after the compactor read the job record, and perhaps the partition's
+/// state, itself (`read`), through `store`, which counts requests
+/// ([`Store::counting_requests`]).
+pub async fn run_compaction_job_after(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+    options: &CompactOptions,
+    readiness_config: &ReadinessConfig,
+    read: ReadBefore,
+) -> Result<JobOutcome> {
+    let store = &store.counting_requests();
+    let ReadBefore {
+        stored,
+        prepared,
+        requests_before,
+    } = read;
     let dispatch_job_id = stored
         .as_ref()
         .and_then(|s| s.record.as_ref())
@@ -95,7 +133,8 @@ pub async fn run_compaction_job(
         aborted_uploads = abort_earlier_attempts(store, layout, partition, job, grace).await;
     }
     let options = &options;
-    let mut report = compact_partition(store, layout, partition, options).await?;
+    let mut report =
+        compact_partition_prepared(store, layout, partition, options, prepared).await?;
     let finished = report.status.is_success() || report.status == Status::Conflict;
     if report.status == Status::Timeout || report.did_not_fit {
         note_timeout(store, partition, stored.as_ref()).await;
@@ -226,13 +265,13 @@ pub async fn hand_off_if_large(
     partition: &PartitionId,
     options: &CompactOptions,
     machine: &FanOutStateMachine,
-) -> Result<Option<JobOutcome>> {
-    let Some(shape) = estimate(store, layout, partition, options).await? else {
-        return Ok(None);
+    stored: Option<&StoredJob>,
+) -> Result<HandOff> {
+    let (shape, prepared) = estimate_prepared(store, layout, partition, options).await?;
+    let Some(shape) = shape else {
+        return Ok(HandOff::Here(prepared));
     };
-    let stored = job::read_job(store, partition).await?;
     let dispatch_job_id = stored
-        .as_ref()
         .and_then(|s| s.record.as_ref())
         .map(|r| r.job_id.clone());
     let job = dispatch_job_id
@@ -272,13 +311,21 @@ pub async fn hand_off_if_large(
     };
     let mut report = handed_off(partition, &job, shape, options);
     report.execution = execution;
-    Ok(Some(JobOutcome {
+    Ok(HandOff::Handed(JobOutcome {
         report,
         dispatch_job_id,
         record: RecordAction::Left,
         aborted_uploads: 0,
         failure: None,
     }))
+}
+
+/// What [`hand_off_if_large`] did.
+pub enum HandOff {
+    /// Handed the job to the state machine (or left it to a fan-out already at work).
+    Handed(JobOutcome),
+    /// The job fits here; with what the look at its size read, for it to start from.
+    Here(Option<Prepared>),
 }
 
 /// The report of job `job` handed off in `shape`.

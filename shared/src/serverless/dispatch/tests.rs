@@ -16,7 +16,10 @@ use crate::manifest::{list_versions, partition_files};
 use crate::options::CompactOptions;
 use crate::partition::job_key;
 use crate::report::Status;
-use crate::serverless::events::{KeyScope, parse_invocation};
+use crate::serverless::dispatch::compactor::{Compactor, CompactorAnswer};
+use crate::serverless::events::{Invocation, KeyScope, parse_invocation};
+use crate::serverless::state_machine::FanOutStateMachine;
+use crate::settings::CompactSettings;
 use crate::store::StoreUrl;
 use crate::testing::{
     FaultyStore, dispatched, files_under, parquet_bytes, put_bytes, rows_batch, run_job,
@@ -1338,4 +1341,51 @@ async fn each_writers_objects_and_events_dispatch_their_hour() {
             (None, "2026-11-29T10")
         );
     }
+}
+
+/// A job that fits the invocation, with the fan-out state machine deployed, reads its record
+/// and the partition's state once: the look at its size is where the job starts from. Its
+/// report counts every request from the record's read on, the look's included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_fits_reads_its_record_and_state_once_with_the_fan_out_deployed() {
+    let requests = |deployed: bool| async move {
+        let store = memory();
+        let p = test_partition();
+        for i in 0..3 {
+            land(&store, &p, &format!("f{i}.parquet"), i * 100, 100).await;
+        }
+        dispatch_closed(&store, &p).await;
+        let scratch = tempfile::tempdir().unwrap();
+        let mut settings = CompactSettings::new(scratch.path());
+        settings.fan_out = crate::options::FanOut::Auto;
+        let (machine, started) = FanOutStateMachine::recording("arn:aws:states:::fan-out");
+        let compactor = Compactor {
+            store: store.clone(),
+            layout: KeyLayout::default(),
+            scope: KeyScope::for_store(&StoreUrl::Memory),
+            settings,
+            readiness: ReadinessConfig::default(),
+            state_machine: deployed.then_some(machine),
+            clock: crate::clock::SystemClock::shared(),
+        };
+        let invocation = Invocation::Compact {
+            tenant: Some("acme".into()),
+            hour: "2026-11-29T10".into(),
+        };
+        let CompactorAnswer::Jobs(jobs) = compactor.handle(invocation, None).await.unwrap() else {
+            panic!("a job");
+        };
+        let report = &jobs[0].report;
+        assert_eq!(report.status, Status::Compacted, "{report:?}");
+        assert!(
+            started.lock().unwrap().is_empty(),
+            "it fits: nothing started"
+        );
+        report.cost.requests
+    };
+    let alone = requests(false).await;
+    let deployed = requests(true).await;
+    assert_eq!(deployed, alone, "the look read nothing the job read again");
+    // The three inputs, the record and the manifest the symlink writer reads at least.
+    assert!(alone.get >= 5, "{alone:?}");
 }
