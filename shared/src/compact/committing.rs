@@ -2,9 +2,9 @@
 //! inputs; losing the race is detected and reported (`noop` or `conflict`), and outputs no
 //! commit made live are deleted.
 
-use futures::StreamExt;
 use std::time::Instant;
 
+use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 

@@ -154,7 +154,8 @@ pub(crate) async fn stage_and_check(
 
     // Step 3: check (what was not checked as it arrived).
     let verdicts = match early_verdicts {
-        Some(verdicts) => verdicts,
+        Some(verdicts) if verdicts.len() == staged.len() => verdicts,
+        Some(_) => return Err(Error::invariant("a staged input was not checked")),
         None => check_inputs(staged, partition, options).await?,
     };
     let (checked, mut quarantined) = sort_verdicts(verdicts, options)?;

@@ -8,11 +8,11 @@
 //! its own record last, so a record present means its task completed; a task that runs again
 //! writes the same bytes under the same keys.
 
-use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::Schema;
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 use serde::de::DeserializeOwned;
