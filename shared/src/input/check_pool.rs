@@ -8,11 +8,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
-use crate::input::{CHECK_STACK_BYTES, CheckVerdict, StagedInput, catch_reader_panic, check_input};
+use crate::input::{
+    CHECK_STACK_BYTES, CheckVerdict, StagedInput, check_guarded, sized_by_local_copy,
+};
 use crate::options::KeyColumns;
 use crate::partition::PartitionId;
 
-/// Threads that check staged inputs handed to them one by one ([`check_input`] under budget
+/// Threads that check staged inputs handed to them one by one ([`check_input`](crate::input::check_input) under budget
 /// B, a reader panic counting as a bad input, each input's size read from its local copy).
 pub struct CheckPool {
     queue: Option<Sender<(usize, StagedInput)>>,
@@ -90,12 +92,8 @@ fn check_until_closed(
         let Ok((index, staged)) = next else {
             return done;
         };
-        let size = std::fs::metadata(&staged.local).map_or(0, |m| m.len());
-        let staged = StagedInput { size, ..staged };
-        let verdict =
-            catch_reader_panic(|| check_input(staged.clone(), partition, keys, budget_bytes))
-                .and_then(|checked| checked);
-        done.push((index, (staged, verdict)));
+        let staged = sized_by_local_copy(staged);
+        done.push((index, check_guarded(staged, partition, keys, budget_bytes)));
     }
 }
 

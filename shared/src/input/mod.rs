@@ -189,13 +189,7 @@ pub fn check_inputs(
     budget_bytes: u64,
     parallel: bool,
 ) -> Result<Vec<CheckVerdict>> {
-    let staged: Vec<StagedInput> = staged
-        .into_iter()
-        .map(|s| {
-            let size = std::fs::metadata(&s.local).map(|m| m.len()).unwrap_or(0);
-            StagedInput { size, ..s }
-        })
-        .collect();
+    let staged: Vec<StagedInput> = staged.into_iter().map(sized_by_local_copy).collect();
     let weights: Vec<usize> = staged.iter().map(|s| s.size as usize).collect();
     let check = move || {
         on_two_threads(
@@ -203,12 +197,7 @@ pub fn check_inputs(
             &weights,
             parallel,
             Some(CHECK_STACK_BYTES),
-            |s: StagedInput| {
-                let verdict =
-                    catch_reader_panic(|| check_input(s.clone(), partition, keys, budget_bytes))
-                        .and_then(|c| c);
-                Ok((s, verdict))
-            },
+            |s: StagedInput| Ok(check_guarded(s, partition, keys, budget_bytes)),
         )
     };
     std::thread::scope(|scope| {
@@ -220,6 +209,24 @@ pub fn check_inputs(
             .join()
             .map_err(|_| Error::invariant("input check thread panicked"))?
     })
+}
+
+/// `staged` with the size of its local copy (0 when it cannot be read).
+pub(crate) fn sized_by_local_copy(staged: StagedInput) -> StagedInput {
+    let size = std::fs::metadata(&staged.local).map_or(0, |m| m.len());
+    StagedInput { size, ..staged }
+}
+
+/// [`check_input`] with a reader panic counted as a bad input, and the input with its verdict.
+pub(crate) fn check_guarded(
+    staged: StagedInput,
+    partition: &PartitionId,
+    keys: &KeyColumns,
+    budget_bytes: u64,
+) -> CheckVerdict {
+    let verdict = catch_reader_panic(|| check_input(staged.clone(), partition, keys, budget_bytes))
+        .and_then(|checked| checked);
+    (staged, verdict)
 }
 
 /// Checks one input against its partition: readable footer, key columns present and typed,
