@@ -121,6 +121,15 @@ background() {
     background_pids+=($!)
 }
 
+# Waits for a background step, prints its log and returns its status.
+settle() {
+    local status seconds
+    while [[ ! -f "$logs/$1.status" ]]; do sleep 1; done
+    read -r status seconds <"$logs/$1.status"
+    cat "$logs/$1.log"
+    return "$status"
+}
+
 # Prints a background step's log under its header, and fails the run if the step failed.
 finish() {
     local name="$1" title="$2" status seconds
@@ -143,6 +152,25 @@ case "$mode" in
     quick) background prebuild cargo test --profile quick --workspace --no-run ;;
     full) background prebuild cargo build --profile quick --workspace --all-targets ;;
 esac
+
+# `--examples` makes cargo resolve the dev-dependencies' features, as clippy's `--all-targets`
+# does: the docs then take clippy's checked dependencies (about 90 crates, Arrow and Parquet
+# among them, built once instead of twice).
+lint_and_docs() {
+    cargo clippy --workspace --all-targets -- -D warnings &&
+        echo "-- cargo doc (broken and private intra-doc links fail)" &&
+        RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --lib --bins --examples
+}
+# In the full run the lints and docs (profile dev, target/debug) start now too, and checkov's
+# environment installs beside the tests' own: the builds fill the cores while one large crate
+# compiles alone, and the two installations wait on downloads together.
+if [[ "$mode" == full ]]; then
+    ensure_rust_component clippy clippy
+    background lint lint_and_docs
+fi
+if [[ "$mode" != quick && -z "${CHECKOV:-}" ]]; then
+    background checkov_venv ensure_venv "$checkov_venv" infra/tests/checkov-requirements.txt
+fi
 
 step "tools (pinned, project-local; installed only when missing)"
 ensure_rust_component rustfmt fmt
@@ -249,7 +277,7 @@ if [[ "$mode" == quick ]]; then
     exit 0
 fi
 
-ensure_rust_component clippy clippy
+[[ "$mode" == full ]] || ensure_rust_component clippy clippy
 # The template's default Architecture is arm64. Where rustup cannot add the target, the infra
 # checks build and check the x86_64 zips instead (infra/tests/check.sh says so).
 if command -v rustup >/dev/null 2>&1 &&
@@ -257,7 +285,7 @@ if command -v rustup >/dev/null 2>&1 &&
     rustup target add aarch64-unknown-linux-gnu ||
         echo "-- the aarch64 Rust target is unavailable here: the infra checks use x86_64"
 fi
-if [[ -z "${CHECKOV:-}" ]] && ! ensure_venv "$checkov_venv" infra/tests/checkov-requirements.txt; then
+if [[ -z "${CHECKOV:-}" ]] && ! settle checkov_venv; then
     echo "-- could not install checkov into .tools/checkov-venv (no route to PyPI?)" >&2
 fi
 export CHECKOV="${CHECKOV:-$checkov_venv/bin/checkov}"
@@ -290,15 +318,9 @@ fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-lint_and_docs() {
-    cargo clippy --workspace --all-targets -- -D warnings &&
-        echo "-- cargo doc (broken and private intra-doc links fail)" &&
-        RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
-}
-# The lints and docs build profile dev (target/debug), the workspace below profile quick
-# (target/quick); the functions' zips are cross-compiled in release, in a build directory of their
-# own, since a cross build locks the host's directory for its build scripts.
-background lint "lint_and_docs"
+# The lints and docs (started above) build profile dev (target/debug), the workspace below profile
+# quick (target/quick); the functions' zips are cross-compiled in release, in a build directory of
+# their own, since a cross build locks the host's directory for its build scripts.
 background infra env CARGO_TARGET_DIR="$target_dir/lambda-build" bash infra/tests/check.sh
 
 # One build of the whole workspace, tests and examples included, in profile `quick`: the inner
@@ -319,18 +341,25 @@ finish lint "cargo clippy and cargo doc"
 bin_dir="$(cd "$target_dir" && pwd)/quick"
 export OURIOS_COMPACT_BIN="$bin_dir/ourios-compact"
 
-# Block-layout files (1, 4 and 8 row groups per block; strings, dictionaries, nulls, a struct,
-# a list, page indexes, bloom filters) must read back identically in other readers.
-step "interop: pyarrow, DuckDB and Polars read block-layout files"
-interop_dir="$(mktemp -d)"
-"$bin_dir/examples/interop_fixtures" "$interop_dir"
-"$OURIOS_INTEROP_PYTHON" tests/interop/check_readers.py "$interop_dir"
-rm -rf "$interop_dir"
-# The README's recipes: DuckDB, Polars, pyarrow and DataFusion read `files --urls` of hours in
-# every state (compacted within the grace, a late file, a quarantined one, fanned out, after GC,
-# not compacted yet) and count what `query` counts.
-step "interop: DuckDB, Polars, pyarrow and DataFusion read the live set (files --urls)"
-"$OURIOS_INTEROP_PYTHON" tests/interop/live_set_readers.py "$bin_dir/ourios-compact"
+# The interoperability checks, one Python process at a time, run beside the tests (in the
+# background): alone they would leave a core idle for about 20 s.
+interop() {
+    local dir status=0
+    # Block-layout files (1, 4 and 8 row groups per block; strings, dictionaries, nulls, a
+    # struct, a list, page indexes, bloom filters) must read back identically in other readers.
+    echo "-- pyarrow, DuckDB and Polars read block-layout files"
+    dir="$(mktemp -d)"
+    "$bin_dir/examples/interop_fixtures" "$dir" &&
+        "$OURIOS_INTEROP_PYTHON" tests/interop/check_readers.py "$dir" || status=$?
+    rm -rf "$dir"
+    [[ "$status" == 0 ]] || return "$status"
+    # The README's recipes: DuckDB, Polars, pyarrow and DataFusion read `files --urls` of hours
+    # in every state (compacted within the grace, a late file, a quarantined one, fanned out,
+    # after GC, not compacted yet) and count what `query` counts.
+    echo "-- DuckDB, Polars, pyarrow and DataFusion read the live set (files --urls)"
+    "$OURIOS_INTEROP_PYTHON" tests/interop/live_set_readers.py "$bin_dir/ourios-compact"
+}
+background interop interop
 
 server_pid=""
 server_dir=""
@@ -430,4 +459,5 @@ EOF
 # The functions' arm64 build may still run: the tests share the cores with its last crates.
 step "cargo test (profile quick)"
 run_test_binaries "the S3 server at $endpoint"
+finish interop "interop: pyarrow, DuckDB and Polars read block-layout files; DuckDB, Polars, pyarrow and DataFusion read the live set (files --urls)"
 finish infra "infra (cfn-lint, checkov, cargo lambda build of both functions, template test)"

@@ -72,7 +72,10 @@ pub(crate) struct Dataset {
     pub(crate) name: &'static str,
     /// Rows in file order.
     pub(crate) rows: Vec<LogRow>,
-    param_pool: HashMap<String, Vec<usize>>,
+    /// Per event id, the rows whose parameters match its template.
+    param_pools: Vec<Vec<usize>>,
+    /// Per row, its event id's pool in `param_pools`.
+    pool_of_row: Vec<Option<usize>>,
 }
 
 /// The parsed corpus, built once per process.
@@ -132,10 +135,22 @@ fn parse_dataset(source: &Source) -> Dataset {
             params,
         });
     }
+    // Looked up once per row here rather than by event id for every body generated.
+    let mut param_pools = Vec::with_capacity(param_pool.len());
+    let mut pool_index = HashMap::with_capacity(param_pool.len());
+    for (event_id, pool) in param_pool {
+        pool_index.insert(event_id, param_pools.len());
+        param_pools.push(pool);
+    }
+    let pool_of_row = rows
+        .iter()
+        .map(|row| pool_index.get(&row.event_id).copied())
+        .collect();
     Dataset {
         name: source.name,
         rows,
-        param_pool,
+        param_pools,
+        pool_of_row,
     }
 }
 
@@ -147,7 +162,12 @@ impl Dataset {
         let Some(line) = self.rows.get(row) else {
             return;
         };
-        let pool = self.param_pool.get(&line.event_id);
+        let pool = self
+            .pool_of_row
+            .get(row)
+            .copied()
+            .flatten()
+            .and_then(|p| self.param_pools.get(p));
         let (Some(_), Some(pool)) = (&line.params, pool) else {
             out.push_str(&line.content);
             return;
@@ -216,9 +236,14 @@ fn redraw_digit_runs(value: &str, rng: &mut SplitMix64, out: &mut String) {
             out.push_str(&value[i..i + run]);
             i += run;
         } else {
-            let ch_len = value[i..].chars().next().map_or(1, char::len_utf8);
-            out.push_str(&value[i..i + ch_len]);
-            i += ch_len;
+            // Text up to the next digit, copied whole (a digit is ASCII, so this ends at a
+            // character boundary).
+            let end = bytes[i..]
+                .iter()
+                .position(u8::is_ascii_digit)
+                .map_or(bytes.len(), |at| i + at);
+            out.push_str(&value[i..end]);
+            i = end;
         }
     }
 }
