@@ -121,11 +121,16 @@ background() {
     background_pids+=($!)
 }
 
+# Waits for a background step; sets `status` and `seconds` to its exit status and duration.
+await_step() {
+    while [[ ! -f "$logs/$1.status" ]]; do sleep 1; done
+    read -r status seconds <"$logs/$1.status"
+}
+
 # Waits for a background step, prints its log and returns its status.
 settle() {
     local status seconds
-    while [[ ! -f "$logs/$1.status" ]]; do sleep 1; done
-    read -r status seconds <"$logs/$1.status"
+    await_step "$1"
     cat "$logs/$1.log"
     return "$status"
 }
@@ -133,11 +138,9 @@ settle() {
 # Prints a background step's log under its header, and fails the run if the step failed.
 finish() {
     local name="$1" title="$2" status seconds
-    while [[ ! -f "$logs/$name.status" ]]; do sleep 1; done
-    read -r status seconds <"$logs/$name.status"
+    await_step "$name"
     step "$title (in the background: ${seconds}s, exit $status)"
-    cat "$logs/$name.log"
-    if [[ "$status" != 0 ]]; then
+    if ! settle "$name"; then
         echo "$title failed" >&2
         exit 1
     fi
