@@ -82,7 +82,7 @@ ensure_venv() {
     echo "-- installing $requirements into ${dir#"$root"/}"
     rm -rf "$dir"
     python3 -m venv "$dir" &&
-        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" &&
+        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile -r "$requirements" &&
         echo "$want" >"$stamp"
 }
 

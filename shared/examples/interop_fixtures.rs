@@ -14,8 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
-use arrow::array::{RecordBatch, UInt32Array};
-use arrow::compute::take_record_batch;
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_select::take::take_record_batch;
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::output::blocks::{BlockOptions, BlockWriter};
@@ -140,9 +140,9 @@ async fn write_compacted(
 /// The rows of `batch` as JSON objects with every null explicit.
 fn rows_json(batch: &RecordBatch) -> Result<serde_json::Value> {
     let mut buffer = Vec::new();
-    let mut writer = arrow::json::WriterBuilder::new()
+    let mut writer = arrow_json::WriterBuilder::new()
         .with_explicit_nulls(true)
-        .build::<_, arrow::json::writer::JsonArray>(&mut buffer);
+        .build::<_, arrow_json::writer::JsonArray>(&mut buffer);
     writer
         .write(batch)
         .and_then(|()| writer.finish())

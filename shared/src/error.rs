@@ -166,7 +166,7 @@ pub enum Error {
         context: String,
         /// The kernel's error.
         #[source]
-        source: arrow::error::ArrowError,
+        source: arrow_schema::ArrowError,
     },
 
     /// A manifest could not be decoded.
@@ -371,7 +371,7 @@ impl Error {
         }
     }
 
-    pub(crate) fn arrow(context: impl Into<String>, source: arrow::error::ArrowError) -> Self {
+    pub(crate) fn arrow(context: impl Into<String>, source: arrow_schema::ArrowError) -> Self {
         Error::Arrow {
             context: context.into(),
             source,

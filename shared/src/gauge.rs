@@ -85,16 +85,14 @@ impl Drop for Charge {
 
 /// Bytes of memory a batch holds: the capacity of every distinct allocation behind its
 /// arrays, counted once even when several arrays share one (as IPC and Parquet readers do).
-pub fn batch_memory_bytes(batch: &arrow::array::RecordBatch) -> u64 {
+pub fn batch_memory_bytes(batch: &arrow_array::RecordBatch) -> u64 {
     arrays_memory_bytes(batch.columns())
 }
 
 /// [`batch_memory_bytes`] of some arrays. Buffers are told apart by address, so one shared
 /// by several arrays counts once; a batch holds a few dozen, so they are sorted rather than
 /// hashed.
-pub fn arrays_memory_bytes<'a>(
-    arrays: impl IntoIterator<Item = &'a arrow::array::ArrayRef>,
-) -> u64 {
+pub fn arrays_memory_bytes<'a>(arrays: impl IntoIterator<Item = &'a arrow_array::ArrayRef>) -> u64 {
     let mut buffers = Vec::new();
     for column in arrays {
         add_array_data(&column.to_data(), &mut buffers);
@@ -105,8 +103,8 @@ pub fn arrays_memory_bytes<'a>(
 }
 
 /// Pushes the address and capacity of each buffer of `data` and its children.
-fn add_array_data(data: &arrow::array::ArrayData, buffers: &mut Vec<(usize, u64)>) {
-    let mut add = |buffer: &arrow::buffer::Buffer| {
+fn add_array_data(data: &arrow_data::ArrayData, buffers: &mut Vec<(usize, u64)>) {
+    let mut add = |buffer: &arrow_buffer::Buffer| {
         buffers.push((
             buffer.data_ptr().as_ptr() as usize,
             buffer.capacity() as u64,
@@ -144,7 +142,7 @@ mod tests {
     #[test]
     fn a_buffer_shared_by_arrays_counts_once() {
         use std::sync::Arc;
-        let names: arrow::array::ArrayRef = Arc::new(arrow::array::StringArray::from(vec![
+        let names: arrow_array::ArrayRef = Arc::new(arrow_array::StringArray::from(vec![
             Some("a"),
             None,
             Some("bc"),
@@ -162,8 +160,8 @@ mod tests {
         assert_eq!(one, expected);
         let again = Arc::clone(&names);
         assert_eq!(arrays_memory_bytes([&names, &again]), one);
-        let other: arrow::array::ArrayRef =
-            Arc::new(arrow::array::StringArray::from(vec!["a", "bc"]));
+        let other: arrow_array::ArrayRef =
+            Arc::new(arrow_array::StringArray::from(vec!["a", "bc"]));
         assert!(arrays_memory_bytes([&names, &other]) > one);
     }
 }

@@ -81,7 +81,7 @@ pub fn open_s3(name: &str) -> Store {
 }
 
 /// Where a test runs: a fresh in-memory store or a fresh root on the S3 test server (one
-/// `rstest` case each, so both run the same body).
+/// test case each, so both run the same body).
 #[derive(Debug, Clone, Copy)]
 pub enum Backend {
     /// [`open_memory`].

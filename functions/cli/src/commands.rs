@@ -301,7 +301,7 @@ async fn query(args: QueryArgs) -> Result<ExitCode> {
         );
     } else {
         if !result.rows.is_empty() {
-            let table = arrow::util::pretty::pretty_format_batches(&result.rows).map_err(|e| {
+            let table = arrow_cast::pretty::pretty_format_batches(&result.rows).map_err(|e| {
                 Error::Config {
                     message: format!("cannot print rows: {e}"),
                 }
@@ -447,9 +447,9 @@ fn parse_instant(raw: &str) -> Result<i64> {
 }
 
 /// Rows as JSON objects, one per row.
-fn rows_json(batches: &[arrow::array::RecordBatch]) -> Result<serde_json::Value> {
-    let mut writer = arrow::json::ArrayWriter::new(Vec::new());
-    let refs: Vec<&arrow::array::RecordBatch> = batches.iter().collect();
+fn rows_json(batches: &[arrow_array::RecordBatch]) -> Result<serde_json::Value> {
+    let mut writer = arrow_json::ArrayWriter::new(Vec::new());
+    let refs: Vec<&arrow_array::RecordBatch> = batches.iter().collect();
     writer
         .write_batches(&refs)
         .and_then(|()| writer.finish())

@@ -15,7 +15,7 @@ mod batch;
 mod corpus;
 mod service;
 
-use arrow::record_batch::RecordBatch;
+use arrow_array::RecordBatch;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use parquet::arrow::AsyncArrowWriter;
@@ -179,8 +179,9 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    use arrow::array::{Array, AsArray};
-    use arrow::datatypes::Int64Type;
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
     use bytes::Bytes;
     use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;

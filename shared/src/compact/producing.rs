@@ -263,7 +263,7 @@ pub(crate) async fn sort_group(
     let written = loop {
         let (unified, rejected) = {
             // A previous compacted output outweighs any ingest file: its rows are live.
-            let schemas: Vec<(&str, &arrow::datatypes::Schema, u64)> = checked
+            let schemas: Vec<(&str, &arrow_schema::Schema, u64)> = checked
                 .iter()
                 .map(|c| {
                     let weight = if c.staged.is_compacted {

@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, make_array};
-use arrow::buffer::NullBuffer;
-use arrow::datatypes::{DataType, FieldRef, Fields};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, make_array};
+use arrow_buffer::NullBuffer;
+use arrow_schema::{DataType, FieldRef, Fields};
 
 use crate::error::{Error, Result};
 
@@ -98,8 +99,8 @@ pub fn column_named(batch: &RecordBatch, name: &str) -> Result<Option<ArrayRef>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int64Array, StructArray};
-    use arrow::datatypes::{Field, Schema};
+    use arrow_array::{Int64Array, StructArray};
+    use arrow_schema::{Field, Schema};
 
     fn nested() -> RecordBatch {
         let inner = Fields::from(vec![Field::new("ts", DataType::Int64, true)]);
@@ -131,7 +132,7 @@ mod tests {
         );
         assert_eq!(path_name(&fields, &[1, 0]).as_deref(), Some("record.ts"));
         let inside = column_at(&batch, &[1, 0]).expect("the path reads");
-        let values = inside.as_primitive::<arrow::datatypes::Int64Type>();
+        let values = inside.as_primitive::<arrow_array::types::Int64Type>();
         let read: Vec<Option<i64>> = values.iter().collect();
         assert_eq!(read, vec![Some(1), None, None]);
         let top = column_named(&batch, "record.ts")

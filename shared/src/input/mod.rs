@@ -11,9 +11,10 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, RecordBatch};
+use arrow_cast::cast;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use object_store::path::Path;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -418,10 +419,14 @@ fn unit_that_fits(
     hour: std::ops::Range<i64>,
 ) -> Option<IntegerTimeUnit> {
     let value = match time.data_type() {
-        DataType::Int64 => time.as_primitive::<arrow::datatypes::Int64Type>().value(i),
-        DataType::UInt64 => {
-            i64::try_from(time.as_primitive::<arrow::datatypes::UInt64Type>().value(i)).ok()?
-        }
+        DataType::Int64 => time
+            .as_primitive::<arrow_array::types::Int64Type>()
+            .value(i),
+        DataType::UInt64 => i64::try_from(
+            time.as_primitive::<arrow_array::types::UInt64Type>()
+                .value(i),
+        )
+        .ok()?,
         _ => return None,
     };
     (IntegerTimeUnit::ALL.into_iter())
@@ -436,7 +441,7 @@ fn unit_that_fits(
 /// Row `i` of a time column as its type shows it, else (a zone named without the time zone
 /// database, `UTC` say) as `nanos` nanoseconds since the epoch.
 fn describe_time(time: &dyn Array, i: usize, nanos: i64) -> String {
-    arrow::util::display::ArrayFormatter::try_new(time, &Default::default())
+    arrow_cast::display::ArrayFormatter::try_new(time, &Default::default())
         .ok()
         .and_then(|f| f.value(i).try_to_string().ok())
         .unwrap_or_else(|| {
@@ -866,8 +871,8 @@ fn level_counted_columns(reader: &ArrowReaderMetadata) -> Vec<LevelCount> {
 /// map, and those of its elements for any other list or map. `false` for a type it does not
 /// know (nothing is counted then).
 fn count_levels(array: &dyn Array, ranges: &[Range<usize>], out: &mut Vec<u64>) -> bool {
-    use arrow::array::{OffsetSizeTrait, StructArray};
-    use arrow::buffer::NullBuffer;
+    use arrow_array::{OffsetSizeTrait, StructArray};
+    use arrow_buffer::NullBuffer;
     /// The elements of a list's `slot` (empty for a null one), `None` past its end.
     fn list_span<O: OffsetSizeTrait>(
         offsets: &[O],
@@ -1042,12 +1047,12 @@ fn decoded_bytes(batch: &RecordBatch) -> u64 {
 mod tests {
     use super::*;
     use crate::testing::{parquet_bytes, parquet_bytes_with};
-    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
 
     #[test]
     fn a_time_outside_the_hour_is_shown_whatever_its_zone() {
         let millis = 1_795_946_400_000i64; // 2026-11-29T10:00:00Z
-        let utc = arrow::array::TimestampMillisecondArray::from(vec![millis]).with_timezone("UTC");
+        let utc = arrow_array::TimestampMillisecondArray::from(vec![millis]).with_timezone("UTC");
         let shown = describe_time(&utc, 0, millis * 1_000_000);
         assert!(shown.contains("2026-11-29T10:00:00"), "{shown}");
         let plain = Int64Array::from(vec![millis * 1_000_000]);
@@ -1232,7 +1237,7 @@ mod tests {
     /// Eight rows of a time and a `tags` list of two strings, the second null, as a
     /// [`plain_file`].
     fn tags_file() -> Vec<u8> {
-        use arrow::array::{ListBuilder, StringBuilder};
+        use arrow_array::builder::{ListBuilder, StringBuilder};
         let (start, _) = partition().time_range_nanos();
         let mut tags = ListBuilder::new(StringBuilder::new());
         for _ in 0..8 {
@@ -1255,7 +1260,8 @@ mod tests {
     /// levels their pages hold; the file's bytes and the rows read are unchanged.
     #[test]
     fn nested_rows_read_whole_match_their_pages_levels() {
-        use arrow::array::{ListBuilder, MapBuilder, StringBuilder, StructArray};
+        use arrow_array::StructArray;
+        use arrow_array::builder::{ListBuilder, MapBuilder, StringBuilder};
         let dir = tempfile::tempdir().expect("tempdir");
         let (start, _) = partition().time_range_nanos();
         let mut batches = Vec::new();
@@ -1331,7 +1337,8 @@ mod tests {
             assert!(read.level_counts.len() >= 3, "{:?}", read.level_counts);
             let counted = read.level_counts.clone();
             let rows: Vec<RecordBatch> = read.by_ref().map(|b| b.expect("batch")).collect();
-            let rows = arrow::compute::concat_batches(&rows[0].schema(), &rows).expect("concat");
+            let rows =
+                arrow_select::concat::concat_batches(&rows[0].schema(), &rows).expect("concat");
             assert_eq!(rows.num_rows(), 3_000);
             // The whole file's rows count, leaf by leaf, what all its pages declare.
             for column in counted {
@@ -1394,9 +1401,9 @@ mod tests {
     /// slots asked for count, and a type without a count of its own is not counted.
     #[test]
     fn levels_are_counted_as_parquet_encodes_them() {
-        use arrow::array::{FixedSizeListArray, Int32Array, ListArray, ListViewArray, StructArray};
-        use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
-        use arrow::datatypes::Int32Type;
+        use arrow_array::types::Int32Type;
+        use arrow_array::{FixedSizeListArray, Int32Array, ListArray, ListViewArray, StructArray};
+        use arrow_buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
         let count = |array: &dyn Array, ranges: &[(usize, usize)]| {
             let ranges: Vec<Range<usize>> = ranges.iter().map(|&(start, end)| start..end).collect();
             let mut levels = Vec::new();
@@ -1480,8 +1487,8 @@ mod tests {
 
     /// A file of 300 rows in row groups of 100 with a list column, ZSTD, small pages.
     fn listed_rows_file() -> (Vec<u8>, Vec<ListRow>) {
-        use arrow::array::ListArray;
-        use arrow::datatypes::Int64Type;
+        use arrow_array::ListArray;
+        use arrow_array::types::Int64Type;
         use parquet::basic::{Compression, ZstdLevel};
         use parquet::file::properties::WriterProperties;
         let (start, _) = partition().time_range_nanos();
@@ -1548,13 +1555,14 @@ mod tests {
                 continue;
             };
             read += 1;
-            let all = arrow::compute::concat_batches(&rows[0].schema(), &rows).expect("concat");
+            let all =
+                arrow_select::concat::concat_batches(&rows[0].schema(), &rows).expect("concat");
             assert_eq!(all.num_rows(), 300, "byte {position}");
             let got = all.column(1).as_list::<i32>();
             for (row, want) in lists.iter().enumerate().skip(200) {
                 let value: ListRow = got.is_valid(row).then(|| {
                     let item = got.value(row);
-                    let item = item.as_primitive::<arrow::datatypes::Int64Type>();
+                    let item = item.as_primitive::<arrow_array::types::Int64Type>();
                     (0..item.len())
                         .map(|i| item.is_valid(i).then(|| item.value(i)))
                         .collect()
@@ -1619,7 +1627,7 @@ mod tests {
 
     #[test]
     fn time_columns_of_any_unit_are_checked_in_nanoseconds() {
-        use arrow::array::{TimestampMicrosecondArray, TimestampSecondArray, UInt64Array};
+        use arrow_array::{TimestampMicrosecondArray, TimestampSecondArray, UInt64Array};
         let dir = tempfile::tempdir().expect("tempdir");
         let (start, end) = partition().time_range_nanos();
         let keys = KeyColumns::default();

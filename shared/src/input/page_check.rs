@@ -670,7 +670,7 @@ fn skip<R: Read>(r: &mut R, kind: u8, depth: u32) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
     use parquet::arrow::ArrowWriter;
     use parquet::basic::{GzipLevel, ZstdLevel};
     use parquet::file::properties::{WriterProperties, WriterVersion};
@@ -832,9 +832,10 @@ mod tests {
         );
 
         // Lists: at least one value a row, none exactly when there is no row.
-        let lists = arrow::array::ListArray::from_iter_primitive::<arrow::datatypes::Int64Type, _, _>(
-            (0..100).map(|i| Some(vec![Some(i), Some(i + 1), None])),
-        );
+        let lists =
+            arrow_array::ListArray::from_iter_primitive::<arrow_array::types::Int64Type, _, _>(
+                (0..100).map(|i| Some(vec![Some(i), Some(i + 1), None])),
+            );
         let batch =
             RecordBatch::try_from_iter([("l", Arc::new(lists) as ArrayRef)]).expect("batch");
         let tmp = tempfile::NamedTempFile::new().expect("file");
@@ -858,8 +859,8 @@ mod tests {
 
     /// The footer of a file whose one leaf's path has `levels` segments.
     fn footer_of_nesting(levels: usize) -> Vec<u8> {
-        use arrow::array::{Int8Array, StructArray};
-        use arrow::datatypes::{Field, Fields};
+        use arrow_array::{Int8Array, StructArray};
+        use arrow_schema::{Field, Fields};
         let mut array: ArrayRef = Arc::new(Int8Array::from(vec![1i8]));
         for _ in 1..levels {
             let field = Field::new("n", array.data_type().clone(), true);

@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, new_null_array};
-use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::input::column_path::{field_at, resolve};
@@ -71,7 +71,7 @@ pub const TIME_TYPE: DataType = DataType::Int64;
 /// finest unit among them, integers counting as nanoseconds, in their zone when all agree
 /// (else `UTC`).
 pub fn time_union(have: &DataType, found: &DataType) -> DataType {
-    use arrow::datatypes::TimeUnit;
+    use arrow_schema::TimeUnit;
     match (have, found) {
         (DataType::Timestamp(..), DataType::Timestamp(..)) => union_type(have, found).unwrap_or(
             DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
@@ -471,7 +471,7 @@ pub fn conform_column(batch: &RecordBatch, field: &Field) -> Result<ArrayRef> {
 mod tests {
     use super::*;
     use crate::budget::Budget;
-    use arrow::datatypes::TimeUnit;
+    use arrow_schema::TimeUnit;
 
     fn schema(fields: Vec<(&str, DataType)>) -> Schema {
         Schema::new(
@@ -555,7 +555,7 @@ mod tests {
         let (u, _) = unify(&[("c", &c)], &KeyColumns::default());
         assert_eq!(u.expect("a union").schema.field(0).data_type(), &TIME_TYPE);
         // Conforming an integer input to a timestamp union keeps its instants.
-        let nanos: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![1_500_000_000]));
+        let nanos: ArrayRef = Arc::new(arrow_array::Int64Array::from(vec![1_500_000_000]));
         let conformed = conform_array(&nanos, &ts(ns, Some("UTC"))).expect("conforms");
         assert_eq!(
             crate::input::type_union::time_nanos(conformed.as_ref(), IntegerTimeUnit::Nanoseconds)

@@ -28,14 +28,16 @@
 use std::sync::Arc;
 
 use crate::options::IntegerTimeUnit;
-use arrow::array::{
-    Array, ArrayRef, AsArray, FixedSizeListArray, Int64Array, ListArray, MapArray, StructArray,
-    make_array, new_null_array,
+use arrow_array::cast::AsArray;
+use arrow_array::types::Date64Type;
+use arrow_array::{
+    Array, ArrayRef, FixedSizeListArray, Int64Array, ListArray, MapArray, StructArray, make_array,
+    new_null_array,
 };
-use arrow::buffer::OffsetBuffer;
-use arrow::compute::{CastOptions, cast_with_options};
-use arrow::datatypes::{DataType, Date64Type, Field, FieldRef, Fields, TimeUnit};
-use arrow::error::ArrowError;
+use arrow_buffer::OffsetBuffer;
+use arrow_cast::{CastOptions, cast_with_options};
+use arrow_schema::ArrowError;
+use arrow_schema::{DataType, Field, FieldRef, Fields, TimeUnit};
 
 /// Two types that do not unify, and where (a dotted path inside the column, empty at its top).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,7 +281,7 @@ pub fn conform_array(array: &ArrayRef, target: &DataType) -> Result<ArrayRef, Ar
         // `time_union`): the same instants, in the union's unit and zone.
         (DataType::Int64 | DataType::UInt64, DataType::Timestamp(_, zone)) => {
             let nanos = time_nanos(array, IntegerTimeUnit::Nanoseconds)?;
-            let plain = DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, zone.clone());
+            let plain = DataType::Timestamp(arrow_schema::TimeUnit::Nanosecond, zone.clone());
             let data = nanos.to_data().into_builder().data_type(plain).build()?;
             conform_array(&make_array(data), target)
         }
@@ -427,7 +429,7 @@ pub fn time_nanos(
     array: &dyn Array,
     integer_unit: IntegerTimeUnit,
 ) -> Result<Int64Array, ArrowError> {
-    use arrow::datatypes::{
+    use arrow_array::types::{
         TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
         TimestampSecondType, UInt64Type,
     };
@@ -436,7 +438,7 @@ pub fn time_nanos(
             "time value {v} is beyond the nanosecond range of Int64"
         ))
     };
-    fn scaled<T: arrow::datatypes::ArrowPrimitiveType<Native = i64>>(
+    fn scaled<T: arrow_array::ArrowPrimitiveType<Native = i64>>(
         array: &dyn Array,
         factor: i64,
         overflow: impl Fn(i128) -> ArrowError,
@@ -457,13 +459,13 @@ pub fn time_nanos(
     }
     let factor = integer_unit.nanos();
     match array.data_type() {
-        DataType::Int64 if factor == 1 => {
-            Ok(array.as_primitive::<arrow::datatypes::Int64Type>().clone())
-        }
-        DataType::Int64 => scaled::<arrow::datatypes::Int64Type>(array, factor, overflow),
+        DataType::Int64 if factor == 1 => Ok(array
+            .as_primitive::<arrow_array::types::Int64Type>()
+            .clone()),
+        DataType::Int64 => scaled::<arrow_array::types::Int64Type>(array, factor, overflow),
         DataType::UInt64 if factor != 1 => {
             let signed = time_nanos(array, IntegerTimeUnit::Nanoseconds)?;
-            scaled::<arrow::datatypes::Int64Type>(&signed, factor, overflow)
+            scaled::<arrow_array::types::Int64Type>(&signed, factor, overflow)
         }
         DataType::UInt64 => {
             let values = array.as_primitive::<UInt64Type>();
@@ -499,12 +501,12 @@ pub fn time_nanos(
 mod tests {
     use super::*;
     use crate::rng::SplitMix64;
-    use arrow::array::{
+    use arrow_array::types::Int64Type;
+    use arrow_array::{
         BinaryArray, FixedSizeBinaryArray, Float64Array, Int32Array, LargeStringArray, StringArray,
         TimestampMicrosecondArray, TimestampNanosecondArray, UInt64Array,
     };
-    use arrow::compute::cast;
-    use arrow::datatypes::Int64Type;
+    use arrow_cast::cast;
     use std::collections::BTreeMap;
 
     fn field(name: &str, t: DataType) -> FieldRef {
@@ -640,7 +642,7 @@ mod tests {
 
         let huge = UInt64Array::from(vec![u64::MAX]);
         assert!(conform_array(&(Arc::new(huge) as ArrayRef), &DataType::Int64).is_err());
-        let too_far = arrow::array::TimestampSecondArray::from(vec![i64::MAX / 2]);
+        let too_far = arrow_array::TimestampSecondArray::from(vec![i64::MAX / 2]);
         assert!(time_nanos(&too_far, IntegerTimeUnit::Nanoseconds).is_err());
         // Integers count their unit; timestamps keep theirs whatever it is.
         let seconds = Int64Array::from(vec![Some(1_795_946_400), None]);
@@ -818,7 +820,7 @@ mod tests {
                     .data_type(zoned)
                     .build()
                     .expect("zone");
-                let array = arrow::array::make_array(data);
+                let array = arrow_array::make_array(data);
                 (
                     array,
                     values.into_iter().map(|v| v.map(Value::Nanos)).collect(),
@@ -883,7 +885,7 @@ mod tests {
             DataType::Float32 | DataType::Float64 | DataType::Float16 => {
                 let f = cast(&array.slice(row, 1), &DataType::Float64).expect("float");
                 Value::Float(
-                    f.as_primitive::<arrow::datatypes::Float64Type>()
+                    f.as_primitive::<arrow_array::types::Float64Type>()
                         .value(0)
                         .to_bits(),
                 )
@@ -948,7 +950,7 @@ mod tests {
 
     #[test]
     fn dates_of_whole_days_become_parquet_dates_and_others_make_the_file_bad() {
-        use arrow::array::{Date32Array, Date64Array};
+        use arrow_array::{Date32Array, Date64Array};
         let days: ArrayRef = Arc::new(Date64Array::from(vec![
             Some(19_844 * MILLIS_PER_DAY),
             None,

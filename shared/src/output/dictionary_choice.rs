@@ -27,8 +27,9 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Schema};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::{DataType, Schema};
 use parquet::schema::types::ColumnPath;
 
 /// Rows sampled at the start of a file.
@@ -204,8 +205,8 @@ fn add_values(array: &dyn Array, rows: usize, sample_rows: usize, sample: &mut C
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{BooleanArray, FixedSizeBinaryArray, Int64Array, StringArray};
-    use arrow::datatypes::Field;
+    use arrow_array::{BooleanArray, FixedSizeBinaryArray, Int64Array, StringArray};
+    use arrow_schema::Field;
 
     use super::*;
 

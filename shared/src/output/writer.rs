@@ -6,8 +6,8 @@
 
 use std::io::Write;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, Schema};
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Schema};
 use parquet::arrow::ArrowSchemaConverter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{KeyValue, ParquetMetaData, SortingColumn};

@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BinaryArray, BooleanArray, RecordBatch, StringArray};
-use arrow::compute::kernels::cmp::eq;
-use arrow::compute::{and, cast};
-use arrow::datatypes::DataType;
+use arrow_array::{Array, ArrayRef, BinaryArray, BooleanArray, RecordBatch, StringArray};
+use arrow_cast::cast;
+use arrow_ord::cmp::eq;
+use arrow_schema::DataType;
 use parquet::basic::Type as PhysicalType;
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::RowGroupMetaData;
@@ -195,7 +195,7 @@ impl FileFilter<'_> {
             return Ok(none());
         };
         for field in &self.path[1..] {
-            let Some(inner) = (column.as_any().downcast_ref::<arrow::array::StructArray>())
+            let Some(inner) = (column.as_any().downcast_ref::<arrow_array::StructArray>())
                 .and_then(|s| s.column_by_name(field).cloned())
             else {
                 return Ok(none());
@@ -227,7 +227,7 @@ impl FileFilter<'_> {
                 plain.data_type()
             ),
         })?;
-        let matched = eq(&plain, &arrow::array::Scalar::new(wanted))
+        let matched = eq(&plain, &arrow_array::Scalar::new(wanted))
             .map_err(|e| Error::arrow("comparing a --where column", e))?;
         // Nulls never match.
         Ok(BooleanArray::from_iter(
@@ -243,13 +243,39 @@ pub(crate) fn and_masks(
     batch: &RecordBatch,
 ) -> Result<BooleanArray> {
     filters.iter().try_fold(mask, |mask, filter| {
-        and(&mask, &filter.row_mask(batch)?).map_err(|e| Error::arrow("combining filters", e))
+        Ok(both(&mask, &filter.row_mask(batch)?))
     })
+}
+
+/// The rows both masks keep; a null keeps no row, as in `filter_record_batch`.
+fn both(a: &BooleanArray, b: &BooleanArray) -> BooleanArray {
+    let kept = |mask: &BooleanArray| match mask.nulls() {
+        Some(nulls) => mask.values() & nulls.inner(),
+        None => mask.values().clone(),
+    };
+    BooleanArray::new(&kept(a) & &kept(b), None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_buffer::{BooleanBuffer, NullBuffer};
+
+    #[test]
+    fn both_keeps_what_both_masks_keep_and_a_null_keeps_nothing() {
+        // The third row's value bit is set under its null: a null still keeps no row.
+        let a = BooleanArray::new(
+            BooleanBuffer::from(vec![true, true, true, false]),
+            Some(NullBuffer::from(vec![true, true, false, true])),
+        );
+        let b = BooleanArray::from(vec![true, false, true, true]);
+        let kept = both(&a, &b);
+        assert_eq!(kept.null_count(), 0);
+        assert_eq!(
+            kept.iter().collect::<Vec<_>>(),
+            [Some(true), Some(false), Some(false), Some(false)]
+        );
+    }
 
     #[test]
     fn filters_parse_and_hex_decodes_strictly() {

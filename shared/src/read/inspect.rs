@@ -393,8 +393,8 @@ fn human_bytes(bytes: u64) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
     use object_store::PutPayload;
     use object_store::memory::InMemory;
     use parquet::arrow::ArrowWriter;

@@ -170,8 +170,8 @@ pub(crate) fn service_bounds(chunk: &ColumnChunkMetaData) -> Option<(&[u8], &[u8
 pub(crate) mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt64Array};
+    use arrow_schema::{DataType, Field, Schema};
     use bytes::Bytes;
     use parquet::arrow::ArrowWriter;
     use parquet::file::metadata::ParquetMetaDataReader;

@@ -11,9 +11,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
-use arrow::compute::{cast, concat_batches, filter_record_batch, take_record_batch};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, BooleanArray, RecordBatch};
+use arrow_cast::cast;
+use arrow_schema::{DataType, SchemaRef};
+use arrow_select::concat::concat_batches;
+use arrow_select::filter::filter_record_batch;
+use arrow_select::take::take_record_batch;
 use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -411,7 +415,7 @@ fn top_rows(found: Vec<RecordBatch>, keys: &KeyColumns, limit: usize) -> Result<
         .zip(keep)
         .filter(|(_, k)| !k.is_empty())
         .map(|(batch, k)| {
-            take_record_batch(batch, &arrow::array::UInt32Array::from(k))
+            take_record_batch(batch, &arrow_array::UInt32Array::from(k))
                 .map_err(|e| Error::arrow("ordering rows", e))
         })
         .collect()

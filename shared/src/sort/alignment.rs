@@ -11,9 +11,11 @@ use std::fs::File;
 
 use hashbrown::HashMap;
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
-use arrow::compute::{cast, filter};
-use arrow::datatypes::DataType;
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, BooleanArray, RecordBatch};
+use arrow_cast::cast;
+use arrow_schema::DataType;
+use arrow_select::filter::filter;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -235,8 +237,8 @@ impl ChunkSink for AligningSink<'_> {
 mod tests {
     use super::*;
     use crate::sort::sink::VecSink;
-    use arrow::array::StringArray;
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow_array::StringArray;
+    use arrow_schema::{DataType, Field, Schema};
     use std::sync::Arc;
 
     struct Recording {

@@ -8,18 +8,22 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanBufferBuilder, FixedSizeBinaryArray,
-    GenericListArray, MapArray, MutableArrayData, OffsetSizeTrait, PrimitiveArray, RecordBatch,
-    RecordBatchOptions, StringArray, StructArray, UInt32Array, make_array,
+use arrow_array::builder::BooleanBufferBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float64Type, Int32Type, Int64Type, TimestampNanosecondType, UInt32Type, UInt64Type,
 };
-use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer};
-use arrow::compute::{interleave, take};
-use arrow::datatypes::{
-    DataType, FieldRef, Float64Type, Int32Type, Int64Type, TimeUnit, TimestampNanosecondType,
-    UInt32Type, UInt64Type,
+use arrow_array::{
+    Array, ArrayRef, ArrowPrimitiveType, FixedSizeBinaryArray, GenericListArray, MapArray,
+    OffsetSizeTrait, PrimitiveArray, RecordBatch, RecordBatchOptions, StringArray, StructArray,
+    UInt32Array, make_array,
 };
-use arrow::error::ArrowError;
+use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer};
+use arrow_data::transform::MutableArrayData;
+use arrow_schema::ArrowError;
+use arrow_schema::{DataType, FieldRef, TimeUnit};
+use arrow_select::interleave::interleave;
+use arrow_select::take::take;
 
 /// Shortest mean stretch (consecutive rows of one batch among the picks) for which copying
 /// stretches beats gathering row by row.
@@ -438,12 +442,12 @@ fn range_nulls(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{
-        BooleanArray, Int32Array, Int32Builder, Int64Array, Int64Builder, ListBuilder, MapBuilder,
-        StringBuilder, UInt32Builder,
+    use arrow_array::builder::{
+        Int32Builder, Int64Builder, ListBuilder, MapBuilder, StringBuilder, UInt32Builder,
     };
-    use arrow::compute::interleave_record_batch;
-    use arrow::datatypes::{Field, Schema};
+    use arrow_array::{BooleanArray, Int32Array, Int64Array};
+    use arrow_schema::{Field, Schema};
+    use arrow_select::interleave::interleave_record_batch;
 
     fn batch(seed: i32) -> RecordBatch {
         let mut map = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
@@ -503,7 +507,7 @@ mod tests {
         let a = batch(3).slice(1, 6);
         let indices = UInt32Array::from(vec![5, 0, 3, 3, 1, 4, 2]);
         let ours = take_rows(&a, &indices).unwrap();
-        let arrows = arrow::compute::take_record_batch(&a, &indices).unwrap();
+        let arrows = arrow_select::take::take_record_batch(&a, &indices).unwrap();
         assert_eq!(ours, arrows);
     }
 
@@ -617,7 +621,7 @@ mod tests {
             let taken = take_rows(&b, &indices).unwrap();
             proptest::prop_assert_eq!(
                 &taken,
-                &arrow::compute::take_record_batch(&b, &indices).unwrap()
+                &arrow_select::take::take_record_batch(&b, &indices).unwrap()
             );
         }
     }
@@ -626,8 +630,8 @@ mod tests {
     /// a list of maps: every depth is gathered by ranges, and must give Arrow's rows.
     #[test]
     fn nested_lists_gather_what_arrow_gathers() {
-        use arrow::array::{LargeListBuilder, StructBuilder};
-        use arrow::datatypes::Fields;
+        use arrow_array::builder::{LargeListBuilder, StructBuilder};
+        use arrow_schema::Fields;
         fn batch(seed: i64) -> RecordBatch {
             let mut nested = ListBuilder::new(ListBuilder::new(Int64Builder::new()));
             let mut large = LargeListBuilder::new(StringBuilder::new());
@@ -664,7 +668,7 @@ mod tests {
                 large.append(n != 1);
                 maps.append(row % 5 != 4);
                 let tags = structs
-                    .field_builder::<ListBuilder<Box<dyn arrow::array::ArrayBuilder>>>(0)
+                    .field_builder::<ListBuilder<Box<dyn arrow_array::builder::ArrayBuilder>>>(0)
                     .unwrap();
                 for i in 0..n {
                     tags.values()
@@ -709,7 +713,7 @@ mod tests {
         let indices = UInt32Array::from(vec![6, 0, 2, 2, 5, 1]);
         assert_eq!(
             take_rows(&b, &indices).unwrap(),
-            arrow::compute::take_record_batch(&b, &indices).unwrap()
+            arrow_select::take::take_record_batch(&b, &indices).unwrap()
         );
     }
 

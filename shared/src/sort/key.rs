@@ -15,12 +15,11 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, AsArray, BinaryArray, BooleanArray, Int64Array, RecordBatch, StringArray,
-};
-use arrow::compute::SortOptions;
-use arrow::datatypes::DataType;
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, BinaryArray, BooleanArray, Int64Array, RecordBatch, StringArray};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::DataType;
+use arrow_schema::SortOptions;
 
 use crate::error::{Error, Result};
 use crate::input::column_path::{column_at, field_at};
@@ -278,9 +277,9 @@ impl KeyRange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::ArrayRef;
-    use arrow::buffer::NullBuffer;
-    use arrow::datatypes::{Field, Schema};
+    use arrow_array::ArrayRef;
+    use arrow_buffer::NullBuffer;
+    use arrow_schema::{Field, Schema};
     use std::sync::Arc;
 
     #[test]
@@ -319,7 +318,7 @@ mod tests {
 
     #[test]
     fn a_key_inside_a_struct_is_null_where_its_struct_is_and_other_keys_use_the_row_format() {
-        use arrow::array::{Int32Array, StructArray};
+        use arrow_array::{Int32Array, StructArray};
         let service = Arc::new(Field::new("service.name", DataType::Utf8, true));
         let resource = StructArray::new(
             vec![Arc::clone(&service)].into(),

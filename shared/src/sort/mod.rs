@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
-use arrow::compute::filter_record_batch;
+use arrow_array::RecordBatch;
+use arrow_select::filter::filter_record_batch;
 
 use crate::budget::{Budget, SortDemand};
 use crate::error::{Error, Result};

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use arrow::array::RecordBatch;
+use arrow_array::RecordBatch;
 
 use crate::error::Result;
 
@@ -216,7 +216,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use arrow::array::{ArrayRef, StringArray};
+    use arrow_array::{ArrayRef, StringArray};
 
     use super::*;
     use crate::error::Error;

@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::types::Int32Type;
+use arrow_array::{
     Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int32Array, Int64Array,
-    ListBuilder, RecordBatch, StringArray, StringBuilder, StructArray,
+    RecordBatch, StringArray, StructArray,
 };
-use arrow::buffer::NullBuffer;
-use arrow::datatypes::{DataType, Field, Fields, Int32Type, Schema};
+use arrow_buffer::NullBuffer;
+use arrow_schema::{DataType, Field, Fields, Schema};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, Int64Array};
-use arrow::datatypes::DataType;
+use arrow_array::{Array, Int64Array};
+use arrow_schema::DataType;
 use futures::TryStreamExt;
 use object_store::memory::InMemory;
 
@@ -123,7 +123,7 @@ pub async fn file_tags(store: &Store, key: &str) -> Vec<i64> {
         let column = batch
             .column_by_name("tag")
             .unwrap_or_else(|| panic!("{key} has no tag column"));
-        let column = arrow::compute::cast(column, &DataType::Int64).expect("tags cast to Int64");
+        let column = arrow_cast::cast(column, &DataType::Int64).expect("tags cast to Int64");
         let ints = column
             .as_any()
             .downcast_ref::<Int64Array>()

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{AsArray, Int64Array, StringArray, UInt64Array};
-use arrow::datatypes::Int64Type;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Int64Array, StringArray, UInt64Array};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -252,7 +253,7 @@ async fn refused_objects_are_quarantined_with_the_store_reason_and_vanished_ones
 async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays_live() {
     let (store, layout, partition, dir) = memory_test_partition();
     let (start, _) = partition.time_range_nanos();
-    let mut columns: Vec<(String, arrow::array::ArrayRef)> = vec![(
+    let mut columns: Vec<(String, arrow_array::ArrayRef)> = vec![(
         "time_unix_nano".into(),
         Arc::new(Int64Array::from_iter_values((0..20).map(|r| start + r))),
     )];
@@ -262,7 +263,7 @@ async fn a_compacted_output_a_smaller_budget_cannot_hold_fails_the_job_and_stays
             Arc::new(Int64Array::from_iter_values((0..20).map(|r| c * 100 + r))),
         ));
     }
-    let wide = arrow::array::RecordBatch::try_from_iter(columns).expect("a wide batch");
+    let wide = arrow_array::RecordBatch::try_from_iter(columns).expect("a wide batch");
     put_bytes(
         &store,
         &format!("{dir}/wide.parquet"),

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, RecordBatchReader, StringArray};
-use arrow::compute::concat_batches;
+use arrow_array::{RecordBatch, RecordBatchReader, StringArray};
+use arrow_select::concat::concat_batches;
 use bytes::Bytes;
 use ourios_compaction::output::blocks::{BlockOptions, BlockWriter, STAGING_MEMORY_BYTES};
 use ourios_compaction::testing::{FIXTURE_SERVICES, fixture_properties, log_fixture};
@@ -487,7 +487,7 @@ fn reader(bytes: &Bytes) -> ParquetRecordBatchReaderBuilder<Bytes> {
 }
 
 /// The decoded columns (the file's schema also carries its key-value metadata).
-fn read(builder: ParquetRecordBatchReaderBuilder<Bytes>) -> Vec<arrow::array::ArrayRef> {
+fn read(builder: ParquetRecordBatchReaderBuilder<Bytes>) -> Vec<arrow_array::ArrayRef> {
     let reader = builder.with_batch_size(777).build().expect("reader");
     let schema = reader.schema();
     let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().expect("decodes");
@@ -565,7 +565,7 @@ fn bloom_filters_answer_for_present_and_absent_services() {
     let services = batch
         .column(0)
         .as_any()
-        .downcast_ref::<arrow::array::StringArray>()
+        .downcast_ref::<arrow_array::StringArray>()
         .expect("service strings")
         .clone();
     for n in [1, 4, 8] {

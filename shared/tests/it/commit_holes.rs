@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path as FsPath;
 use std::time::Duration;
 
-use arrow::array::{Array, Int64Array};
+use arrow_array::{Array, Int64Array};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::collect_garbage;
 use ourios_compaction::partition::KeyLayout;

@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::Int64Type;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, RecordBatch};
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
@@ -442,7 +443,7 @@ async fn output_rows(store: &Store, report: &CompactionReport) -> Vec<TestRow> {
 /// service) still merge into the ranges of the (service, time) order.
 #[test]
 fn a_group_without_services_merges_into_the_ranges() {
-    use arrow::array::{ArrayRef, Int64Array};
+    use arrow_array::{ArrayRef, Int64Array};
     use ourios_compaction::testing::named_batch;
     multi_thread_runtime(2).block_on(async {
         let (store, layout, files, dir) = two_files_ingested().await;
@@ -469,7 +470,7 @@ fn a_group_without_services_merges_into_the_ranges() {
 /// with the unfanned job's reason, and the other is compacted.
 #[test]
 fn a_file_that_widens_the_union_past_the_leaf_limit_is_quarantined_by_the_plan() {
-    use arrow::array::{ArrayRef, Int64Array};
+    use arrow_array::{ArrayRef, Int64Array};
     use ourios_compaction::testing::named_batch;
     multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
@@ -525,7 +526,7 @@ fn a_file_that_widens_the_union_past_the_leaf_limit_is_quarantined_by_the_plan()
 /// ranges, and a file that is not Parquet is left to its group, whose check quarantines it.
 #[test]
 fn groups_that_disagree_on_a_type_compact_after_the_plan_quarantines_the_minority() {
-    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
     use ourios_compaction::testing::named_batch;
     multi_thread_runtime(2).block_on(async {
         let (store, layout, files, dir) = two_files_ingested().await;

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::AsArray;
-use arrow::datatypes::Int64Type;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 use object_store::memory::InMemory;
 use ourios_compaction::gauge::batch_memory_bytes;
 use ourios_compaction::options::{CompactOptions, DEFAULT_MERGE_FAN_IN};

@@ -4,11 +4,13 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, DictionaryArray, Int32Array, Int64Array, LargeStringArray, ListArray,
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{
+    Array, ArrayRef, DictionaryArray, Int32Array, Int64Array, LargeStringArray, ListArray,
     StringArray, StringViewArray, StructArray, TimestampNanosecondArray, UInt64Array,
 };
-use arrow::datatypes::{DataType, Field, Int32Type, Int64Type};
+use arrow_schema::{DataType, Field};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use ourios_compaction::compact::compact_partition;
@@ -286,7 +288,7 @@ async fn time_only_sort_when_no_input_has_a_service() {
     );
     let times: Vec<i64> = batches[0]
         .column(0)
-        .as_primitive::<arrow::datatypes::Int64Type>()
+        .as_primitive::<arrow_array::types::Int64Type>()
         .values()
         .to_vec();
     let offsets: Vec<i64> = times.iter().map(|t| *t - f.start()).collect();

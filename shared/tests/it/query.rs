@@ -5,9 +5,11 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Int64Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, RecordBatch};
+use arrow_cast::cast;
+use arrow_schema::DataType;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use ourios_compaction::bench::baseline::rewrite_plain;
@@ -415,7 +417,7 @@ async fn column_scan_reads_every_row_of_the_columns_asked_for() {
 /// nanoseconds like every other file, before and after compaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_over_microsecond_times_matches_in_nanoseconds() {
-    use arrow::array::{StringArray, TimestampMicrosecondArray};
+    use arrow_array::{StringArray, TimestampMicrosecondArray};
     use ourios_compaction::testing::{named_batch, parquet_bytes, put_bytes};
 
     let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::ObjectStore;

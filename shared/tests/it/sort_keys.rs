@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, FixedSizeBinaryArray, Int32Array, Int64Array,
-    RecordBatch, StringArray, TimestampMicrosecondArray, TimestampMillisecondArray,
+use arrow_array::cast::AsArray;
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, FixedSizeBinaryArray, Int32Array, Int64Array, RecordBatch,
+    StringArray, TimestampMicrosecondArray, TimestampMillisecondArray,
 };
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow_cast::cast;
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use ourios_compaction::options::{CompactOptions, KeyColumns};
@@ -140,10 +141,10 @@ fn read_output(bytes: &[u8]) -> (Vec<Row>, Arc<Schema>, Vec<String>) {
             &DataType::Timestamp(TimeUnit::Microsecond, None),
         )
         .expect("microseconds");
-        let micros = micros.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        let micros = micros.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
         let host = column("host").as_string::<i32>();
         let status = cast(column("status"), &DataType::Int64).expect("integers");
-        let status = status.as_primitive::<arrow::datatypes::Int64Type>();
+        let status = status.as_primitive::<arrow_array::types::Int64Type>();
         let trace = column("trace_id").as_binary::<i32>();
         let message = column("message").as_string::<i32>();
         for i in 0..batch.num_rows() {
@@ -283,8 +284,8 @@ fn keys_of_strings_integers_and_binaries_sort_every_row_once_whatever_the_budget
 /// OpenTelemetry's shape: the service inside the resource's struct, under a field whose name
 /// holds dots; a null resource holds a service value that no reader sees.
 fn otel_input(file: usize) -> (RecordBatch, Vec<(Option<String>, i64, String)>) {
-    use arrow::array::StructArray;
-    use arrow::buffer::NullBuffer;
+    use arrow_array::StructArray;
+    use arrow_buffer::NullBuffer;
     let mut rng = SplitMix64::new(0x07e1 + file as u64);
     let nanos_start = HOUR_START_MS * 1_000_000;
     let mut services = Vec::new();
@@ -378,7 +379,7 @@ fn a_key_column_inside_a_struct_sorts_as_its_readers_see_it() {
             .as_struct();
         let service = resource.column(0).as_string::<i32>();
         let time = (batch.column_by_name("time_unix_nano").expect("time"))
-            .as_primitive::<arrow::datatypes::Int64Type>();
+            .as_primitive::<arrow_array::types::Int64Type>();
         let body = batch
             .column_by_name("body")
             .expect("body")

@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::Int64Type;
+use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
 use object_store::memory::InMemory;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};

@@ -6,11 +6,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, DictionaryArray, Int64Array, LargeStringArray, MapBuilder, RecordBatch, StringArray,
-    StringBuilder, StringViewArray,
+use arrow_array::builder::{MapBuilder, StringBuilder};
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    ArrayRef, DictionaryArray, Int64Array, LargeStringArray, RecordBatch, StringArray,
+    StringViewArray,
 };
-use arrow::datatypes::Int32Type;
 use object_store::memory::InMemory;
 use ourios_compaction::options::CompactOptions;
 use ourios_compaction::partition::{KeyLayout, PartitionId};
@@ -151,8 +152,7 @@ fn column_values(file: &[u8], name: &str) -> Vec<Option<String>> {
     for batch in reader {
         let batch = batch.expect("batch");
         let column = batch.column_by_name(name).expect("column");
-        let strings =
-            arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).expect("cast");
+        let strings = arrow_cast::cast(column, &arrow_schema::DataType::Utf8).expect("cast");
         let strings = strings
             .as_any()
             .downcast_ref::<StringArray>()
@@ -227,9 +227,8 @@ fn coded_sorts_write_the_same_bytes_as_uncoded_ones() {
                     continue;
                 }
             };
-            let strings =
-                arrow::compute::cast(batch.column(position), &arrow::datatypes::DataType::Utf8)
-                    .expect("cast");
+            let strings = arrow_cast::cast(batch.column(position), &arrow_schema::DataType::Utf8)
+                .expect("cast");
             let strings = strings
                 .as_any()
                 .downcast_ref::<StringArray>()

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
+use arrow_array::RecordBatch;
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
 use ourios_compaction::manifest::gc::{GcScope, collect_garbage_in};

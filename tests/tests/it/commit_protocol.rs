@@ -20,13 +20,28 @@ use ourios_integration_tests::{
     commit_request as request, compact_expecting, land_file, land_files, live_set, live_tags,
     test_partition,
 };
-use rstest::rstest;
 
-#[rstest]
-#[case::in_memory(Backend::Memory)]
-#[case::on_s3(Backend::S3)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retried_job_is_noop(#[case] backend: Backend) {
+/// A test per case of an async test body, named `body::case` and run on two worker threads:
+/// `cases!(body: in_memory(Backend::Memory), on_s3(Backend::S3));`
+macro_rules! cases {
+    ($body:ident: $($case:ident($($arg:expr),* $(,)?)),+ $(,)?) => {
+        mod $body {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$body($($arg),*).await
+                }
+            )+
+        }
+    };
+}
+
+cases!(retried_job_is_noop:
+    in_memory(Backend::Memory),
+    on_s3(Backend::S3),
+);
+async fn retried_job_is_noop(backend: Backend) {
     let store = backend.open("retry");
     let layout = KeyLayout::default();
     let partition = test_partition();
@@ -102,28 +117,24 @@ async fn inputs_compacted_by_someone_else(store: Store, late_file: bool) -> Stat
     report.status
 }
 
-#[rstest]
-#[case::identical_in_memory(Backend::Memory, false, Status::Noop)]
-#[case::different_in_memory(Backend::Memory, true, Status::Conflict)]
-#[case::identical_on_s3(Backend::S3, false, Status::Noop)]
-#[case::different_on_s3(Backend::S3, true, Status::Conflict)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn competing_job_ends_noop_or_conflict(
-    #[case] backend: Backend,
-    #[case] late_file: bool,
-    #[case] expected: Status,
-) {
+cases!(competing_job_ends_noop_or_conflict:
+    identical_in_memory(Backend::Memory, false, Status::Noop),
+    different_in_memory(Backend::Memory, true, Status::Conflict),
+    identical_on_s3(Backend::S3, false, Status::Noop),
+    different_on_s3(Backend::S3, true, Status::Conflict),
+);
+async fn competing_job_ends_noop_or_conflict(backend: Backend, late_file: bool, expected: Status) {
     let status = inputs_compacted_by_someone_else(backend.open("competing"), late_file).await;
     assert_eq!(status, expected);
 }
 
+cases!(late_file_stays_live_and_is_compacted_next_time:
+    in_memory(Backend::Memory),
+    on_s3(Backend::S3),
+);
 /// A file that lands while a job runs (after it listed the partition) stays live beside the
 /// job's output, and the next job merges it with the compacted file (invariant 5).
-#[rstest]
-#[case::in_memory(Backend::Memory)]
-#[case::on_s3(Backend::S3)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_file_stays_live_and_is_compacted_next_time(#[case] backend: Backend) {
+async fn late_file_stays_live_and_is_compacted_next_time(backend: Backend) {
     let store = backend.open("late-file");
     let layout = KeyLayout::default();
     let partition = test_partition();
@@ -157,19 +168,16 @@ async fn late_file_stays_live_and_is_compacted_next_time(#[case] backend: Backen
     assert_live_exactly_once(&store, &layout, &partition, 1, &expected, after).await;
 }
 
+cases!(late_job_keeps_an_identical_committed_output:
+    deadline_in_memory(Backend::Memory, Lateness::Deadline),
+    half_grace_in_memory(Backend::Memory, Lateness::HalfGrace),
+    deadline_on_s3(Backend::S3, Lateness::Deadline),
+);
 /// Job B stops late (past its deadline) after an identical job A committed the same input
 /// set, or (with a grace shorter than the wait) finds A's commit of it: B times out or ends
 /// `noop`, and A's live file stays. Each attempt names its output uniquely, so B's own output
 /// is never A's; the half-grace rule counts from the end of B's upload, so B is not late then.
-#[rstest]
-#[case::deadline_in_memory(Backend::Memory, Lateness::Deadline)]
-#[case::half_grace_in_memory(Backend::Memory, Lateness::HalfGrace)]
-#[case::deadline_on_s3(Backend::S3, Lateness::Deadline)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_job_keeps_an_identical_committed_output(
-    #[case] backend: Backend,
-    #[case] late: Lateness,
-) {
+async fn late_job_keeps_an_identical_committed_output(backend: Backend, late: Lateness) {
     let store = backend.open("late");
     let layout = KeyLayout::default();
     let partition = test_partition();
@@ -230,14 +238,14 @@ enum Lateness {
     HalfGrace,
 }
 
+cases!(stale_committer_after_pruning:
+    in_memory(Backend::Memory),
+    on_s3(Backend::S3),
+);
 /// A committer whose base is older than the versions GC keeps re-creates a pruned version
 /// number. That version is shadowed (readers take the highest), so the commit must be
 /// retried on the latest: rebased when its inputs are still live, a conflict otherwise.
-#[rstest]
-#[case::in_memory(Backend::Memory)]
-#[case::on_s3(Backend::S3)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_committer_after_pruning(#[case] backend: Backend) {
+async fn stale_committer_after_pruning(backend: Backend) {
     let store = backend.open("pruning");
     let layout = KeyLayout::default();
     let partition = test_partition();

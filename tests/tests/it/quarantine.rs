@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
 use ourios_compaction::manifest::gc::collect_garbage;
 use ourios_compaction::manifest::release_quarantined;

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::common::{compact_json, json, partition_dir, run};
-use arrow::array::{ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray, StructArray};
-use arrow::datatypes::{DataType, Field, Fields, Schema};
+use arrow_array::{ArrayRef, Int8Array, Int64Array, RecordBatch, StringArray, StructArray};
+use arrow_schema::{DataType, Field, Fields, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};

@@ -252,8 +252,8 @@ fn lakes_without_a_tenant_level_compact_by_the_hour_alone() {
 /// Writes a Vector-like batch file: `timestamp` in milliseconds (UTC), `host`, `message` and a
 /// 16-byte `trace_id`, rows `first..first + rows` in reverse order (unsorted).
 fn write_vector_file(path: &Path, first: i64, rows: i64) {
-    use arrow::array::{FixedSizeBinaryArray, StringArray, TimestampMillisecondArray};
-    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use arrow_array::{FixedSizeBinaryArray, StringArray, TimestampMillisecondArray};
+    use arrow_schema::{DataType, Field, Schema, TimeUnit};
     let hour_ms = 1_795_946_400_000i64; // 2026-11-29T10:00:00Z
     let ids: Vec<i64> = (first..first + rows).rev().collect();
     let schema = Schema::new(vec![
@@ -266,7 +266,7 @@ fn write_vector_file(path: &Path, first: i64, rows: i64) {
         Field::new("message", DataType::Utf8, true),
         Field::new("trace_id", DataType::FixedSizeBinary(16), true),
     ]);
-    let batch = arrow::record_batch::RecordBatch::try_new(
+    let batch = arrow_array::RecordBatch::try_new(
         std::sync::Arc::new(schema),
         vec![
             std::sync::Arc::new(
@@ -401,8 +401,8 @@ fn the_sort_key_time_column_and_bloom_columns_are_settings() {
             .field_with_name("timestamp")
             .map(|f| f.data_type().clone())
             .ok(),
-        Some(arrow::datatypes::DataType::Timestamp(
-            arrow::datatypes::TimeUnit::Millisecond,
+        Some(arrow_schema::DataType::Timestamp(
+            arrow_schema::TimeUnit::Millisecond,
             Some("UTC".into())
         ))
     );
@@ -410,23 +410,23 @@ fn the_sort_key_time_column_and_bloom_columns_are_settings() {
     let mut keys_seen = Vec::new();
     for batch in rows {
         let batch = batch.expect("a batch");
-        let host = arrow::compute::cast(
+        let host = arrow_cast::cast(
             batch.column_by_name("host").expect("host"),
-            &arrow::datatypes::DataType::Utf8,
+            &arrow_schema::DataType::Utf8,
         )
         .expect("strings");
         let host = host
             .as_any()
-            .downcast_ref::<arrow::array::StringArray>()
+            .downcast_ref::<arrow_array::StringArray>()
             .expect("strings");
-        let time = arrow::compute::cast(
+        let time = arrow_cast::cast(
             batch.column_by_name("timestamp").expect("timestamp"),
-            &arrow::datatypes::DataType::Int64,
+            &arrow_schema::DataType::Int64,
         )
         .expect("integers");
         let time = time
             .as_any()
-            .downcast_ref::<arrow::array::Int64Array>()
+            .downcast_ref::<arrow_array::Int64Array>()
             .expect("integers");
         for i in 0..batch.num_rows() {
             keys_seen.push((host.value(i).to_string(), time.value(i)));
@@ -586,7 +586,7 @@ fn objects_without_an_extension_are_inputs_when_the_input_names_say_so() {
 }
 
 /// Writes `batch` as a Parquet file at `path`, its directories made.
-fn write_batch(path: &Path, batch: &arrow::record_batch::RecordBatch) {
+fn write_batch(path: &Path, batch: &arrow_array::RecordBatch) {
     std::fs::create_dir_all(path.parent().expect("a directory")).expect("directories");
     let file = std::fs::File::create(path).expect("a file");
     let mut writer =
@@ -599,15 +599,15 @@ fn write_batch(path: &Path, batch: &arrow::record_batch::RecordBatch) {
 /// as Int64 counting `per_second` units a second, rows `first..first + rows` (unsorted), a
 /// `log` line naming each.
 fn write_epoch_file(path: &Path, first: i64, rows: i64, per_second: i64) {
-    use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
     let hour_s = 1_795_946_400i64; // 2026-11-29T10:00:00Z
     let ids: Vec<i64> = (first..first + rows).rev().collect();
     let schema = Schema::new(vec![
         Field::new("date", DataType::Int64, true),
         Field::new("log", DataType::Utf8, true),
     ]);
-    let batch = arrow::record_batch::RecordBatch::try_new(
+    let batch = arrow_array::RecordBatch::try_new(
         std::sync::Arc::new(schema),
         vec![
             std::sync::Arc::new(Int64Array::from_iter_values(
@@ -630,7 +630,7 @@ fn write_epoch_file(path: &Path, first: i64, rows: i64, per_second: i64) {
 /// `time_unix_nano` is refused at start.
 #[test]
 fn integer_times_in_seconds_are_read_in_the_unit_the_settings_give() {
-    use arrow::array::AsArray;
+    use arrow_array::cast::AsArray;
     let dir = tempfile::tempdir().expect("dir");
     let store = dir.path().to_string_lossy().into_owned();
     let hour_dir = dir.path().join("logs/year=2026/month=11/day=29/hr=10");
@@ -717,13 +717,13 @@ fn integer_times_in_seconds_are_read_in_the_unit_the_settings_give() {
             .field_with_name("date")
             .map(|f| f.data_type().clone())
             .ok(),
-        Some(arrow::datatypes::DataType::Int64)
+        Some(arrow_schema::DataType::Int64)
     );
     let mut dates = Vec::new();
     for batch in builder.build().expect("batches") {
         let batch = batch.expect("a batch");
         let column = batch.column_by_name("date").expect("date");
-        let values = column.as_primitive::<arrow::datatypes::Int64Type>();
+        let values = column.as_primitive::<arrow_array::types::Int64Type>();
         dates.extend((0..values.len()).map(|i| values.value(i)));
     }
     assert_eq!(dates.len(), 3600);
@@ -766,9 +766,9 @@ fn integer_times_in_seconds_are_read_in_the_unit_the_settings_give() {
 /// top-level `service`, `rows` rows from `first` (unsorted), three services in turn. With
 /// `null_record`, the first row's `record` is null, and so is its time.
 fn write_struct_time_file(path: &Path, first: i64, rows: i64, null_record: bool) {
-    use arrow::array::{ArrayRef, StringArray, StructArray, TimestampMillisecondArray};
-    use arrow::buffer::NullBuffer;
-    use arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
+    use arrow_array::{ArrayRef, StringArray, StructArray, TimestampMillisecondArray};
+    use arrow_buffer::NullBuffer;
+    use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
     use std::sync::Arc;
     let hour_ms = 1_795_946_400_000i64; // 2026-11-29T10:00:00Z
     let ids: Vec<i64> = (first..first + rows).rev().collect();
@@ -793,7 +793,7 @@ fn write_struct_time_file(path: &Path, first: i64, rows: i64, null_record: bool)
         Field::new("service", DataType::Utf8, true),
         Field::new("record", DataType::Struct(inner), true),
     ]);
-    let batch = arrow::record_batch::RecordBatch::try_new(
+    let batch = arrow_array::RecordBatch::try_new(
         Arc::new(schema),
         vec![
             Arc::new(StringArray::from_iter_values(
@@ -812,7 +812,8 @@ fn write_struct_time_file(path: &Path, first: i64, rows: i64, null_record: bool)
 /// quarantined alone. A path that names nothing fails the job and quarantines nothing.
 #[test]
 fn a_time_column_inside_a_struct_is_found_by_its_path() {
-    use arrow::array::{Array, AsArray};
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
     let dir = tempfile::tempdir().expect("dir");
     let store = dir.path().to_string_lossy().into_owned();
     let hour_dir = dir.path().join("logs/2026/11/29/10");
@@ -888,12 +889,12 @@ fn a_time_column_inside_a_struct_is_found_by_its_path() {
         let ts = record.as_struct().column_by_name("ts").expect("record.ts");
         assert_eq!(
             ts.data_type(),
-            &arrow::datatypes::DataType::Timestamp(
-                arrow::datatypes::TimeUnit::Millisecond,
+            &arrow_schema::DataType::Timestamp(
+                arrow_schema::TimeUnit::Millisecond,
                 Some("UTC".into())
             )
         );
-        let ts = ts.as_primitive::<arrow::datatypes::TimestampMillisecondType>();
+        let ts = ts.as_primitive::<arrow_array::types::TimestampMillisecondType>();
         assert_eq!(ts.null_count(), 0);
         keys.extend((0..batch.num_rows()).map(|i| (services.value(i).to_string(), ts.value(i))));
     }

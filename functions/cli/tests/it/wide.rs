@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::cgroup::run_limited;
 use crate::common::{command, compact_json, json, partition_dir, report_with_status};
-use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, FixedSizeBinaryBuilder, Int32Builder, Int64Builder, MapBuilder, MapFieldNames,
-    StringBuilder,
+use arrow_array::ArrayRef;
+use arrow_array::RecordBatch;
+use arrow_array::builder::{
+    FixedSizeBinaryBuilder, Int32Builder, Int64Builder, MapBuilder, MapFieldNames, StringBuilder,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use arrow::record_batch::RecordBatch;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::GenerateSpec;
 use super::corpus;

@@ -5,7 +5,7 @@
 //! the same range; the other outputs stay as they are, unread. The outputs stay disjoint key
 //! ranges in key order, and a late file costs the bytes of the ranges it touches.
 
-use arrow::datatypes::Schema;
+use arrow_schema::Schema;
 
 use super::range_read::{footer, stage_range};
 use crate::clock::Expiry;

@@ -4,9 +4,10 @@
 use std::fs::File;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
-use arrow::compute::cast;
-use arrow::datatypes::DataType;
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_cast::cast;
+use arrow_schema::DataType;
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;

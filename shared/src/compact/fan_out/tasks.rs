@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::datatypes::Schema;
+use arrow_schema::Schema;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};

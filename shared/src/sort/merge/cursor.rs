@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow_array::RecordBatch;
 
 use crate::error::{Error, Result};
 use crate::gauge::{Charge, MemoryGauge};

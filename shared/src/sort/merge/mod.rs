@@ -9,8 +9,8 @@ mod cursor;
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 
 pub use cursor::RunSource;
 use cursor::{Advance, BatchIter, Cursor};
@@ -361,8 +361,10 @@ fn sift_down(heap: &mut [usize], mut i: usize, less: impl Fn(usize, usize) -> bo
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{AsArray, Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
 
     use super::*;
     use crate::input::schema::UnifiedSchema;

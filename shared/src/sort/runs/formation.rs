@@ -17,8 +17,8 @@ use std::ops::{BitAnd, BitOr, Shl};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
-use arrow::array::{RecordBatch, UInt32Array};
-use arrow::datatypes::SchemaRef;
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_schema::SchemaRef;
 
 use crate::error::{Error, Result};
 use crate::gauge::{Charge, MemoryGauge};
@@ -585,8 +585,8 @@ pub struct FormedRuns {
 mod tests {
     use super::*;
     use crate::input::schema::UnifiedSchema;
-    use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
     use std::sync::Arc;
 
     fn unified() -> UnifiedSchema {
@@ -699,7 +699,8 @@ mod tests {
                 let reader = crate::sort::runs::RunReader::open(&run.path).expect("run");
                 rows.extend(reader.map(|b| b.expect("batch")));
             }
-            let rows = arrow::compute::concat_batches(&unified().schema, &rows).expect("rows");
+            let rows =
+                arrow_select::concat::concat_batches(&unified().schema, &rows).expect("rows");
             outputs.push(rows);
         }
         // Sorted in memory, or in two sorted runs: the same rows either way.

@@ -10,11 +10,11 @@ use std::io::{BufReader, BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
-use arrow::ipc::CompressionType;
-use arrow::ipc::reader::StreamReader;
-use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+use arrow_array::RecordBatch;
+use arrow_ipc::CompressionType;
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
+use arrow_schema::SchemaRef;
 
 use crate::error::{Error, Result};
 use crate::sort::sink::ChunkSink;
@@ -224,8 +224,8 @@ fn release(_file: &File, _start: u64, _end: u64) {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
 
     #[test]
     fn runs_round_trip_plain_and_lz4() {

@@ -18,13 +18,15 @@
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, MapArray, RecordBatch, StringArray, StructArray, UInt32Array,
-    new_null_array,
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    Array, ArrayRef, MapArray, RecordBatch, StringArray, StructArray, UInt32Array, new_null_array,
 };
-use arrow::buffer::NullBuffer;
-use arrow::compute::{cast, take};
-use arrow::datatypes::{DataType, Field, FieldRef, Fields, Int32Type, Schema, SchemaRef};
+use arrow_buffer::NullBuffer;
+use arrow_cast::cast;
+use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
+use arrow_select::take::take;
 use hashbrown::HashTable;
 
 use crate::error::{Error, Result};
@@ -686,7 +688,7 @@ impl StringDecoder {
 mod tests {
     use super::*;
     use crate::input::schema::conform;
-    use arrow::array::{DictionaryArray, Int64Array, LargeStringArray};
+    use arrow_array::{DictionaryArray, Int64Array, LargeStringArray};
 
     fn unified() -> UnifiedSchema {
         UnifiedSchema {
@@ -838,7 +840,7 @@ mod tests {
         let texts: Vec<String> = (0..4 * MIN_VALUES).map(|i| format!("line {i}")).collect();
         let values: ArrayRef = Arc::new(StringArray::from_iter_values(texts.iter()));
         // A row group's dictionary of 4096 values of which these rows use three.
-        let keys = arrow::array::Int32Array::from(vec![7, 7, 4000, 12, 4000, 7]);
+        let keys = arrow_array::Int32Array::from(vec![7, 7, 4000, 12, 4000, 7]);
         let bodies = DictionaryArray::<Int32Type>::try_new(keys, values).unwrap();
         let input = batch(vec![
             ("time_unix_nano", times(6)),
@@ -853,7 +855,7 @@ mod tests {
         assert_eq!(decoded.column(3).as_ref(), expected.as_ref());
 
         // Rows that use more distinct values than a quarter of them freeze the column.
-        let keys = arrow::array::Int32Array::from_iter_values(0..2 * MIN_VALUES as i32);
+        let keys = arrow_array::Int32Array::from_iter_values(0..2 * MIN_VALUES as i32);
         let values: ArrayRef = Arc::new(StringArray::from_iter_values(texts.iter()));
         let bodies = DictionaryArray::<Int32Type>::try_new(keys, values).unwrap();
         let rows = 2 * MIN_VALUES;
@@ -887,7 +889,7 @@ mod tests {
     /// A map column; with `dictionary_keys`, its keys come as a dictionary (as a reader
     /// hinted to read them so returns them).
     fn attributes(entries: &[&[(&str, Option<&str>)]], dictionary_keys: bool) -> ArrayRef {
-        use arrow::array::{MapBuilder, StringBuilder};
+        use arrow_array::builder::{MapBuilder, StringBuilder};
         let mut builder = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
         for row in entries {
             for (k, v) in row.iter() {
@@ -949,7 +951,7 @@ mod tests {
             batch(vec![
                 ("time_unix_nano", times(1)),
                 ("attrs", {
-                    use arrow::array::{MapBuilder, MapFieldNames, StringBuilder};
+                    use arrow_array::builder::{MapBuilder, MapFieldNames, StringBuilder};
                     let names = MapFieldNames {
                         entry: "entries".into(),
                         key: "k".into(),

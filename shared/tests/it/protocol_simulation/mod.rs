@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use arrow::array::{Array, Int64Array};
+use arrow_array::{Array, Int64Array};
 use bytes::Bytes;
 use chrono::{DateTime, TimeZone, Utc};
 use object_store::path::Path;
