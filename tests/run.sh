@@ -71,7 +71,9 @@ ensure_rust_component() {
 }
 
 # Creates (or refreshes) a virtual environment from a pinned requirements file. Installs
-# nothing when the environment was built from the same file before.
+# nothing when the environment was built from the same file before. Python compiles a module's
+# bytecode when it is first imported, so only the modules the tests import are compiled, not
+# all of them while the builds need the cores.
 ensure_venv() {
     local dir="$1" requirements="$2" stamp want
     stamp="$dir/.requirements.sha256"
@@ -148,11 +150,13 @@ finish() {
 
 # The workspace's build starts now, beside the tools' installation (mostly downloads): the step
 # that builds it below finds it under way, waits for it, and shows what it printed.
+# `--quick` builds every package's unit and integration tests except the S3 suite's (the
+# ourios-integration-tests package), and no examples or benchmarks: none of those adds a feature
+# to a crate the others use, so the two modes build each crate alike, a full run after `--quick`
+# builds only what `--quick` left out, and a fresh clone's first `--quick` builds none of it.
+quick_targets=(--exclude ourios-integration-tests --lib --bins --tests)
 case "$mode" in
-    # Both modes build the whole workspace, so the features its crates are built with are the
-    # same in both (the integration tests' own dependencies add features to shared ones) and
-    # one mode's build serves the other's: `--quick` builds the S3 suite without running it.
-    quick) background prebuild cargo test --profile quick --workspace --no-run ;;
+    quick) background prebuild cargo test --profile quick --workspace "${quick_targets[@]}" --no-run ;;
     full) background prebuild cargo build --profile quick --workspace --all-targets ;;
 esac
 
@@ -198,17 +202,12 @@ export CFN_LINT="${CFN_LINT:-$(command -v cfn-lint || true)}"
 
 # Builds the workspace's test binaries (the cargo arguments before `--`) and runs them side by
 # side, each as cargo would run it (from its package's directory) with the arguments after
-# `--`, their output printed when all have ended; `--leave-out DIR` first builds a package's
-# binaries without running them. `cargo test` runs them one after another, and one binary's
+# `--`, their output printed when all have ended. `cargo test` runs them one after another, and one binary's
 # tests wait on the S3 server or on real seconds while the others' could run.
 run_test_binaries() {
-    local what="$1" cargo_args=() test_args=() leave_out=() binaries test_logs index status
+    local what="$1" cargo_args=() test_args=() binaries test_logs index status
     local name failed i real user sys
     shift
-    while [[ "${1:-}" == --leave-out ]]; do
-        leave_out+=("$1" "$2")
-        shift 2
-    done
     while [[ $# -gt 0 && "$1" != -- ]]; do
         cargo_args+=("$1")
         shift
@@ -218,7 +217,7 @@ run_test_binaries() {
     binaries="$(mktemp)"
     cargo test --profile quick --workspace "${cargo_args[@]}" --no-run \
         --message-format=json-render-diagnostics |
-        "$python" tests/test_binaries.py "${leave_out[@]}" >"$binaries"
+        "$python" tests/test_binaries.py >"$binaries"
     step "the test binaries side by side ($(wc -l <"$binaries") of them; $what)"
     test_logs="$(mktemp -d)"
     local pids=()
@@ -261,9 +260,10 @@ if [[ "$mode" == quick ]]; then
     step "cargo fmt --check"
     cargo fmt --all -- --check
     # Profile `quick` (Cargo.toml): optimised dependencies, the engine at level 1 and the thin
-    # crates unoptimised, incremental; the full run's build too. Stress shapes (`stress_*`) and benchmarks (`bench_*`) run
-    # release-sized partitions under peak-RSS bounds and are left to the full run, as is every
-    # test that needs the S3 server or cargo-lambda (the ourios-integration-tests crate).
+    # crates unoptimised, incremental; the full run's build too. Stress shapes (`stress_*`) and
+    # benchmarks (`bench_*`) run release-sized partitions under peak-RSS bounds and are left to
+    # the full run, as is every test that needs the S3 server or cargo-lambda (the
+    # ourios-integration-tests crate, not built here).
     # The two simulations run 10 seeds each here (the full run: 5,000 and 200); OURIOS_SIM_SEEDS
     # set by the caller wins, and a failing seed prints its replay command either way.
     export OURIOS_SIM_SEEDS="${OURIOS_SIM_SEEDS:-10}"
@@ -273,8 +273,8 @@ if [[ "$mode" == quick ]]; then
     # Four test threads on two cores: the tests that wait on real seconds (grace periods, slow
     # uploads) leave the cores to the others (39 s for the in-memory suite with two, 34 with four).
     export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
-    step "cargo test --profile quick --no-run (unit, property and in-memory tests; not stress_*, bench_*; the S3 suite built, not run)"
-    run_test_binaries "$OURIOS_SIM_SEEDS seeds a simulation" --leave-out tests -- \
+    step "cargo test --profile quick --no-run (unit, property and in-memory tests; not stress_*, bench_*, nor the S3 suite)"
+    run_test_binaries "$OURIOS_SIM_SEEDS seeds a simulation" "${quick_targets[@]}" -- \
         --skip stress_ --skip bench_ "${filter[@]}"
     step "done"
     exit 0

@@ -3,9 +3,6 @@
 Reads cargo's JSON messages on stdin and prints one line per test binary, tab-separated: a
 name for the log (package and target), the package's directory (cargo runs a test binary from
 there) and the executable. The largest binary comes first, so it starts first.
-
-Usage: test_binaries.py [--leave-out DIR]...   leaves out the binaries of the packages in DIR
-(relative to the workspace root, e.g. tests): built, not run.
 """
 
 import json
@@ -14,8 +11,6 @@ import sys
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    left_out = {os.path.normpath(args[i + 1]) for i, a in enumerate(args[:-1]) if a == "--leave-out"}
     binaries = []
     for line in sys.stdin:
         try:
@@ -30,8 +25,6 @@ def main() -> None:
         target = message["target"]
         directory = os.path.dirname(message["manifest_path"])
         # e.g. "shared: test it", "functions/cli: bin ourios-compact"
-        if os.path.relpath(directory) in left_out:
-            continue
         name = f"{os.path.relpath(directory)}: {target['kind'][0]} {target['name']}"
         binaries.append((os.path.getsize(executable), name, directory, executable))
     for _, name, directory, executable in sorted(binaries, reverse=True):
