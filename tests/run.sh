@@ -71,9 +71,7 @@ ensure_rust_component() {
 }
 
 # Creates (or refreshes) a virtual environment from a pinned requirements file. Installs
-# nothing when the environment was built from the same file before. Python compiles a module's
-# bytecode when it is first imported, so only the modules the tests import are compiled, not
-# all of them while the builds need the cores.
+# nothing when the environment was built from the same file before.
 ensure_venv() {
     local dir="$1" requirements="$2" stamp want
     stamp="$dir/.requirements.sha256"
@@ -84,7 +82,7 @@ ensure_venv() {
     echo "-- installing $requirements into ${dir#"$root"/}"
     rm -rf "$dir"
     python3 -m venv "$dir" &&
-        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile -r "$requirements" &&
+        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" &&
         echo "$want" >"$stamp"
 }
 

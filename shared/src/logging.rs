@@ -2,7 +2,9 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Where the log lines go, which decides their format and default level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,30 +20,71 @@ pub enum LogStyle {
     },
 }
 
-/// Installs the global subscriber. `lookup` reads the environment: `OURIOS_LOG` (an
-/// `EnvFilter` directive such as `debug` or `ourios_compaction=trace`) and `NO_COLOR`.
+/// Installs the global subscriber. `lookup` reads the environment: `OURIOS_LOG` (see
+/// [`log_filter`]) and `NO_COLOR`.
 pub fn init_tracing(style: LogStyle, lookup: &dyn Fn(&str) -> Option<String>) {
-    let default_level = match style {
-        LogStyle::Function => "info",
-        LogStyle::Cli { .. } => "warn",
-    };
-    let filter = lookup("OURIOS_LOG")
-        .and_then(|directives| EnvFilter::try_new(directives).ok())
-        .unwrap_or_else(|| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let filter = log_filter(style, lookup("OURIOS_LOG").as_deref());
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
     match style {
         LogStyle::Function => builder
             .json()
             .with_current_span(true)
             .with_span_list(true)
             .without_time()
+            .finish()
+            .with(filter)
             .init(),
-        LogStyle::Cli { json: true } => builder.json().init(),
+        LogStyle::Cli { json: true } => builder.json().finish().with(filter).init(),
         LogStyle::Cli { json: false } => {
             let colour = std::io::stderr().is_terminal() && lookup("NO_COLOR").is_none();
-            builder.with_ansi(colour).init();
+            builder.with_ansi(colour).finish().with(filter).init();
         }
+    }
+}
+
+/// The filter `OURIOS_LOG` sets: comma-separated `target=level` directives and at most one bare
+/// level for every other target (`debug`, `warn,ourios_compaction::store=debug`); a target
+/// covers the modules under it. Unset or unreadable, the style's default level: `info` for a
+/// function, `warn` for the command line.
+pub fn log_filter(style: LogStyle, directives: Option<&str>) -> Targets {
+    let default_level = match style {
+        LogStyle::Function => tracing::Level::INFO,
+        LogStyle::Cli { .. } => tracing::Level::WARN,
+    };
+    directives
+        .and_then(|directives| directives.parse().ok())
+        .unwrap_or_else(|| Targets::new().with_default(default_level))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+
+    #[test]
+    fn unset_or_unreadable_directives_give_the_styles_default_level() {
+        let function = log_filter(LogStyle::Function, None);
+        assert!(function.would_enable("hyper", &Level::INFO));
+        assert!(!function.would_enable("hyper", &Level::DEBUG));
+        let cli = log_filter(LogStyle::Cli { json: false }, Some("ourios=loud"));
+        assert!(cli.would_enable("ourios_compaction", &Level::WARN));
+        assert!(!cli.would_enable("ourios_compaction", &Level::INFO));
+    }
+
+    #[test]
+    fn directives_set_a_default_and_levels_for_targets_and_the_modules_under_them() {
+        let filter = log_filter(
+            LogStyle::Function,
+            Some("warn,ourios_compaction::store=debug"),
+        );
+        assert!(filter.would_enable("ourios_compaction::store::aws_api", &Level::DEBUG));
+        assert!(filter.would_enable("ourios_compaction::compact", &Level::WARN));
+        assert!(!filter.would_enable("ourios_compaction::compact", &Level::INFO));
+        let only = log_filter(
+            LogStyle::Cli { json: true },
+            Some("ourios_compaction=debug"),
+        );
+        assert!(only.would_enable("ourios_compaction::compact", &Level::DEBUG));
+        assert!(!only.would_enable("hyper", &Level::ERROR));
     }
 }
