@@ -200,8 +200,8 @@ export CFN_LINT="${CFN_LINT:-$(command -v cfn-lint || true)}"
 
 # Builds the workspace's test binaries (the cargo arguments before `--`) and runs them side by
 # side, each as cargo would run it (from its package's directory) with the arguments after
-# `--`, their output printed when all have ended. `cargo test` runs them one after another, and one binary's
-# tests wait on the S3 server or on real seconds while the others' could run.
+# `--`, their output printed when all have ended. `cargo test` runs them one after another, and
+# one binary's tests wait on the S3 server or on real seconds while the others' could run.
 run_test_binaries() {
     local what="$1" cargo_args=() test_args=() binaries test_logs index status
     local name failed i real user sys

@@ -44,14 +44,24 @@ pub fn init_tracing(style: LogStyle, lookup: &dyn Fn(&str) -> Option<String>) {
 
 /// The filter `OURIOS_LOG` sets: comma-separated `target=level` directives and at most one bare
 /// level for every other target (`debug`, `warn,ourios_compaction::store=debug`); a target
-/// covers the modules under it. Unset or unreadable, the style's default level: `info` for a
-/// function, `warn` for the command line.
+/// covers the modules under it; empty directives are skipped (an empty one would otherwise name
+/// every target at `trace`). Unset, empty or unreadable, the style's default level: `info` for
+/// a function, `warn` for the command line.
 pub fn log_filter(style: LogStyle, directives: Option<&str>) -> Targets {
     let default_level = match style {
         LogStyle::Function => tracing::Level::INFO,
         LogStyle::Cli { .. } => tracing::Level::WARN,
     };
     directives
+        .map(|directives| {
+            let given: Vec<&str> = directives
+                .split(',')
+                .map(str::trim)
+                .filter(|directive| !directive.is_empty())
+                .collect();
+            given.join(",")
+        })
+        .filter(|directives| !directives.is_empty())
         .and_then(|directives| directives.parse().ok())
         .unwrap_or_else(|| Targets::new().with_default(default_level))
 }
@@ -62,13 +72,21 @@ mod tests {
     use tracing::Level;
 
     #[test]
-    fn unset_or_unreadable_directives_give_the_styles_default_level() {
+    fn unset_empty_or_unreadable_directives_give_the_styles_default_level() {
         let function = log_filter(LogStyle::Function, None);
         assert!(function.would_enable("hyper", &Level::INFO));
         assert!(!function.would_enable("hyper", &Level::DEBUG));
         let cli = log_filter(LogStyle::Cli { json: false }, Some("ourios=loud"));
         assert!(cli.would_enable("ourios_compaction", &Level::WARN));
         assert!(!cli.would_enable("ourios_compaction", &Level::INFO));
+        for empty in ["", " ", ","] {
+            let filter = log_filter(LogStyle::Function, Some(empty));
+            assert!(!filter.would_enable("hyper", &Level::DEBUG), "{empty:?}");
+            assert!(filter.would_enable("hyper", &Level::INFO), "{empty:?}");
+        }
+        let trailing = log_filter(LogStyle::Function, Some("warn, "));
+        assert!(!trailing.would_enable("hyper", &Level::INFO));
+        assert!(trailing.would_enable("hyper", &Level::WARN));
     }
 
     #[test]
