@@ -4,9 +4,9 @@
 #   bash tests/run.sh           everything: formatting, lints, the infra checks (cfn-lint,
 #                               checkov, the functions' zips), the interoperability check with
 #                               pyarrow, DuckDB and Polars, and every test of the workspace
-#                               (profile quick, the inner loop's build), with a real S3-compatible
-#                               server started here (the lints, docs and the functions' release
-#                               zips build beside the workspace)
+#                               (profile quick, the inner loop's build, which the lints and docs
+#                               share), with a real S3-compatible server started here (the
+#                               functions' release zips build beside the workspace)
 #   bash tests/run.sh --quick   the inner loop: formatting and the unit, property and in-memory
 #                               tests (no S3 server, no function builds, no stress shapes; 10
 #                               seeds of each simulation)
@@ -14,18 +14,19 @@
 #   bash tests/run.sh --install only install what the full run needs, then stop
 #
 # On a fresh machine with only Rust and Python it installs what it lacks, pinned and
-# project-local, then runs: the Python tools of tests/requirements.txt into .tools/venv,
-# checkov into .tools/checkov-venv (both git-ignored; nothing goes into the system Python),
-# rustfmt, clippy and the aarch64 Rust target through rustup when rustup can. A second run
-# finds them in place and installs nothing (an environment is rebuilt only when its
-# requirements file changes).
+# project-local, then runs: the Python tools of tests/requirements.txt (and, for the full
+# run, tests/requirements-full.txt) into .tools/venv, checkov into .tools/checkov-venv (both
+# git-ignored; nothing goes into the system Python), rustfmt, clippy and the aarch64 Rust
+# target through rustup when rustup can. A second run finds them in place and installs nothing
+# (an environment is rebuilt only when a requirements file it was built from changes).
 #
 #   OURIOS_TOOLS_DIR  where the pinned tools go (default .tools; .ci/run keeps them in its cache)
 #
 # Already have the tools? These are used instead of installing:
 #   S3_ENDPOINT (+ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)   a running S3-compatible server
 #   a `minio` binary on the PATH                               started on a free loopback port
-#   OURIOS_PYTHON      a Python with boto3, moto[server], cfn-lint, pyarrow, duckdb and polars
+#   OURIOS_PYTHON      a Python with cfn-lint, pyarrow, duckdb and polars (the full run: also
+#                      boto3, moto[server] and datafusion)
 #   CFN_LINT, CHECKOV  the linters' executables; cargo-lambda on the PATH
 # A started server listens on 127.0.0.1 only and is always stopped on exit.
 set -euo pipefail
@@ -70,20 +71,41 @@ ensure_rust_component() {
     missing+=("$component: install it with \`rustup component add $component\` (cargo $subcommand is missing)")
 }
 
-# Creates (or refreshes) a virtual environment from a pinned requirements file. Installs
-# nothing when the environment was built from the same file before.
+# Creates (or refreshes) a virtual environment from pinned requirements files, each a layer on
+# the ones before it (`--quick` installs tests/requirements.txt; a full run adds
+# tests/requirements-full.txt to it). Installs nothing when the environment holds the files'
+# layers already (or more of them); adds the layers it lacks; rebuilds it from nothing when a
+# file it was built from changed.
 ensure_venv() {
-    local dir="$1" requirements="$2" stamp want
+    local dir="$1" stamp i have=() want=() files=()
+    shift
+    files=("$@")
     stamp="$dir/.requirements.sha256"
-    want="$(sha256sum "$requirements" | cut -d' ' -f1)"
-    if [[ -x "$dir/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-        return 0
+    for ((i = 0; i < ${#files[@]}; i++)); do
+        want+=("$(sha256sum "${files[i]}" | cut -d' ' -f1)")
+    done
+    if [[ -x "$dir/bin/python" && -f "$stamp" ]]; then
+        mapfile -t have <"$stamp"
     fi
-    echo "-- installing $requirements into ${dir#"$root"/}"
-    rm -rf "$dir"
-    python3 -m venv "$dir" &&
-        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" &&
-        echo "$want" >"$stamp"
+    for ((i = 0; i < ${#have[@]} && i < ${#want[@]}; i++)); do
+        if [[ "${have[i]}" != "${want[i]}" ]]; then
+            have=()
+            break
+        fi
+    done
+    ((${#have[@]} < ${#want[@]})) || return 0
+    if ((${#have[@]} == 0)); then
+        rm -rf "$dir"
+        python3 -m venv "$dir" || return 1
+    fi
+    # The missing layers in one pip call, which resolves them together.
+    local requirements=()
+    for ((i = ${#have[@]}; i < ${#files[@]}; i++)); do
+        echo "-- installing ${files[i]} into ${dir#"$root"/}"
+        requirements+=(-r "${files[i]}")
+    done
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "${requirements[@]}" &&
+        printf '%s\n' "${want[@]}" >"$stamp"
 }
 
 target_dir="${CARGO_TARGET_DIR:-target}"
@@ -158,32 +180,22 @@ case "$mode" in
     full) background prebuild cargo build --profile quick --workspace --all-targets ;;
 esac
 
-# `--examples` makes cargo resolve the dev-dependencies' features, as clippy's `--all-targets`
-# does: the docs then take clippy's checked dependencies (about 90 crates, Arrow and Parquet
-# among them, built once instead of twice).
-lint_and_docs() {
-    cargo clippy --workspace --all-targets -- -D warnings &&
-        echo "-- cargo doc (broken and private intra-doc links fail)" &&
-        RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --lib --bins --examples
-}
-# In the full run the lints and docs (profile dev, target/debug) start now too, and checkov's
-# environment installs beside the tests' own: the builds fill the cores while one large crate
-# compiles alone, and the two installations wait on downloads together.
-if [[ "$mode" == full ]]; then
-    ensure_rust_component clippy clippy
-    background lint lint_and_docs
-fi
+# In the full run checkov's environment installs beside the tests' own: the two installations
+# wait on downloads together.
 if [[ "$mode" != quick && -z "${CHECKOV:-}" ]]; then
     background checkov_venv ensure_venv "$checkov_venv" infra/tests/checkov-requirements.txt
 fi
 
 step "tools (pinned, project-local; installed only when missing)"
 ensure_rust_component rustfmt fmt
-if ! ensure_venv "$venv" tests/requirements.txt; then
-    echo "-- could not install tests/requirements.txt into .tools/venv (no route to PyPI?)" >&2
+requirements=(tests/requirements.txt)
+[[ "$mode" == quick ]] || requirements+=(tests/requirements-full.txt)
+if ! ensure_venv "$venv" "${requirements[@]}"; then
+    echo "-- could not install ${requirements[*]} into .tools/venv (no route to PyPI?)" >&2
 fi
 if [[ -f "$venv/.requirements.sha256" ]]; then
-    # The environment's tools (python3, cargo-lambda, cfn-lint, moto) come first.
+    # The environment's tools (python3, cfn-lint; in the full run also cargo-lambda and moto)
+    # come first.
     export PATH="$venv/bin:$PATH"
     export VIRTUAL_ENV="$venv"
 fi
@@ -195,8 +207,8 @@ export CFN_LINT="${CFN_LINT:-$(command -v cfn-lint || true)}"
 # cfn-lint's template reader; the writer corpus test writes files with pyarrow, DuckDB, Polars.
 [[ -n "$CFN_LINT" && -x "$CFN_LINT" ]] && "$python" -c 'import cfnlint' 2>/dev/null ||
     missing+=("cfn-lint in $python (pin in tests/requirements.txt): set OURIOS_PYTHON to a Python that has it")
-"$OURIOS_INTEROP_PYTHON" -c 'import pyarrow, duckdb, polars, datafusion' 2>/dev/null ||
-    missing+=("pyarrow, duckdb, polars, datafusion in $OURIOS_INTEROP_PYTHON (pins in tests/requirements.txt): set OURIOS_PYTHON to a Python that has them")
+"$OURIOS_INTEROP_PYTHON" -c 'import pyarrow, duckdb, polars' 2>/dev/null ||
+    missing+=("pyarrow, duckdb, polars in $OURIOS_INTEROP_PYTHON (pins in tests/requirements.txt): set OURIOS_PYTHON to a Python that has them")
 
 # Builds the workspace's test binaries (the cargo arguments before `--`) and runs them side by
 # side, each as cargo would run it (from its package's directory) with the arguments after
@@ -278,7 +290,7 @@ if [[ "$mode" == quick ]]; then
     exit 0
 fi
 
-[[ "$mode" == full ]] || ensure_rust_component clippy clippy
+ensure_rust_component clippy clippy
 # The template's default Architecture is arm64. Where rustup cannot add the target, the infra
 # checks build and check the x86_64 zips instead (infra/tests/check.sh says so).
 if command -v rustup >/dev/null 2>&1 &&
@@ -293,18 +305,20 @@ export CHECKOV="${CHECKOV:-$checkov_venv/bin/checkov}"
 
 # Everything the full run needs, each with how to provide it.
 "$python" -c 'import boto3' 2>/dev/null ||
-    missing+=("boto3 in $python: let this script install tests/requirements.txt, or set OURIOS_PYTHON")
+    missing+=("boto3 in $python (pin in tests/requirements-full.txt): let this script install it, or set OURIOS_PYTHON")
+"$OURIOS_INTEROP_PYTHON" -c 'import datafusion' 2>/dev/null ||
+    missing+=("datafusion in $OURIOS_INTEROP_PYTHON (pin in tests/requirements-full.txt): set OURIOS_PYTHON to a Python that has it")
 # tests/tests/it/lambda_iam.rs starts its own IAM-enforcing moto server (tests/iam/s3_iam_server.py)
 # with this Python, whichever S3 server the other tests use.
 "$python" -c 'import moto.server, flask' 2>/dev/null ||
-    missing+=("moto[server] in $python (pin in tests/requirements.txt): the IAM-enforcing S3 server of tests/tests/it/lambda_iam.rs; set OURIOS_PYTHON to a Python that has it")
+    missing+=("moto[server] in $python (pin in tests/requirements-full.txt): the IAM-enforcing S3 server of tests/tests/it/lambda_iam.rs; set OURIOS_PYTHON to a Python that has it")
 [[ -x "$CHECKOV" ]] ||
     missing+=("checkov (pin in infra/tests/checkov-requirements.txt): set CHECKOV to its path")
 cargo lambda --version >/dev/null 2>&1 ||
-    missing+=("cargo-lambda (pin in tests/requirements.txt): put cargo-lambda on the PATH")
+    missing+=("cargo-lambda (pin in tests/requirements-full.txt): put cargo-lambda on the PATH")
 if [[ -z "${S3_ENDPOINT:-}" ]] && ! command -v minio >/dev/null 2>&1 &&
     ! "$python" -c 'import moto.server, flask' 2>/dev/null; then
-    missing+=("an S3-compatible server: set S3_ENDPOINT (with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) to a running one, put a minio binary on the PATH, or let this script install moto[server] (tests/requirements.txt)")
+    missing+=("an S3-compatible server: set S3_ENDPOINT (with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) to a running one, put a minio binary on the PATH, or let this script install moto[server] (tests/requirements-full.txt)")
 fi
 if [[ ${#missing[@]} -gt 0 ]]; then
     echo "cannot run the tests; missing:" >&2
@@ -319,9 +333,8 @@ fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-# The lints and docs (started above) build profile dev (target/debug), the workspace below profile
-# quick (target/quick); the functions' zips are cross-compiled in release, in a build directory of
-# their own, since a cross build locks the host's directory for its build scripts.
+# The functions' zips are cross-compiled in release, in a build directory of their own, since a
+# cross build locks the host's directory for its build scripts.
 background infra env CARGO_TARGET_DIR="$target_dir/lambda-build" bash infra/tests/check.sh
 
 # One build of the whole workspace, tests and examples included, in profile `quick`: the inner
@@ -335,10 +348,9 @@ background infra env CARGO_TARGET_DIR="$target_dir/lambda-build" bash infra/test
 # and compiles most dependencies again, so the binaries used below (the CLI, which the
 # concurrency tests run as processes; the interop fixtures; the functions under the Lambda
 # emulator) are taken from it.
-step "cargo build --profile quick --workspace --all-targets (clippy, docs and the infra checks run beside it)"
+step "cargo build --profile quick --workspace --all-targets (the infra checks run beside it)"
 finish prebuild "the workspace's build, started before the tools"
 cargo build --profile quick --workspace --all-targets
-finish lint "cargo clippy and cargo doc"
 bin_dir="$(cd "$target_dir" && pwd)/quick"
 export OURIOS_COMPACT_BIN="$bin_dir/ourios-compact"
 
@@ -361,6 +373,16 @@ interop() {
     "$OURIOS_INTEROP_PYTHON" tests/interop/live_set_readers.py "$bin_dir/ourios-compact"
 }
 background interop interop
+
+# The lints and the docs, after the build and in its profile: they take its procedural macros
+# and its build scripts' outputs (zstd's and ring's C code among them) as they are, where a
+# profile of their own built them again (50 s of CPU more, measured). `--examples` makes cargo
+# resolve the dev-dependencies' features as clippy's `--all-targets` does, so the docs take
+# clippy's checked dependencies (about 90 crates, Arrow and Parquet among them) as they are.
+step "cargo clippy --all-targets and cargo doc (profile quick)"
+cargo clippy --profile quick --workspace --all-targets -- -D warnings
+echo "-- cargo doc (broken and private intra-doc links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --profile quick --workspace --no-deps --lib --bins --examples
 
 server_pid=""
 server_dir=""
