@@ -77,9 +77,9 @@ ensure_rust_component() {
 # layers already (or more of them); adds the layers it lacks; rebuilds it from nothing when a
 # file it was built from changed.
 ensure_venv() {
-    local dir="$1" stamp i have=() want=() files=()
+    local dir="$1" stamp i have=() want=()
     shift
-    files=("$@")
+    local files=("$@")
     stamp="$dir/.requirements.sha256"
     for ((i = 0; i < ${#files[@]}; i++)); do
         want+=("$(sha256sum "${files[i]}" | cut -d' ' -f1)")
@@ -99,12 +99,12 @@ ensure_venv() {
         python3 -m venv "$dir" || return 1
     fi
     # The missing layers in one pip call, which resolves them together.
-    local requirements=()
+    local layers=()
     for ((i = ${#have[@]}; i < ${#files[@]}; i++)); do
         echo "-- installing ${files[i]} into ${dir#"$root"/}"
-        requirements+=(-r "${files[i]}")
+        layers+=(-r "${files[i]}")
     done
-    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "${requirements[@]}" &&
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "${layers[@]}" &&
         printf '%s\n' "${want[@]}" >"$stamp"
 }
 
