@@ -124,13 +124,17 @@ part_bytes=$((memory_mb * 1048576 / 64))
 ((part_bytes > 67108864)) && part_bytes=67108864
 downloads="${OURIOS_PARALLEL_DOWNLOADS:-4}"
 : >"$work/times"
+: >"$work/tasks"
+# The run tasks of a fanned-out job say what they read and wrote, and how long they took.
+task_log="ourios_compaction::compact::fan_out::tasks=info"
 server_ticks=0
 proxy_ticks=0
 for run in $(seq "$repeat"); do
     rm -rf "$work/local"
     cp -r "$work/pristine" "$work/local"
-    /usr/bin/time -f "%e" -o "$work/t" "${limited[@]}" "$bin" compact --store "$work/local" \
-        --tenant "$tenant" --hour "$hour" --json "${compact_flags[@]}" >"$work/compute.json"
+    OURIOS_LOG="$task_log" /usr/bin/time -f "%e" -o "$work/t" "${limited[@]}" "$bin" compact \
+        --store "$work/local" --tenant "$tenant" --hour "$hour" --json "${compact_flags[@]}" \
+        >"$work/compute.json" 2>"$work/compute.log"
     compute="$(tail -1 "$work/t")"
     output_bytes="$("$python" -c 'import json, sys; print(sum(o["bytes"] for o in json.load(open(sys.argv[1]))["outputs"]))' "$work/compute.json")"
 
@@ -143,9 +147,10 @@ for run in $(seq "$repeat"); do
 
     before_server="$(cpu_ticks "$server_pid")"
     before_proxy="$(cpu_ticks "$proxy_pid")"
-    AWS_ENDPOINT_URL="http://127.0.0.1:$proxy_port" /usr/bin/time -f "%e" -o "$work/t" \
-        "${limited[@]}" "$bin" compact --store "s3://$bucket/run$run" --tenant "$tenant" \
-        --hour "$hour" --json "${compact_flags[@]}" >"$work/job.json"
+    AWS_ENDPOINT_URL="http://127.0.0.1:$proxy_port" OURIOS_LOG="$task_log" \
+        /usr/bin/time -f "%e" -o "$work/t" "${limited[@]}" "$bin" compact \
+        --store "s3://$bucket/run$run" --tenant "$tenant" --hour "$hour" --json \
+        "${compact_flags[@]}" >"$work/job.json" 2>"$work/job.log"
     job="$(tail -1 "$work/t")"
     server_ticks=$((server_ticks + $(cpu_ticks "$server_pid") - before_server))
     proxy_ticks=$((proxy_ticks + $(cpu_ticks "$proxy_pid") - before_proxy))
@@ -157,6 +162,19 @@ for run in $(seq "$repeat"); do
     fi
     echo "-- run $run: compute $compute s, transfer $transfer s ($(cat "$work/transfer.json")), job $job s, $job_rows rows" >&2
     echo "$compute $transfer $job" >>"$work/times"
+
+    # A fanned-out job: each run task beside its own transfers (its inputs and footers, then
+    # its run), replayed one task after another as the job ran them.
+    mapfile -t groups < <("$python" "$root/tests/run_tasks.py" groups "$work/job.log" "run$run/")
+    if ((${#groups[@]} > 0)); then
+        AWS_ENDPOINT_URL="http://127.0.0.1:$proxy_port" "${limited[@]}" "$python" \
+            "$root/tests/transfer_only.py" --bucket "$bucket" --prefix "run$run/$ingest_dir/" \
+            --downloads "$downloads" --part-bytes "$part_bytes" \
+            --first-part-bytes $((3 * part_bytes)) "${groups[@]/#/--group=}" >"$work/tasks.json"
+        "$python" "$root/tests/run_tasks.py" times "$work/compute.log" "$work/job.log" \
+            "$work/tasks.json" >>"$work/tasks"
+        echo "-- run $run: run tasks (compute transfer job): $(tail -n "${#groups[@]}" "$work/tasks" | paste -sd ';')" >&2
+    fi
 done
 "$python" - "$work/times" "$input_bytes" "$server_ticks" "$proxy_ticks" "$(getconf CLK_TCK)" "$repeat" <<'EOF'
 import statistics, sys
@@ -168,3 +186,6 @@ print(f"input {input_bytes / 1e6:.0f} MB; medians of {len(rows)}: compute {compu
 print(f"job / max(compute, transfer) = {job / max(compute, transfer):.2f}x")
 print(f"during the job runs: server {server / tck / repeat:.2f} CPU-s, proxy {proxy / tck / repeat:.2f} CPU-s a run")
 EOF
+if [[ -s "$work/tasks" ]]; then
+    "$python" "$root/tests/run_tasks.py" summary "$work/tasks"
+fi

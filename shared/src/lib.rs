@@ -138,6 +138,7 @@
 //! | | `compact::state` | step 1: the latest manifest and a listing give the live set, the inputs the job wants |
 //! | | `compact::staging` | steps 2 and 3: inputs staged (downloaded into scratch) and checked, the bad ones quarantined |
 //! | | `compact::sizing` | step 1's plan of scratch space: inputs' footers read when the job could pass a task's space, the one rule of what fits, inputs too large for any task left live |
+//! | | `compact::arriving` | steps 2 and 3 beside step 4: a group that downloads its inputs sorted from their footers, each input read once it has arrived and passed its check |
 //! | | `compact::writing` | step 4: a group's checked inputs sorted and written into one object, and an output's name |
 //! | | `compact::producing` | steps 2 to 4: a group sorted into an output or a run, the job in one task, late files without rows settled |
 //! | | `compact::committing` | step 5: the commit of what was produced, the outputs no commit made live deleted |

@@ -20,24 +20,36 @@ pub enum LogStyle {
     },
 }
 
-/// Installs the global subscriber. `lookup` reads the environment: `OURIOS_LOG` (see
-/// [`log_filter`]) and `NO_COLOR`.
+/// Installs the global subscriber ([`subscriber`]).
 pub fn init_tracing(style: LogStyle, lookup: &dyn Fn(&str) -> Option<String>) {
+    subscriber(style, lookup).init();
+}
+
+/// The subscriber of `style`. `lookup` reads the environment: `OURIOS_LOG` (see
+/// [`log_filter`]) and `NO_COLOR`.
+pub fn subscriber(
+    style: LogStyle,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Box<dyn tracing::Subscriber + Send + Sync> {
     let filter = log_filter(style, lookup("OURIOS_LOG").as_deref());
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    // The format's own level would stop at `info` before the filter is asked.
+    let builder = (tracing_subscriber::fmt())
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::level_filters::LevelFilter::TRACE);
     match style {
-        LogStyle::Function => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .without_time()
-            .finish()
-            .with(filter)
-            .init(),
-        LogStyle::Cli { json: true } => builder.json().finish().with(filter).init(),
+        LogStyle::Function => Box::new(
+            builder
+                .json()
+                .with_current_span(true)
+                .with_span_list(true)
+                .without_time()
+                .finish()
+                .with(filter),
+        ),
+        LogStyle::Cli { json: true } => Box::new(builder.json().finish().with(filter)),
         LogStyle::Cli { json: false } => {
             let colour = std::io::stderr().is_terminal() && lookup("NO_COLOR").is_none();
-            builder.with_ansi(colour).finish().with(filter).init();
+            Box::new(builder.with_ansi(colour).finish().with(filter))
         }
     }
 }
@@ -70,6 +82,27 @@ pub fn log_filter(style: LogStyle, directives: Option<&str>) -> Targets {
 mod tests {
     use super::*;
     use tracing::Level;
+
+    #[test]
+    fn the_subscriber_logs_what_ourios_log_enables_below_info() {
+        for style in [
+            LogStyle::Function,
+            LogStyle::Cli { json: true },
+            LogStyle::Cli { json: false },
+        ] {
+            let lookup = |name: &str| {
+                (name == "OURIOS_LOG").then(|| "warn,ourios_compaction::store=debug".to_string())
+            };
+            let enabled = tracing::subscriber::with_default(subscriber(style, &lookup), || {
+                (
+                    tracing::enabled!(target: "ourios_compaction::store", Level::DEBUG),
+                    tracing::enabled!(target: "ourios_compaction::store", Level::TRACE),
+                    tracing::enabled!(target: "ourios_compaction::sort", Level::INFO),
+                )
+            });
+            assert_eq!(enabled, (true, false, false), "{style:?}");
+        }
+    }
 
     #[test]
     fn unset_empty_or_unreadable_directives_give_the_styles_default_level() {

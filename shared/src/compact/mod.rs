@@ -12,7 +12,9 @@
 //!    local directory; a streamed download into scratch otherwise), so it can be read page by
 //!    page.
 //! 3. **Check** (`staging`): every input's footer and key columns are validated against the
-//!    partition; bad inputs are quarantined (recorded, left untouched, never deleted).
+//!    partition; bad inputs are quarantined (recorded, left untouched, never deleted). A group
+//!    that downloads its inputs does steps 2 and 3 beside step 4 (`arriving`): the sort starts
+//!    from the inputs' footers and reads each input once it has arrived and passed its check.
 //! 4. **Sort and write** (`writing`): the bounded-memory sort streams sorted chunks to the
 //!    output writer, which uploads row groups as they complete. An input found unreadable
 //!    midway is quarantined and the step restarts without it (`producing`).
@@ -26,9 +28,11 @@
 //! job's duration and CPU time (`cost`, `cpu_ms`).
 //!
 //! The steps never name this driver, and each names only the steps before it in this order:
-//! `job`, `state`, `staging`, `sizing`, `writing`, `producing`, `committing`, [`fan_out`]
+//! `job`, `state`, `staging`, `sizing`, `arriving`, `writing`, `producing`, `committing`,
+//! [`fan_out`]
 //! (`tests/layers.rs` checks it).
 
+mod arriving;
 mod committing;
 pub mod fan_out;
 mod job;

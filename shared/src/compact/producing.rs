@@ -5,22 +5,26 @@
 
 use std::collections::BTreeSet;
 
+use object_store::ObjectStoreExt;
 use object_store::path::Path;
 
 use crate::clock::Expiry;
+use crate::compact::arriving::Arriving;
 use crate::compact::job::JobContext;
+use crate::compact::sizing::Footers;
 use crate::compact::staging::{
     CheckedGroup, Refusals, consumed_input, quarantine, stage_and_check,
 };
 use crate::compact::state::WantedInput;
-use crate::compact::writing::{WriteJob, Written, output_key, sort_and_write};
-use crate::error::Result;
+use crate::compact::writing::{Interrupted, WriteJob, Written, output_key, sort_and_write};
+use crate::error::{Error, Result};
 use crate::input::schema::unify_weighted;
 use crate::late::{CheckedFile, read_checked, write_checked};
 use crate::manifest::OutputRange;
+use crate::object_key::ObjectKey;
 use crate::report::{FanOutShape, LateCheck, Quarantined};
 use crate::scratch::ScratchDir;
-use crate::sort::SortStats;
+use crate::sort::{Arrivals, SortStats};
 
 /// What steps 2 to 4 produced, ready to commit.
 pub(crate) struct Produced {
@@ -61,12 +65,13 @@ impl Produced {
     }
 }
 
-/// Steps 2 to 4 in one task: stage, check, sort and write one output. `compacted_in_one_piece`
-/// says the earlier outputs among `wanted` need no merge among themselves
-/// ([`Manifest::compacted_in_one_piece`](crate::manifest::Manifest::compacted_in_one_piece)).
+/// Steps 2 to 4 in one task: stage, check, sort and write one output (`footers`: those the plan
+/// read). `compacted_in_one_piece` says the earlier outputs among `wanted` need no merge among
+/// themselves ([`Manifest::compacted_in_one_piece`](crate::manifest::Manifest::compacted_in_one_piece)).
 pub(crate) async fn produce_one(
     job: &JobContext<'_>,
     wanted: Vec<WantedInput>,
+    footers: &Footers,
     compacted_in_one_piece: bool,
 ) -> Result<Produced> {
     let options = job.options;
@@ -77,7 +82,7 @@ pub(crate) async fn produce_one(
     let target = OutputTarget::Output {
         compacted_in_one_piece,
     };
-    let sorted = sort_group(job, wanted, &scratch, &target).await?;
+    let sorted = sort_group(job, wanted, footers, &scratch, &target).await?;
     drop(scratch);
     // INVARIANT: an output is committed within the grace of the last renewal of its hold (on
     // this host's monotonic clock), and GC takes no output a job directory holds until it has
@@ -243,21 +248,143 @@ pub(crate) struct SortedGroup {
 }
 
 /// Steps 2 to 4 for a group of inputs: stage them in `scratch`, check them, and sort the good
-/// ones into `target`, restarting without any input found bad midway.
+/// ones into `target`, restarting without any input found bad midway. A group that downloads
+/// its inputs sorts them as they arrive ([`Arriving`]), from their footers (`footers` holds
+/// those the plan read).
 pub(crate) async fn sort_group(
     job: &JobContext<'_>,
     wanted: Vec<WantedInput>,
+    footers: &Footers,
     scratch: &ScratchDir,
     target: &OutputTarget,
 ) -> Result<SortedGroup> {
-    let (partition, options) = (job.partition, job.options);
     let job_decides = matches!(target, OutputTarget::Run(_));
+    if let Some(arriving) = Arriving::start(job, &wanted, footers, scratch).await? {
+        return sort_arriving(job, arriving, scratch, target, job_decides).await;
+    }
+    let group = stage_and_check(job, wanted, scratch, false, job_decides).await?;
+    let sorted = sort_checked(job, group, scratch, target, None).await?;
+    sorted.ok_or_else(|| Error::invariant("a sort without arrivals found one changed"))
+}
+
+/// [`sort_group`] while the inputs arrive: the sort from their footers, then their verdicts
+/// settled. The sorted output stands when it read exactly the inputs the verdicts keep;
+/// otherwise it is deleted and the group sorted again from the verdicts.
+async fn sort_arriving(
+    job: &JobContext<'_>,
+    arriving: Arriving,
+    scratch: &ScratchDir,
+    target: &OutputTarget,
+    job_decides: bool,
+) -> Result<SortedGroup> {
+    let declared = arriving.declared_group();
+    let streamed = sort_checked(job, declared, scratch, target, Some(arriving.arrivals())).await;
+    let streamed = match streamed {
+        Ok(streamed) => streamed,
+        Err(e) => {
+            arriving.abandon().await;
+            return Err(e);
+        }
+    };
+    let settled = arriving.settle(job, job_decides).await;
+    let written = streamed.as_ref().and_then(|s| s.written.as_ref());
+    let group = match settled {
+        Ok(group) => group,
+        Err(e) => {
+            discard(job, written).await;
+            return Err(e);
+        }
+    };
+    match streamed {
+        Some(sorted) if read_exactly(&sorted, &group) => {
+            // The inputs found bad midway, which their checks passed, as without arrivals.
+            let mut quarantined = group.quarantined;
+            let midway: Vec<Quarantined> = (sorted.quarantined.into_iter())
+                .filter(|q| !quarantined.iter().any(|g| g.file == q.file))
+                .collect();
+            quarantined.extend(midway);
+            let consumed = (group.checked.iter().chain(&group.empty))
+                .map(consumed_input)
+                .filter(|c| {
+                    !quarantined
+                        .iter()
+                        .any(|q| q.file == ObjectKey::from(&c.key))
+                })
+                .collect();
+            Ok(SortedGroup {
+                consumed,
+                quarantined: sorted_by_file(quarantined),
+                refusals: group.refusals,
+                rows: sorted.rows,
+                written: sorted.written,
+            })
+        }
+        streamed => {
+            let written = streamed.as_ref().and_then(|s| s.written.as_ref());
+            tracing::info!(
+                partition = %job.partition,
+                "the inputs arrived other than their footers declared; sorting them again"
+            );
+            discard(job, written).await;
+            let sorted = sort_checked(job, group, scratch, target, None).await?;
+            sorted.ok_or_else(|| Error::invariant("a sort without arrivals found one changed"))
+        }
+    }
+}
+
+/// Whether a sort read exactly the inputs with rows that `group` keeps, in their order, but
+/// those it found bad midway (each input it read was checked, and found as declared, as it
+/// arrived).
+fn read_exactly(sorted: &SortedGroup, group: &CheckedGroup) -> bool {
+    let midway = |key: &object_store::path::Path| {
+        let key = ObjectKey::from(key);
+        sorted.quarantined.iter().any(|q| q.file == key)
+    };
+    let kept = (group.checked.iter())
+        .map(|c| &c.staged.key)
+        .filter(|k| !midway(k));
+    sorted.consumed.iter().map(|c| &c.key).eq(kept)
+}
+
+/// Deletes an output written from inputs that turned out other than declared, with its hold
+/// (best effort: GC sweeps what is left once the hold is idle).
+async fn discard(job: &JobContext<'_>, written: Option<&Written>) {
+    let Some(written) = written else {
+        return;
+    };
+    let key = written.output.key.location();
+    let hold =
+        (key.filename()).map(|name| job.layout.hold_key(job.partition, job.attempt_id, name));
+    for key in std::iter::once(key.clone()).chain(hold) {
+        if let Err(e) = job.store.object_store().delete(&key).await {
+            tracing::warn!(key = %key, error = %e, "could not delete a discarded output; GC will sweep it");
+        }
+    }
+}
+
+fn sorted_by_file(mut quarantined: Vec<Quarantined>) -> Vec<Quarantined> {
+    quarantined.sort_by(|a, b| a.file.cmp(&b.file));
+    quarantined
+}
+
+/// Step 4 for a checked group: sorts the good inputs into `target`, restarting without any
+/// input found bad midway. With `arrivals`, the inputs are those the footers declare, read as
+/// they arrive; `None` then when the sort's plan no longer holds: an input arrived other than
+/// declared, or the union of columns left one out before every check had spoken.
+async fn sort_checked(
+    job: &JobContext<'_>,
+    group: CheckedGroup,
+    scratch: &ScratchDir,
+    target: &OutputTarget,
+    arrivals: Option<&dyn Arrivals>,
+) -> Result<Option<SortedGroup>> {
+    let (partition, options) = (job.partition, job.options);
     let CheckedGroup {
         mut checked,
         empty,
         mut quarantined,
         refusals,
-    } = stage_and_check(job, wanted, scratch, false, job_decides).await?;
+    } = group;
 
     // Step 4: sort and write, restarting without any input found bad midway.
     let written = loop {
@@ -280,6 +407,10 @@ pub(crate) async fn sort_group(
                 options.budget().shares().leaf_limit,
             )
         };
+        if !rejected.is_empty() && arrivals.is_some() {
+            // Which inputs the union keeps depends on which ones the checks keep.
+            return Ok(None);
+        }
         for rejection in rejected.iter().rev() {
             let bad = checked.remove(rejection.position);
             quarantined.push(quarantine(&bad.staged, &rejection.reason)?);
@@ -305,6 +436,7 @@ pub(crate) async fn sort_group(
             unified: &unified,
             threshold_input_bytes: input_bytes,
             range: None,
+            arrivals,
         };
         let name = |row_group_bytes: u64| match target {
             OutputTarget::Output { .. } => output_key(
@@ -319,19 +451,22 @@ pub(crate) async fn sort_group(
         };
         match sort_and_write(job, scratch, &write, &name).await? {
             Ok(written) => break Some(written),
-            Err((position, reason)) => {
+            Err(Interrupted::Bad { position, reason }) => {
                 let bad = checked.remove(position);
                 quarantined.push(quarantine(&bad.staged, &reason)?);
             }
+            Err(Interrupted::Changed { position, reason }) => {
+                tracing::info!(file = %checked[position].staged.key, reason, "an input arrived other than its footer declared");
+                return Ok(None);
+            }
         }
     };
-    quarantined.sort_by(|a, b| a.file.cmp(&b.file));
     let consumed = checked.iter().chain(&empty).map(consumed_input).collect();
-    Ok(SortedGroup {
+    Ok(Some(SortedGroup {
         consumed,
         rows: checked.iter().map(|c| c.rows).sum(),
-        quarantined,
+        quarantined: sorted_by_file(quarantined),
         refusals,
         written,
-    })
+    }))
 }

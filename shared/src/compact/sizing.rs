@@ -25,13 +25,12 @@ use crate::compact::job::JobContext;
 use crate::compact::staging::is_refusal;
 use crate::compact::state::{PartitionState, WantedInput};
 use crate::error::{Error, Result};
-use crate::input::page_check::{MAX_LEAF_COLUMNS, check_schema_nesting};
+use crate::input::page_check::{MAX_LEAF_COLUMNS, check_schema_nesting, footer_range};
 use crate::input::schema::check_key_columns;
-use crate::input::{CHECK_STACK_BYTES, catch_reader_panic};
+use crate::input::{CHECK_STACK_BYTES, DeclaredSize, catch_reader_panic, declared_size};
 use crate::object_key::ObjectKey;
 use crate::options::{KeyColumns, SORT_KEY_METADATA, sort_key_label};
 use crate::output::threshold::{resolve_row_group_bytes, staged_block_bytes};
-use crate::read::inspect::stored_footer_range;
 use crate::report::OversizedInput;
 use crate::scratch::{free_bytes, input_scratch_bytes};
 
@@ -69,6 +68,8 @@ pub(crate) struct FooterFacts {
     pub(crate) uncompressed_bytes: u64,
     /// The sort key an output of this engine declares.
     pub(crate) declared_sort_key: Option<String>,
+    /// The sizes the input check computes, as the footer declares them.
+    pub(crate) declared: DeclaredSize,
 }
 
 /// Footers already read, by key.
@@ -286,6 +287,11 @@ fn footer_units(bytes: u64) -> usize {
     usize::try_from(bytes.div_ceil(1 << 10)).unwrap_or(usize::MAX)
 }
 
+/// The object's last bytes a footer read asks for first: the whole footer of most log files
+/// (tens of columns, a few row groups), so one GET reads it; a larger footer takes a second
+/// GET for the rest.
+const FOOTER_TAIL_BYTES: u64 = 64 << 10;
+
 /// What the footer of `key` (of `size` bytes) declares, read within `limits`.
 async fn read_footer(
     store: Arc<dyn ObjectStore>,
@@ -294,17 +300,41 @@ async fn read_footer(
     limits: FooterLimits,
     keys: KeyColumns,
 ) -> Result<Footer> {
-    let range = match stored_footer_range(&store, &key, size).await {
-        Ok(Some((range, _))) => range,
-        Ok(None) => return Ok(Footer::Unread),
-        Err(e) => return unread_unless_failed(&key, e).map(|()| Footer::Unread),
-    };
-    let units = footer_units(range.end - range.start).clamp(1, limits.units);
-    let units = u32::try_from(units).unwrap_or(u32::MAX);
-    let closed = |_| Error::invariant("the footers' semaphore closed");
-    let _room = limits.room.acquire_many(units).await.map_err(closed)?;
-    let Some(bytes) = get_range(&store, &key, range).await? else {
+    if size < 12 {
         return Ok(Footer::Unread);
+    }
+    let closed = |_| Error::invariant("the footers' semaphore closed");
+    let tail_start = size - size.min(FOOTER_TAIL_BYTES);
+    let units = |bytes: u64| {
+        let units = footer_units(bytes).clamp(1, limits.units);
+        u32::try_from(units).unwrap_or(u32::MAX)
+    };
+    let tail_room = limits.room.acquire_many(units(size - tail_start)).await;
+    let tail_room = tail_room.map_err(closed)?;
+    let Some(tail) = get_range(&store, &key, tail_start..size).await? else {
+        return Ok(Footer::Unread);
+    };
+    let eight = <[u8; 8]>::try_from(&tail[tail.len() - 8..]).ok();
+    let Some(range) = eight.and_then(|eight| footer_range(&eight, size).ok()) else {
+        return Ok(Footer::Unread);
+    };
+    let bytes = if range.start >= tail_start {
+        let start = usize::try_from(range.start - tail_start).unwrap_or(usize::MAX);
+        tail.slice(start..tail.len() - 8)
+    } else {
+        // The footer's room, the tail's with it, taken anew: holding the tail's while waiting
+        // for more could wait forever.
+        drop(tail_room);
+        let whole_bytes = (range.end - range.start).saturating_add(FOOTER_TAIL_BYTES);
+        let _room = limits.room.acquire_many(units(whole_bytes)).await;
+        let _room = _room.map_err(closed)?;
+        let Some(head) = get_range(&store, &key, range.start..tail_start).await? else {
+            return Ok(Footer::Unread);
+        };
+        let mut whole = Vec::with_capacity((range.end - range.start) as usize);
+        whole.extend_from_slice(&head);
+        whole.extend_from_slice(&tail[..tail.len() - 8]);
+        Bytes::from(whole)
     };
     let _parser = limits.parsers.acquire().await.map_err(closed)?;
     decode_on_deep_stack(bytes, keys).await
@@ -363,6 +393,12 @@ fn decode_footer(bytes: &[u8], keys: &KeyColumns) -> Footer {
     let rows: u64 = (metadata.row_groups().iter())
         .map(|g| g.num_rows().max(0) as u64)
         .sum();
+    let file_rows = metadata.file_metadata().num_rows();
+    if file_rows != i64::try_from(rows).unwrap_or(-1) && !(rows == 0 && file_rows <= 0) {
+        // The check refuses a footer whose counts disagree.
+        return Footer::Unread;
+    }
+    let declared = declared_size(&metadata);
     let uncompressed_bytes: u64 = (metadata.row_groups().iter())
         .map(|g| g.total_byte_size().max(0) as u64)
         .sum();
@@ -382,5 +418,6 @@ fn decode_footer(bytes: &[u8], keys: &KeyColumns) -> Footer {
         rows,
         uncompressed_bytes,
         declared_sort_key,
+        declared,
     })
 }

@@ -118,6 +118,32 @@ pub(crate) async fn stage_and_check(
         None => None,
     };
     let (staged, unreadable) = staging?;
+    let verdicts = match early_verdicts {
+        Some(verdicts) if verdicts.len() == staged.len() => verdicts,
+        Some(_) => return Err(Error::invariant("a staged input was not checked")),
+        // Step 3: check (what was not checked as it arrived).
+        None => check_inputs(staged, partition, options).await?,
+    };
+    let group = settle_checks(job, verdicts, unreadable, others_readable, job_decides)?;
+    tracing::debug!(
+        elapsed_ms = checking.elapsed().as_millis() as u64,
+        "inputs checked"
+    );
+    Ok(group)
+}
+
+/// The group the verdicts of its staged inputs (in their order) and the inputs the store would
+/// not give leave: the checked, the empty, the quarantined and the refusals, which fail the job
+/// when the store refused every input and let none be read (unless `others_readable` or
+/// `job_decides`, see [`stage_and_check`]).
+pub(crate) fn settle_checks(
+    job: &JobContext<'_>,
+    verdicts: Vec<CheckVerdict>,
+    unreadable: Vec<(Path, Unreadable)>,
+    others_readable: bool,
+    job_decides: bool,
+) -> Result<CheckedGroup> {
+    let (partition, options) = (job.partition, job.options);
     let mut refused = Vec::new();
     for (key, outcome) in unreadable {
         match outcome {
@@ -130,7 +156,7 @@ pub(crate) async fn stage_and_check(
         }
     }
     let refusals = Refusals {
-        read_any: others_readable || !staged.is_empty(),
+        read_any: others_readable || !verdicts.is_empty(),
         first: (refused.first()).map(|(key, reason)| (ObjectKey::from(key), reason.clone())),
     };
     if !job_decides {
@@ -152,12 +178,6 @@ pub(crate) async fn stage_and_check(
         })?;
     }
 
-    // Step 3: check (what was not checked as it arrived).
-    let verdicts = match early_verdicts {
-        Some(verdicts) if verdicts.len() == staged.len() => verdicts,
-        Some(_) => return Err(Error::invariant("a staged input was not checked")),
-        None => check_inputs(staged, partition, options).await?,
-    };
     let (checked, mut quarantined) = sort_verdicts(verdicts, options)?;
     for (key, reason) in &refused {
         quarantined.push(quarantine_key(
@@ -165,10 +185,6 @@ pub(crate) async fn stage_and_check(
             &format!("the store refused to read it: {reason}"),
         ));
     }
-    tracing::debug!(
-        elapsed_ms = checking.elapsed().as_millis() as u64,
-        "inputs checked"
-    );
     let (empty, checked) = checked.into_iter().partition(|c| c.rows == 0);
     Ok(CheckedGroup {
         checked,
@@ -189,7 +205,7 @@ pub(crate) fn consumed_input(c: &CheckedInput) -> WantedInput {
 
 /// Why an input could not be staged.
 #[derive(Debug)]
-enum Unreadable {
+pub(crate) enum Unreadable {
     /// The store refused the GET (403: a KMS key the function may not use, an archived
     /// storage class answering `InvalidObjectState`): a bad input, with the store's reason.
     Refused(String),
@@ -217,7 +233,7 @@ async fn stage_inputs(
             if failed.load(Ordering::Relaxed) {
                 return Ok(None);
             }
-            let outcome = stage_input(store, scratch, i, wanted).await;
+            let outcome = stage_input(store, scratch.path(), i, wanted).await;
             match (&outcome, checks) {
                 (Err(_), _) => failed.store(true, Ordering::Relaxed),
                 (Ok(Ok(staged)), Some(pool)) => pool.check(i, staged.clone()),
@@ -241,10 +257,11 @@ async fn stage_inputs(
 }
 
 /// Stages input `i` of a job: its local path when the store is a directory, else a download
-/// into `scratch`; `Err` inside for an input that cannot be read (refused or vanished).
-async fn stage_input(
+/// into `scratch_dir` ([`staged_copy`]); `Err` inside for an input that cannot be read (refused
+/// or vanished).
+pub(crate) async fn stage_input(
     store: &Store,
-    scratch: &ScratchDir,
+    scratch_dir: &std::path::Path,
     i: usize,
     wanted: WantedInput,
 ) -> Result<std::result::Result<StagedInput, (Path, Unreadable)>> {
@@ -261,7 +278,7 @@ async fn stage_input(
             return Ok(Err((key, gone)));
         }
         None => {
-            let dest = scratch.path().join(staged_input_name(i));
+            let dest = staged_copy(scratch_dir, i);
             match store.download(&key, &dest).await {
                 Ok(_) => dest,
                 // A compacted file is this system's own: any failure fails the job.
@@ -287,6 +304,11 @@ async fn stage_input(
     }))
 }
 
+/// Where input `i` of a job is downloaded in its scratch directory.
+pub(crate) fn staged_copy(scratch_dir: &std::path::Path, i: usize) -> std::path::PathBuf {
+    scratch_dir.join(staged_input_name(i))
+}
+
 /// A store answer that refuses this object for good (403), as opposed to a transient error.
 pub(crate) fn is_refusal(error: &object_store::Error) -> bool {
     matches!(
@@ -297,7 +319,7 @@ pub(crate) fn is_refusal(error: &object_store::Error) -> bool {
 
 /// Checks the staged inputs ([`crate::input::check_inputs`]) off the runtime's threads, the
 /// verdicts in the inputs' order.
-async fn check_inputs(
+pub(crate) async fn check_inputs(
     staged: Vec<StagedInput>,
     partition: &PartitionId,
     options: &CompactOptions,

@@ -24,7 +24,7 @@ use crate::scratch::{ScratchDir, input_scratch_bytes};
 use crate::sort::key::KeyRange;
 use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
-use crate::sort::{SortFailure, SortJob, SortStats, sort_inputs};
+use crate::sort::{Arrivals, SortFailure, SortJob, SortStats, sort_inputs};
 use crate::store::upload::{Hold, job_part_bytes, start_upload};
 
 /// Version of the output format; part of the output name so a format change never reuses one.
@@ -105,17 +105,45 @@ pub(crate) struct WriteJob<'a> {
     /// Only the rows in this range (every input then presorted, and `rows` of each counts
     /// the range's rows).
     pub(crate) range: Option<&'a KeyRange>,
+    /// Where inputs still on their way arrive (`None`: every input is at hand; see
+    /// [`SortJob::arrivals`]).
+    pub(crate) arrivals: Option<&'a dyn Arrivals>,
+}
+
+/// Why a sort-and-write stopped before its output was written, naming the input to blame.
+#[derive(Debug)]
+pub(crate) enum Interrupted {
+    /// Input `position` turned out unreadable.
+    Bad { position: usize, reason: String },
+    /// Input `position` arrived other than its footer declared ([`SortFailure::Changed`]).
+    Changed { position: usize, reason: String },
+}
+
+impl Interrupted {
+    /// The position of the input to blame.
+    pub(crate) fn position(&self) -> usize {
+        match self {
+            Interrupted::Bad { position, .. } | Interrupted::Changed { position, .. } => *position,
+        }
+    }
+
+    /// What is wrong with it.
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            Interrupted::Bad { reason, .. } | Interrupted::Changed { reason, .. } => reason,
+        }
+    }
 }
 
 /// Sorts the checked inputs into a new object, named by `name` from the row-group threshold
-/// (key and input-set hash). The inner `Err` names an input that turned out unreadable
-/// (position and reason); nothing was written then.
+/// (key and input-set hash). The inner `Err` names an input that turned out unreadable, or that
+/// arrived other than declared; nothing was written then.
 pub(crate) async fn sort_and_write(
     job: &JobContext<'_>,
     scratch: &ScratchDir,
     write: &WriteJob<'_>,
     name: &(dyn Fn(u64) -> (Path, String) + Sync),
-) -> Result<std::result::Result<Written, (usize, String)>> {
+) -> Result<std::result::Result<Written, Interrupted>> {
     let (store, options, gauge) = (job.store, job.options, job.gauge);
     let (checked, unified) = (write.inputs, write.unified);
     let row_group_bytes = resolve_row_group_bytes(
@@ -142,12 +170,14 @@ pub(crate) async fn sort_and_write(
     }
     let staged_block_bytes =
         staged_block_bytes(row_group_bytes, options.settings.row_groups_per_block);
+    // Inputs still on their way take scratch space too.
+    let to_come = (write.arrivals).map_or(0, |a| a.bytes_to_come());
     let spill_compression = check_scratch_space(
         scratch,
         checked,
         &presorted,
         options.budget(),
-        staged_block_bytes,
+        staged_block_bytes.saturating_add(to_come),
     )?;
 
     let (key, input_set) = name(row_group_bytes);
@@ -199,12 +229,16 @@ pub(crate) async fn sort_and_write(
             progress: progress.as_ref().map(|p| p as &(dyn Fn(u64) + Sync)),
             range: write.range,
             release_above_bytes: options.settings.release_memory_above_bytes,
+            arrivals: write.arrivals,
         };
         let sorted = with_sink_thread(&mut writer, |sink| sort_inputs(&job, sink));
         let stats = match sorted {
             Ok(Ok(stats)) => stats,
             Ok(Err(SortFailure::BadInput { position, reason })) => {
-                return Ok(Err((position, reason)));
+                return Ok(Err(Interrupted::Bad { position, reason }));
+            }
+            Ok(Err(SortFailure::Changed { position, reason })) => {
+                return Ok(Err(Interrupted::Changed { position, reason }));
             }
             Ok(Err(SortFailure::Failed(e))) | Err(e) => return Err(e),
         };
@@ -283,7 +317,7 @@ fn large_service_rows(
 }
 
 /// Fails early when the spill this job may write (plus `staged_block_bytes`, an output block
-/// staged before it is laid out) cannot fit the scratch file system, by the rule the plan
+/// staged before it is laid out, and the inputs still to arrive) cannot fit the scratch file system, by the rule the plan
 /// applies ([`input_scratch_bytes`]: the inputs are staged already, and presorted ones never
 /// spill), and picks the run encoding: plain when there is room to spare, LZ4 when space is
 /// tight. Inputs within the budget's

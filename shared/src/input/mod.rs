@@ -155,12 +155,24 @@ fn reader_bytes(metadata: &ParquetMetaData, pages: &PageFacts) -> u64 {
 /// Decoded bytes of the file and the largest per row, from the footer's figures bounded by
 /// what the pages declare.
 fn size_facts(metadata: &ParquetMetaData, pages: &PageFacts) -> (u64, u64) {
+    let bounded = (metadata.row_groups().iter().zip(&pages.row_groups)).map(|(rg, chunks)| {
+        (rg.columns().iter().zip(chunks))
+            .map(|(c, p)| p.bounded_bytes(c.uncompressed_size()))
+            .sum::<u64>()
+    });
+    row_group_sizes(metadata, bounded)
+}
+
+/// Decoded bytes of the file and the largest per row, given each row group's column chunks'
+/// decoded bytes (`chunk_bytes`, in footer order): each row group counts the smaller of
+/// that sum and the footer's total.
+fn row_group_sizes(
+    metadata: &ParquetMetaData,
+    chunk_bytes: impl Iterator<Item = u64>,
+) -> (u64, u64) {
     let mut total = 0u64;
     let mut per_row = 0u64;
-    for (rg, chunks) in metadata.row_groups().iter().zip(&pages.row_groups) {
-        let bounded: u64 = (rg.columns().iter().zip(chunks))
-            .map(|(c, p)| p.bounded_bytes(c.uncompressed_size()))
-            .sum();
+    for (rg, bounded) in metadata.row_groups().iter().zip(chunk_bytes) {
         let bytes = (rg.total_byte_size().max(0) as u64).min(bounded);
         total += bytes;
         if rg.num_rows() > 0 {
@@ -168,6 +180,42 @@ fn size_facts(metadata: &ParquetMetaData, pages: &PageFacts) -> (u64, u64) {
         }
     }
     (total, per_row.max(1))
+}
+
+/// What an input's footer alone declares of the sizes its check computes: the same figures
+/// as the check's when its pages agree with the footer, except the reader's, which counts no
+/// page or dictionary above [`READER_BYTES_PER_COLUMN`] (only the pages tell those).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeclaredSize {
+    /// [`CheckedInput::uncompressed_bytes`] as the footer declares it.
+    pub uncompressed_bytes: u64,
+    /// [`CheckedInput::row_bytes_estimate`] as the footer declares it.
+    pub row_bytes_estimate: u64,
+    /// [`CheckedInput::reader_bytes_estimate`] as the footer declares it.
+    pub reader_bytes_estimate: u64,
+}
+
+/// The sizes `metadata` declares ([`DeclaredSize`]).
+pub fn declared_size(metadata: &ParquetMetaData) -> DeclaredSize {
+    let claimed = |c: &parquet::file::metadata::ColumnChunkMetaData| {
+        u64::try_from(c.uncompressed_size()).unwrap_or(0)
+    };
+    let chunk_bytes =
+        (metadata.row_groups().iter()).map(|rg| rg.columns().iter().map(claimed).sum::<u64>());
+    let (uncompressed_bytes, row_bytes_estimate) = row_group_sizes(metadata, chunk_bytes);
+    let reader_bytes_estimate = (metadata.row_groups().iter())
+        .map(|rg| {
+            (rg.columns().iter())
+                .map(|c| claimed(c).min(READER_BYTES_PER_COLUMN))
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    DeclaredSize {
+        uncompressed_bytes,
+        row_bytes_estimate,
+        reader_bytes_estimate,
+    }
 }
 
 /// Stack of each thread that checks inputs (reserved, not resident until used). Footers are

@@ -14,6 +14,7 @@ pub mod resources;
 pub mod runs;
 pub mod sink;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 use std::time::Instant;
@@ -70,6 +71,36 @@ pub struct SortJob<'a> {
     /// The merge gives free memory back only while the resident set is at least this (`None`:
     /// at every interval; see [`MemoryRelease::above`](crate::sort::resources::MemoryRelease::above)).
     pub release_above_bytes: Option<u64>,
+    /// Where inputs still on their way arrive (`None`: every input is at hand, as `inputs`
+    /// says): `inputs` then hold what each input's footer declares, and the sort waits for an
+    /// input only when it reads it.
+    pub arrivals: Option<&'a dyn Arrivals>,
+}
+
+/// Inputs a sort starts on before they are all at hand: a job that downloads its inputs sorts
+/// from what their footers declare, and reads each one once its copy has arrived and passed
+/// its check, while the next ones are still on the wire.
+pub trait Arrivals: Sync {
+    /// Blocks until `declared` (an input as its footer declares it) has arrived and been
+    /// checked.
+    fn wait(&self, declared: &CheckedInput) -> Arrival;
+
+    /// The bytes still to arrive, which the scratch space must still take.
+    fn bytes_to_come(&self) -> u64;
+}
+
+/// How an input the sort waited for arrived.
+#[derive(Debug)]
+pub enum Arrival {
+    /// Checked: what the check found.
+    Checked(CheckedInput),
+    /// Its check refused it, for this reason.
+    Bad(String),
+    /// It is not what the sort was planned from (the store no longer gives it, or its check
+    /// found other facts than its footer declares): the sort's plan does not hold.
+    Changed(String),
+    /// Its download failed.
+    Failed(Error),
 }
 
 /// What the sort did.
@@ -93,6 +124,13 @@ pub enum SortFailure {
         /// What is wrong with it.
         reason: String,
     },
+    /// An input that arrived is not what the sort was planned from ([`Arrival::Changed`]).
+    Changed {
+        /// Position in [`SortJob::inputs`].
+        position: usize,
+        /// How it differs.
+        reason: String,
+    },
     /// Any other failure.
     Failed(Error),
 }
@@ -110,8 +148,10 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let schema = &job.unified.schema;
     // Room inside B for the largest reader of an input (its pages and dictionaries), for the
     // string codes and for one decoded batch waiting for the sorter (see `decode_inputs`).
+    let planned_reader_bytes =
+        (job.inputs.iter().map(|i| i.reader_bytes_estimate).max()).unwrap_or(0);
     let plan = job.budget.plan(SortDemand {
-        reader_bytes: (job.inputs.iter().map(|i| i.reader_bytes_estimate).max()).unwrap_or(0),
+        reader_bytes: planned_reader_bytes,
         code_strings: job.code_strings,
         fan_in: job.fan_in,
     });
@@ -142,8 +182,17 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     let mut counts = ServiceCounts::default();
     // Row groups align with services only under a (string service, time) key.
     let service_index = job.unified.service_index.filter(|_| key.has_service());
-    for (position, input) in job.inputs.iter().enumerate() {
+    for position in 0..job.inputs.len() {
         if is_presorted(job, position) {
+            let input = arrived(job, position)?;
+            let input = input.as_ref();
+            if input.reader_bytes_estimate > planned_reader_bytes {
+                // Its reader stays open through the merge, beside the others.
+                return Err(SortFailure::Changed {
+                    position,
+                    reason: reader_beyond(input.reader_bytes_estimate, planned_reader_bytes),
+                });
+            }
             let time_column = path_name(schema.fields(), &job.unified.time_path)
                 .ok_or_else(|| Error::invariant("the time column's path names no field"))?;
             if let Some(i) = service_index {
@@ -180,10 +229,31 @@ pub fn sort_inputs(job: &SortJob<'_>, sink: &mut dyn ChunkSink) -> Result<SortSt
     std::thread::scope(|scope| -> Result<(), SortFailure> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let coder = &mut coder;
-        scope.spawn(move || decode_inputs(job, read_target, coder, tx));
+        scope.spawn(move || decode_inputs(job, read_target, planned_reader_bytes, coder, tx));
         let mut rows_read = 0u64;
         for decoded in rx {
-            let (batch, text_bytes, frozen, queued) = decoded?;
+            let (batch, text_bytes, frozen, queued) = match decoded? {
+                Decoded::Batch(batch, text_bytes, frozen, queued) => {
+                    (batch, text_bytes, frozen, queued)
+                }
+                Decoded::Reserve {
+                    position,
+                    bytes,
+                    done,
+                } => {
+                    if !formation.reserve(bytes)? {
+                        return Err(SortFailure::Changed {
+                            position,
+                            reason: format!(
+                                "its reader holds {bytes} bytes more than the sort was planned \
+                                 for, more than the rows' share can give up"
+                            ),
+                        });
+                    }
+                    let _ = done.send(());
+                    continue;
+                }
+            };
             drop(queued);
             rows_read += batch.num_rows() as u64;
             formation.push(batch, text_bytes, frozen.as_ref())?;
@@ -259,24 +329,106 @@ fn is_presorted(job: &SortJob<'_>, position: usize) -> bool {
     job.presorted.get(position).copied().unwrap_or(false)
 }
 
-/// A decoded and coded batch waiting in the channel with the bytes of text its codes stand
-/// for and the decoder of parts that stopped being coded with it, charged to the gauge until
-/// it is taken.
-type Decoded = Result<(RecordBatch, u64, Option<StringDecoder>, Charge), SortFailure>;
+/// Input `position` as the sort reads it: as `inputs` hold it, or once it has arrived
+/// ([`SortJob::arrivals`]), checked and found as its footer declared it.
+fn arrived<'b>(job: &SortJob<'b>, position: usize) -> Result<Cow<'b, CheckedInput>, SortFailure> {
+    let declared = &job.inputs[position];
+    let Some(arrivals) = job.arrivals else {
+        return Ok(Cow::Borrowed(declared));
+    };
+    match arrivals.wait(declared) {
+        Arrival::Checked(checked) => match disagreement(declared, &checked) {
+            None => Ok(Cow::Owned(checked)),
+            Some(reason) => Err(SortFailure::Changed { position, reason }),
+        },
+        Arrival::Bad(reason) => Err(SortFailure::BadInput { position, reason }),
+        Arrival::Changed(reason) => Err(SortFailure::Changed { position, reason }),
+        Arrival::Failed(e) => Err(SortFailure::Failed(e)),
+    }
+}
 
-/// Reads the inputs that are not presorted, in ordinal order, conforms and codes them
-/// (`coder`) into `tx`; a read error ends the stream with [`SortFailure::BadInput`]. Stops
+fn reader_beyond(bytes: u64, planned: u64) -> String {
+    format!("its reader holds {bytes} bytes, more than the {planned} the sort was planned for")
+}
+
+/// How a checked input differs from what its footer declared, in what the sort was planned
+/// from or what shapes its output (`None`: in nothing; its reader may hold more than the footer
+/// tells, which the sort makes room for).
+fn disagreement(declared: &CheckedInput, checked: &CheckedInput) -> Option<String> {
+    let differ = |what: &str| Some(format!("its {what} differs from what its footer declared"));
+    if checked.staged.size != declared.staged.size {
+        return differ("size");
+    }
+    if checked.schema != declared.schema {
+        return differ("schema");
+    }
+    if checked.rows != declared.rows {
+        return differ("row count");
+    }
+    if (checked.uncompressed_bytes, checked.row_bytes_estimate)
+        != (declared.uncompressed_bytes, declared.row_bytes_estimate)
+    {
+        return differ("decoded size");
+    }
+    if checked.declared_sort_key != declared.declared_sort_key {
+        return differ("sort key");
+    }
+    None
+}
+
+/// What the decoding thread hands the sort.
+enum Decoded {
+    /// A decoded and coded batch with the bytes of text its codes stand for and the decoder of
+    /// parts that stopped being coded with it, charged to the gauge until it is taken.
+    Batch(RecordBatch, u64, Option<StringDecoder>, Charge),
+    /// Input `position`, which arrived with a reader of `bytes` more than the readers' room,
+    /// is opened only once the rows' buffer has given them up (`done`).
+    Reserve {
+        position: usize,
+        bytes: u64,
+        done: SyncSender<()>,
+    },
+}
+
+/// Reads the inputs that are not presorted, in ordinal order (each once it has arrived, see
+/// [`arrived`]), conforms and codes them (`coder`) into `tx`; a read error ends the stream with
+/// [`SortFailure::BadInput`]. Stops
 /// early when the receiver is gone.
 fn decode_inputs(
     job: &SortJob<'_>,
     read_target: u64,
+    planned_reader_bytes: u64,
     coder: &mut StringCoder,
-    tx: SyncSender<Decoded>,
+    tx: SyncSender<Result<Decoded, SortFailure>>,
 ) {
     let mut width = RowWidth::default();
-    for (position, input) in job.inputs.iter().enumerate() {
-        if is_presorted(job, position) || input.rows == 0 {
+    // The room for one reader: the largest the inputs' footers declare, or more once one has
+    // arrived with a larger one.
+    let mut reader_room = planned_reader_bytes;
+    for (position, declared) in job.inputs.iter().enumerate() {
+        if is_presorted(job, position) || declared.rows == 0 {
             continue;
+        }
+        let input = match arrived(job, position) {
+            Ok(input) => input,
+            Err(failure) => {
+                let _ = tx.send(Err(failure));
+                return;
+            }
+        };
+        let input = input.as_ref();
+        if input.reader_bytes_estimate > reader_room {
+            let (done, made_room) = std::sync::mpsc::sync_channel(1);
+            let bytes = input.reader_bytes_estimate - reader_room;
+            let reserve = Decoded::Reserve {
+                position,
+                bytes,
+                done,
+            };
+            if tx.send(Ok(reserve)).is_err() || made_room.recv().is_err() {
+                return;
+            }
+            reader_room = input.reader_bytes_estimate;
         }
         let dictionaries = coder.coded_columns();
         let opened = catch_reader_panic(|| {
@@ -313,13 +465,18 @@ fn decode_inputs(
                 Ok(Some(Ok(((batch, text_bytes), rows)))) => {
                     row += rows;
                     let charge = Charge::new(job.gauge, batch_memory_bytes(&batch));
-                    Ok((batch, text_bytes, coder.take_frozen(), charge))
+                    Ok(Decoded::Batch(
+                        batch,
+                        text_bytes,
+                        coder.take_frozen(),
+                        charge,
+                    ))
                 }
                 Ok(Some(Err(failure))) => Err(failure),
                 Err(reason) => Err(SortFailure::BadInput { position, reason }),
             };
             let failed = decoded.is_err();
-            let froze = matches!(&decoded, Ok((_, _, Some(_), _)));
+            let froze = matches!(&decoded, Ok(Decoded::Batch(_, _, Some(_), _)));
             if tx.send(decoded).is_err() || failed {
                 return;
             }

@@ -58,6 +58,7 @@ const COMPACT_STEPS: &[&str] = &[
     "state",
     "staging",
     "sizing",
+    "arriving",
     "writing",
     "producing",
     "committing",

@@ -3,6 +3,7 @@
 //!
 //! Run one module with its path as the filter: `cargo test -p ourios-compaction --test it fan_out::`.
 
+mod arrivals;
 mod bad_inputs;
 mod blocks;
 mod budget_release;

@@ -318,6 +318,55 @@ async fn compact_counts_the_same_requests_on_s3_and_on_a_local_directory() {
     assert!(count("list") >= 2, "{first}");
 }
 
+/// Inputs of more than a MiB each are sorted as they arrive from S3: their footers read first
+/// (one ranged GET each, the only requests a local directory does not stand for), and the
+/// output the same bytes as the same hour compacted on a local directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_sorted_as_they_arrive_from_s3_give_the_local_directory_s_output() {
+    let local = tempfile::tempdir().expect("a directory");
+    let local = local.path().to_string_lossy().into_owned();
+    let (tenant, hour) = ("acme", "2026-11-29T10");
+    let mut reports = Vec::new();
+    let mut outputs = Vec::new();
+    for url in [s3_url("cli-arrive"), local] {
+        let mut args = vec!["generate"];
+        args.extend(partition_args(&url, tenant, hour));
+        args.extend(["--files", "3", "--rows", "60000", "--json"]);
+        let generated = cli_json(&args);
+        let bytes = generated["bytes"].as_u64().expect("bytes");
+        assert!(bytes > 3 << 20, "more than a MiB a file: {generated}");
+
+        let mut args = vec!["compact"];
+        args.extend(partition_args(&url, tenant, hour));
+        args.extend(["--memory-budget", "8MiB", "--json"]);
+        let report = cli_json(&args);
+        assert_eq!(report["status"], "compacted", "{report}");
+        let key = report["output"]["key"].as_str().expect("an output key");
+        let store = Store::open(&url).expect("store");
+        let output = store
+            .object_store()
+            .get(&Path::from(key))
+            .await
+            .expect("the output")
+            .bytes()
+            .await
+            .expect("its bytes");
+        outputs.push(output);
+        reports.push(report);
+    }
+    let [on_s3, on_disk] = &reports[..] else {
+        unreachable!("two stores")
+    };
+    assert!(
+        on_s3["runs_spilled"].as_u64() > Some(1),
+        "the sort spilled runs: {on_s3}"
+    );
+    assert_eq!(on_s3["inputs"], on_disk["inputs"]);
+    assert!(outputs[0] == outputs[1], "the outputs differ");
+    let gets = |r: &serde_json::Value| r["cost"]["requests"]["get"].as_u64().expect("GETs");
+    assert_eq!(gets(on_s3), gets(on_disk) + 3, "one footer read a file");
+}
+
 /// Variables exported empty (`AWS_ENDPOINT_URL_S3=`, `AWS_SESSION_TOKEN=`, as some shells and
 /// CI systems leave them) count as unset: the CLI still reaches the server that
 /// `AWS_ENDPOINT_URL` names, and what it writes is there.

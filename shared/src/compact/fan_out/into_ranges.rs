@@ -12,6 +12,7 @@ use crate::clock::Expiry;
 use crate::compact::committing::delete_quietly;
 use crate::compact::job::JobContext;
 use crate::compact::producing::{OutputTarget, Produced, sort_group};
+use crate::compact::sizing::Footers;
 use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
 use crate::error::{Error, Result};
@@ -63,7 +64,14 @@ pub(crate) async fn produce_into_ranges(
         options.settings.scratch_limit_bytes,
     )?;
     let run_key = job.layout.run_key(job.partition, job.attempt_id, 0);
-    let sorted = sort_group(job, late, &scratch, &OutputTarget::Run(run_key.clone())).await?;
+    let sorted = sort_group(
+        job,
+        late,
+        &Footers::new(),
+        &scratch,
+        &OutputTarget::Run(run_key.clone()),
+    )
+    .await?;
     drop(scratch);
     // Only late files were read: a store that refused every one fails the job.
     sorted.refusals.check(job.partition)?;
@@ -185,6 +193,7 @@ async fn merge_touched(
             unified: &unified,
             threshold_input_bytes: all_bytes,
             range: Some(range),
+            arrivals: None,
         };
         let sources = inputs.iter().map(|c| (&c.staged.key, c.staged.size));
         let threshold = resolve_row_group_bytes(job.options.settings.row_group_bytes, all_bytes);
@@ -196,10 +205,11 @@ async fn merge_touched(
         };
         let written = match sort_and_write(job, &scratch, &write, &name).await? {
             Ok(written) => written,
-            Err((position, reason)) => {
+            Err(stopped) => {
                 return Err(Error::invariant(format!(
-                    "{} is unreadable: {reason}",
-                    inputs[position].staged.key
+                    "{} is unreadable: {}",
+                    inputs[stopped.position()].staged.key,
+                    stopped.reason()
                 )));
             }
         };

@@ -523,7 +523,8 @@ pub(crate) async fn produce_sized(
     if let Some(shape) = shape(&sizing, job.options) {
         return produce(job, manifest_version, sizing, shape).await;
     }
-    match produce_one(job, sizing.wanted.clone(), compacted_in_one_piece).await {
+    let wanted = sizing.wanted.clone();
+    match produce_one(job, wanted, &sizing.footers, compacted_in_one_piece).await {
         Err(Error::ScratchFull {
             needed_bytes,
             available_bytes,

@@ -24,7 +24,7 @@ use crate::clock::Expiry;
 use crate::compact::committing::delete_all_quietly;
 use crate::compact::job::JobContext;
 use crate::compact::producing::{OutputTarget, Produced, sort_group};
-use crate::compact::sizing::Sizing;
+use crate::compact::sizing::{Footers, Sizing};
 pub use crate::compact::staging::Refusals;
 use crate::compact::state::WantedInput;
 use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
@@ -226,14 +226,24 @@ pub(crate) async fn run_group(job: &JobContext<'_>, group: usize) -> Result<Grou
             group + 1
         ),
     })?;
-    let wanted = inputs.iter().map(PlannedInput::wanted).collect();
+    let started = std::time::Instant::now();
+    let wanted: Vec<WantedInput> = inputs.iter().map(PlannedInput::wanted).collect();
+    let input_bytes: u64 = wanted.iter().map(|w| w.bytes).sum();
+    let (first, count) = (wanted.first().map(|w| w.key.to_string()), wanted.len());
     let options = job.options;
     let scratch = ScratchDir::create_with_limit(
         &options.settings.scratch_dir,
         options.settings.scratch_limit_bytes,
     )?;
     let key = job.layout.run_key(job.partition, job.attempt_id, group);
-    let sorted = sort_group(job, wanted, &scratch, &OutputTarget::Run(key)).await?;
+    let sorted = sort_group(
+        job,
+        wanted,
+        &Footers::new(),
+        &scratch,
+        &OutputTarget::Run(key),
+    )
+    .await?;
     let run = GroupRun {
         stats: sorted.written.as_ref().map(|w| w.stats).unwrap_or_default(),
         run: sorted.written.map(|w| w.output),
@@ -243,6 +253,16 @@ pub(crate) async fn run_group(job: &JobContext<'_>, group: usize) -> Result<Grou
         refusals: sorted.refusals,
     };
     write_state(job, &run_name(group), &run).await?;
+    // What a bench replays of the task's transfers (`tests/bench_transfers.sh`).
+    tracing::info!(
+        group,
+        inputs = count,
+        first = first.as_deref().unwrap_or(""),
+        input_bytes,
+        run_bytes = run.run.as_ref().map_or(0, |r| r.bytes),
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "fan-out: run task done"
+    );
     Ok(run)
 }
 
@@ -357,6 +377,7 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
             unified: &unified,
             threshold_input_bytes: split.input_bytes,
             range: Some(&key_range),
+            arrivals: None,
         };
         let name = |_: u64| {
             let attempt = format!("{}-r{range:05}", job.attempt_id);
@@ -367,10 +388,11 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
         };
         match sort_and_write(job, &scratch, &write, &name).await? {
             Ok(written) => Some(written),
-            Err((position, reason)) => {
+            Err(stopped) => {
                 return Err(Error::invariant(format!(
-                    "run {} of this job is unreadable: {reason}",
-                    inputs[position].staged.key
+                    "run {} of this job is unreadable: {}",
+                    inputs[stopped.position()].staged.key,
+                    stopped.reason()
                 )));
             }
         }

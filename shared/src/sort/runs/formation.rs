@@ -370,6 +370,8 @@ pub struct RunFormation<'a> {
     services: ServiceCounts,
     /// Runs are formed from halves of the budget from the first row on.
     spill_from_start: bool,
+    /// The budget it was given, before any [`RunFormation::reserve`].
+    planned_bytes: u64,
 }
 
 impl<'a> RunFormation<'a> {
@@ -397,7 +399,33 @@ impl<'a> RunFormation<'a> {
             runs: Vec::new(),
             services: ServiceCounts::default(),
             spill_from_start: false,
+            planned_bytes: budget_bytes,
         }
+    }
+
+    /// Gives `bytes` of the buffer's budget to something else that needs them from now on (a
+    /// reader larger than the sort was planned for): the buffer is spilled first when it holds
+    /// more than its smaller share, and waited for, so that what it and a run being spilled
+    /// hold stays within the smaller budget from here on. `false`, changing nothing, when that
+    /// would leave the buffer less than half the budget it was planned with.
+    pub fn reserve(&mut self, bytes: u64) -> Result<bool> {
+        let left = self.budget_bytes.saturating_sub(bytes);
+        if bytes > self.budget_bytes || left < self.planned_bytes / 2 {
+            return Ok(false);
+        }
+        self.budget_bytes = left;
+        self.wait_for_spill()?;
+        let share = match self.forms_halves() {
+            true => self.budget_bytes / 2,
+            false => self.budget_bytes,
+        };
+        if self.buffer.bytes > share {
+            self.choose_compression()?;
+            let buffer = std::mem::take(&mut self.buffer);
+            self.spill_in_background(buffer);
+            self.wait_for_spill()?;
+        }
+        Ok(true)
     }
 
     /// Forms runs from halves of the budget from the first row on, instead of first
@@ -658,31 +686,47 @@ mod tests {
         }
     }
 
-    #[test]
-    fn spills_from_the_start_only_when_told_and_gives_the_same_rows() {
-        let key = SortKey::new(&unified()).unwrap();
+    /// Six batches of 2,000 rows within an hour, the bytes they take in a buffer, a budget
+    /// they all fit but not half of, a gauge and a decoder.
+    fn six_batches() -> (Vec<RecordBatch>, u64, u64, MemoryGauge, StringDecoder) {
         let hour = |r: u64| 1_700_000_000_000_000_000 + (r % 3_600_000) as i64 * 1_000_000;
         let batches: Vec<RecordBatch> = (1..=6).map(|i| batch(2_000, i, 5, &hour)).collect();
         let bytes: u64 = batches
             .iter()
             .map(|b| crate::gauge::batch_memory_bytes(b) + SORT_BYTES_PER_ROW * 2_000)
             .sum();
-        // Everything fits the budget, but not half of it.
-        let budget = bytes + bytes / 10;
         let gauge = MemoryGauge::new();
         let decoder = crate::sort::runs::StringCoder::new(&unified(), 0, &gauge).decoder();
+        (batches, bytes, bytes + bytes / 10, gauge, decoder)
+    }
+
+    /// A formation under `budget` spilling plain runs of batches of an eighth of it.
+    fn plain_formation<'a>(
+        key: &'a SortKey,
+        budget: u64,
+        gauge: &'a MemoryGauge,
+        scratch: &'a ScratchDir,
+    ) -> RunFormation<'a> {
+        RunFormation::new(
+            key,
+            budget,
+            budget / 8,
+            SpillCompression::None,
+            gauge,
+            scratch,
+        )
+    }
+
+    #[test]
+    fn spills_from_the_start_only_when_told_and_gives_the_same_rows() {
+        let key = SortKey::new(&unified()).unwrap();
+        // Everything fits the budget, but not half of it.
+        let (batches, _, budget, gauge, decoder) = six_batches();
         let dir = tempfile::tempdir().expect("tempdir");
         let mut outputs = Vec::new();
         for from_start in [false, true] {
             let scratch = ScratchDir::create(dir.path()).expect("scratch");
-            let mut formation = RunFormation::new(
-                &key,
-                budget,
-                budget / 8,
-                SpillCompression::None,
-                &gauge,
-                &scratch,
-            );
+            let mut formation = plain_formation(&key, budget, &gauge, &scratch);
             if from_start {
                 formation = formation.spill_from_start();
             }
@@ -710,6 +754,44 @@ mod tests {
         };
         assert_eq!(sorted(&outputs[0]), outputs[0]);
         assert_eq!(sorted(&outputs[1]), outputs[0]);
+    }
+
+    #[test]
+    fn a_reserve_spills_what_the_smaller_share_cannot_hold_and_keeps_every_row() {
+        let key = SortKey::new(&unified()).unwrap();
+        let (batches, bytes, budget, gauge, decoder) = six_batches();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let scratch = ScratchDir::create(dir.path()).expect("scratch");
+        let mut formation = plain_formation(&key, budget, &gauge, &scratch);
+        for b in &batches[..4] {
+            formation.push(b.clone(), 0, None).expect("push");
+        }
+        assert!(formation.runs.is_empty() && formation.spilling.is_none());
+        // Two thirds of the rows are held; half the budget goes: they no longer fit.
+        assert!(formation.reserve(budget / 2).expect("reserve"));
+        assert_eq!(
+            formation.runs.len(),
+            1,
+            "the buffer was spilled, and waited for"
+        );
+        assert!(formation.spilling.is_none() && formation.buffer.bytes == 0);
+        // Never below half the budget it was planned with.
+        assert!(!formation.reserve(budget / 3).expect("reserve"));
+        assert_eq!(formation.budget_bytes, budget - budget / 2);
+        for b in &batches[4..] {
+            formation.push(b.clone(), 0, None).expect("push");
+            assert!(formation.buffer.bytes <= formation.budget_bytes / 2 + bytes / 6);
+        }
+        let mut sink = crate::sort::sink::VecSink::default();
+        let formed = formation
+            .finish(1_000, false, &mut sink, &decoder)
+            .expect("finish");
+        let mut rows = 0;
+        for run in &formed.runs {
+            let reader = crate::sort::runs::RunReader::open(&run.path).expect("run");
+            rows += reader.map(|b| b.expect("batch").num_rows()).sum::<usize>();
+        }
+        assert_eq!(rows, 12_000);
     }
 
     #[test]
