@@ -15,9 +15,12 @@
 # the CPU seconds the server and the proxy used during the job runs (they share the machine's
 # cores with it).
 #
-#   bash tests/bench_transfers.sh [--limit 256MiB] [--repeat 3] [--mbps 80] [-- compact flags] [generate flags...]
+#   bash tests/bench_transfers.sh [--limit 256MiB] [--repeat 3] [--mbps 80] [--pin] [-- compact flags] [generate flags...]
 #   bash tests/bench_transfers.sh --repeat 3 --files 60 --rows 350000
 #   bash tests/bench_transfers.sh --repeat 3 --files 60 --rows 50000 -- --fan-out 4
+#
+# `--pin` runs the server and the proxy on the last core and the three sides on the others
+# (taskset), so that the server's CPU is not taken from the job's, as on AWS.
 #
 # Flags after `--` go to every `compact` (the memory budget is 64MiB unless given there). Needs
 # the release binary (target/release/ourios-compact or $OURIOS_BENCH_BIN), moto and boto3 in
@@ -31,6 +34,7 @@ python="${OURIOS_PYTHON:-$root/.tools/venv/bin/python}"
 limit=256MiB
 repeat=3
 mbps=80
+pin=0
 compact_flags=()
 generate_flags=()
 while [[ $# -gt 0 ]]; do
@@ -38,6 +42,7 @@ while [[ $# -gt 0 ]]; do
         --limit) limit="$2"; shift 2 ;;
         --repeat) repeat="$2"; shift 2 ;;
         --mbps) mbps="$2"; shift 2 ;;
+        --pin) pin=1; shift ;;
         --) shift; compact_flags=("$@"); break ;;
         *) generate_flags+=("$1"); shift ;;
     esac
@@ -78,10 +83,18 @@ free_port() {
     "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 server_port="$(free_port)"
-"$python" "$root/tests/s3_test_server.py" -H 127.0.0.1 -p "$server_port" >"$work/server.log" 2>&1 &
+# With --pin: the server and the proxy on the last core, the sides on the others.
+server_cpus=()
+side_cpus=()
+if ((pin)); then
+    last=$(($(nproc) - 1))
+    server_cpus=(taskset -c "$last")
+    side_cpus=(taskset -c "0-$((last - 1))")
+fi
+"${server_cpus[@]}" "$python" "$root/tests/s3_test_server.py" -H 127.0.0.1 -p "$server_port" >"$work/server.log" 2>&1 &
 server_pid=$!
 pids+=("$server_pid")
-"$python" -u "$root/tests/shaping_proxy.py" --upstream-port "$server_port" --mbps "$mbps" \
+"${server_cpus[@]}" "$python" -u "$root/tests/shaping_proxy.py" --upstream-port "$server_port" --mbps "$mbps" \
     >"$work/proxy.log" 2>&1 &
 proxy_pid=$!
 pids+=("$proxy_pid")
@@ -114,7 +127,7 @@ for run in range(1, repeat + 1):
 EOF
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-limited=(bash "$root/tests/bench_limited.sh" "$limit" --exec)
+limited=("${side_cpus[@]}" bash "$root/tests/bench_limited.sh" "$limit" --exec)
 memory_mb=$(("$("$python" -c "
 import re, sys
 n, unit = re.fullmatch(r'(\d+)(KiB|MiB|GiB)?', sys.argv[1]).groups()
@@ -160,7 +173,8 @@ for run in $(seq "$repeat"); do
         echo "error: the job on S3 wrote $job_rows rows, on a local directory $compute_rows" >&2
         exit 1
     fi
-    echo "-- run $run: compute $compute s, transfer $transfer s ($(cat "$work/transfer.json")), job $job s, $job_rows rows" >&2
+    cpu() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["cpu_ms"] / 1000)' "$1"; }
+    echo "-- run $run: compute $compute s ($(cpu "$work/compute.json") CPU-s), transfer $transfer s ($(cat "$work/transfer.json")), job $job s ($(cpu "$work/job.json") CPU-s), $job_rows rows" >&2
     echo "$compute $transfer $job" >>"$work/times"
 
     # A fanned-out job: each run task beside its own transfers (its inputs and footers, then
