@@ -280,7 +280,7 @@ async fn a_failed_download_fails_the_job_naming_the_input() {
 /// passes), and says which came first.
 #[derive(Debug)]
 struct HeldDownload {
-    suffix: &'static str,
+    suffix: String,
     rows_read: Arc<tokio::sync::Notify>,
     released_by_the_sort: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -291,7 +291,7 @@ impl StoreHooks for HeldDownload {
 
     async fn get(&self, inner: &Inner, get: GetRequest<'_>) -> StoreResult<GetResult> {
         let whole = get.options.range.is_none() && !get.options.head;
-        if whole && get.location.as_ref().ends_with(self.suffix) {
+        if whole && get.location.as_ref().ends_with(self.suffix.as_str()) {
             let waited = tokio::time::timeout(
                 std::time::Duration::from_secs(20),
                 self.rows_read.notified(),
@@ -315,7 +315,7 @@ async fn hold_the_last_download(
     let rows_read = Arc::new(tokio::sync::Notify::new());
     let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let hooks = HeldDownload {
-        suffix: Box::leak(last.into_boxed_str()),
+        suffix: last,
         rows_read: Arc::clone(&rows_read),
         released_by_the_sort: Arc::clone(&released),
     };
