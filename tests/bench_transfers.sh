@@ -126,6 +126,8 @@ for run in range(1, repeat + 1):
             s3.upload_file(path, bucket, key)
 EOF
 
+# A report's CPU seconds.
+cpu() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["cpu_ms"] / 1000)' "$1"; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 limited=("${side_cpus[@]}" bash "$root/tests/bench_limited.sh" "$limit" --exec)
 memory_mb=$(("$("$python" -c "
@@ -173,7 +175,6 @@ for run in $(seq "$repeat"); do
         echo "error: the job on S3 wrote $job_rows rows, on a local directory $compute_rows" >&2
         exit 1
     fi
-    cpu() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["cpu_ms"] / 1000)' "$1"; }
     echo "-- run $run: compute $compute s ($(cpu "$work/compute.json") CPU-s), transfer $transfer s ($(cat "$work/transfer.json")), job $job s ($(cpu "$work/job.json") CPU-s), $job_rows rows" >&2
     echo "$compute $transfer $job" >>"$work/times"
 

@@ -39,7 +39,8 @@ use crate::store::Store;
 pub(crate) struct Arriving {
     slots: Arc<Slots>,
     downloads: Option<tokio::task::JoinHandle<()>>,
-    /// The inputs with rows, as their footers declare them, in the group's order.
+    /// The inputs with rows, as their footers declare them, in the group's order (until
+    /// [`Arriving::declared_group`] takes them).
     declared: Vec<CheckedInput>,
 }
 
@@ -176,9 +177,9 @@ impl Arriving {
 
     /// The group as the footers declare it, for the sort to start from: the inputs with rows;
     /// the others (empty, or a footer the check would refuse) wait for their verdicts.
-    pub(crate) fn declared_group(&self) -> CheckedGroup {
+    pub(crate) fn declared_group(&mut self) -> CheckedGroup {
         CheckedGroup {
-            checked: self.declared.clone(),
+            checked: std::mem::take(&mut self.declared),
             empty: Vec::new(),
             quarantined: Vec::new(),
             refusals: Refusals::default(),

@@ -5,12 +5,11 @@
 use std::time::Instant;
 
 use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use object_store::path::Path;
 
 use crate::compact::job::JobContext;
 use crate::compact::producing::Produced;
-use crate::compact::writing::Written;
+use crate::compact::writing::{Written, delete_quietly};
 use crate::error::{Error, Result};
 use crate::manifest::gc::mark_garbage;
 use crate::manifest::{
@@ -179,12 +178,6 @@ async fn delete_outputs(store: &Store, written: &[Written], manifest: Option<&Ma
         if manifest.is_none_or(|m| !m.references(&w.output.key)) {
             delete_quietly(store, &w.output.key).await;
         }
-    }
-}
-
-pub(crate) async fn delete_quietly(store: &Store, key: &ObjectKey) {
-    if let Err(e) = store.object_store().delete(key.location()).await {
-        tracing::warn!(key = %key, error = %e, "could not delete an uncommitted output; GC will sweep it");
     }
 }
 

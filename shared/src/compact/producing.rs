@@ -5,7 +5,6 @@
 
 use std::collections::BTreeSet;
 
-use object_store::ObjectStoreExt;
 use object_store::path::Path;
 
 use crate::clock::Expiry;
@@ -16,7 +15,9 @@ use crate::compact::staging::{
     CheckedGroup, Refusals, consumed_input, quarantine, stage_and_check,
 };
 use crate::compact::state::WantedInput;
-use crate::compact::writing::{Interrupted, WriteJob, Written, output_key, sort_and_write};
+use crate::compact::writing::{
+    Interrupted, WriteJob, Written, delete_quietly, output_key, sort_and_write,
+};
 use crate::error::{Error, Result};
 use crate::input::schema::unify_weighted;
 use crate::late::{CheckedFile, read_checked, write_checked};
@@ -263,6 +264,16 @@ pub(crate) async fn sort_group(
         return sort_arriving(job, arriving, scratch, target, job_decides).await;
     }
     let group = stage_and_check(job, wanted, scratch, false, job_decides).await?;
+    sort_settled(job, group, scratch, target).await
+}
+
+/// Step 4 for a group whose every verdict is in ([`sort_checked`] without arrivals).
+async fn sort_settled(
+    job: &JobContext<'_>,
+    group: CheckedGroup,
+    scratch: &ScratchDir,
+    target: &OutputTarget,
+) -> Result<SortedGroup> {
     let sorted = sort_checked(job, group, scratch, target, None).await?;
     sorted.ok_or_else(|| Error::invariant("a sort without arrivals found one changed"))
 }
@@ -272,7 +283,7 @@ pub(crate) async fn sort_group(
 /// otherwise it is deleted and the group sorted again from the verdicts.
 async fn sort_arriving(
     job: &JobContext<'_>,
-    arriving: Arriving,
+    mut arriving: Arriving,
     scratch: &ScratchDir,
     target: &OutputTarget,
     job_decides: bool,
@@ -326,8 +337,7 @@ async fn sort_arriving(
                 "the inputs arrived other than their footers declared; sorting them again"
             );
             discard(job, written).await;
-            let sorted = sort_checked(job, group, scratch, target, None).await?;
-            sorted.ok_or_else(|| Error::invariant("a sort without arrivals found one changed"))
+            sort_settled(job, group, scratch, target).await
         }
     }
 }
@@ -352,13 +362,12 @@ async fn discard(job: &JobContext<'_>, written: Option<&Written>) {
     let Some(written) = written else {
         return;
     };
-    let key = written.output.key.location();
-    let hold =
-        (key.filename()).map(|name| job.layout.hold_key(job.partition, job.attempt_id, name));
-    for key in std::iter::once(key.clone()).chain(hold) {
-        if let Err(e) = job.store.object_store().delete(&key).await {
-            tracing::warn!(key = %key, error = %e, "could not delete a discarded output; GC will sweep it");
-        }
+    let key = &written.output.key;
+    let name = key.location().filename();
+    let hold = name.map(|name| job.layout.hold_key(job.partition, job.attempt_id, name));
+    delete_quietly(job.store, key).await;
+    if let Some(hold) = hold {
+        delete_quietly(job.store, &ObjectKey::from(hold)).await;
     }
 }
 

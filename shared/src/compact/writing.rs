@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
@@ -25,6 +26,7 @@ use crate::sort::key::KeyRange;
 use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
 use crate::sort::{Arrivals, SortFailure, SortJob, SortStats, sort_inputs};
+use crate::store::Store;
 use crate::store::upload::{Hold, job_part_bytes, start_upload};
 
 /// Version of the output format; part of the output name so a format change never reuses one.
@@ -285,6 +287,13 @@ pub(crate) async fn sort_and_write(
             Ok(Err(upload)) if !matches!(upload, Error::Invariant { .. }) => Err(upload),
             _ => Err(e),
         },
+    }
+}
+
+/// Deletes an output (or run) no commit made live; best effort: GC sweeps what is left.
+pub(crate) async fn delete_quietly(store: &Store, key: &ObjectKey) {
+    if let Err(e) = store.object_store().delete(key.location()).await {
+        tracing::warn!(key = %key, error = %e, "could not delete an uncommitted output; GC will sweep it");
     }
 }
 

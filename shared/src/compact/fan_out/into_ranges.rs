@@ -9,12 +9,11 @@ use arrow_schema::Schema;
 
 use super::range_read::{footer, stage_range};
 use crate::clock::Expiry;
-use crate::compact::committing::delete_quietly;
 use crate::compact::job::JobContext;
 use crate::compact::producing::{OutputTarget, Produced, sort_group};
 use crate::compact::sizing::Footers;
 use crate::compact::state::WantedInput;
-use crate::compact::writing::{WriteJob, Written, input_set_hash, sort_and_write};
+use crate::compact::writing::{WriteJob, Written, delete_quietly, input_set_hash, sort_and_write};
 use crate::error::{Error, Result};
 use crate::input::schema::unify;
 use crate::manifest::{CompactedFile, Manifest, OutputRange};
