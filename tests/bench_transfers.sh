@@ -15,12 +15,17 @@
 # the CPU seconds the server and the proxy used during the job runs (they share the machine's
 # cores with it).
 #
-#   bash tests/bench_transfers.sh [--limit 256MiB] [--repeat 3] [--mbps 80] [--pin] [-- compact flags] [generate flags...]
+#   bash tests/bench_transfers.sh [--limit 256MiB] [--repeat 3] [--mbps 80] [--pin] [--server moto|s3s-fs] [-- compact flags] [generate flags...]
 #   bash tests/bench_transfers.sh --repeat 3 --files 60 --rows 350000
 #   bash tests/bench_transfers.sh --repeat 3 --files 60 --rows 50000 -- --fan-out 4
 #
 # `--pin` runs the server and the proxy on the last core and the three sides on the others
 # (taskset), so that the server's CPU is not taken from the job's, as on AWS.
+#
+# `--server s3s-fs` serves the bucket with s3s-fs (an S3 server in Rust over a directory,
+# installed pinned under .tools/s3s-fs on first use, or $OURIOS_S3S_FS) instead of the S3 test
+# server (moto, in Python): it takes a fraction of moto's CPU, and completes a multipart upload
+# by joining files rather than Python byte strings.
 #
 # Flags after `--` go to every `compact` (the memory budget is 64MiB unless given there). Needs
 # the release binary (target/release/ourios-compact or $OURIOS_BENCH_BIN), moto and boto3 in
@@ -35,6 +40,7 @@ limit=256MiB
 repeat=3
 mbps=80
 pin=0
+server=moto
 compact_flags=()
 generate_flags=()
 while [[ $# -gt 0 ]]; do
@@ -43,6 +49,7 @@ while [[ $# -gt 0 ]]; do
         --repeat) repeat="$2"; shift 2 ;;
         --mbps) mbps="$2"; shift 2 ;;
         --pin) pin=1; shift ;;
+        --server) server="$2"; shift 2 ;;
         --) shift; compact_flags=("$@"); break ;;
         *) generate_flags+=("$1"); shift ;;
     esac
@@ -91,7 +98,28 @@ if ((pin)); then
     server_cpus=(taskset -c "$last")
     side_cpus=(taskset -c "0-$((last - 1))")
 fi
-"${server_cpus[@]}" "$python" "$root/tests/s3_test_server.py" -H 127.0.0.1 -p "$server_port" >"$work/server.log" 2>&1 &
+case "$server" in
+    moto)
+        "${server_cpus[@]}" "$python" "$root/tests/s3_test_server.py" -H 127.0.0.1 -p "$server_port" \
+            >"$work/server.log" 2>&1 &
+        ;;
+    s3s-fs)
+        s3s_fs="${OURIOS_S3S_FS:-$root/.tools/s3s-fs/bin/s3s-fs}"
+        if [[ ! -x "$s3s_fs" ]]; then
+            echo "== installing s3s-fs 0.14.1 under $root/.tools/s3s-fs" >&2
+            cargo install s3s-fs --version 0.14.1 --features binary --locked \
+                --root "$root/.tools/s3s-fs" --target-dir "$root/.tools/s3s-fs/target" >&2
+            rm -rf "$root/.tools/s3s-fs/target"
+        fi
+        mkdir -p "$work/s3s-root"
+        "${server_cpus[@]}" "$s3s_fs" --host 127.0.0.1 --port "$server_port" --access-key testing \
+            --secret-key testing "$work/s3s-root" >"$work/server.log" 2>&1 &
+        ;;
+    *)
+        echo "error: --server is moto or s3s-fs, not $server" >&2
+        exit 2
+        ;;
+esac
 server_pid=$!
 pids+=("$server_pid")
 "${server_cpus[@]}" "$python" -u "$root/tests/shaping_proxy.py" --upstream-port "$server_port" --mbps "$mbps" \
@@ -137,6 +165,11 @@ print(int(n) * {None: 1, 'KiB': 1 << 10, 'MiB': 1 << 20, 'GiB': 1 << 30}[unit])"
 part_bytes=$((memory_mb * 1048576 / 64))
 ((part_bytes < 5242880)) && part_bytes=5242880
 ((part_bytes > 67108864)) && part_bytes=67108864
+# As many parts at once as keep the upload within an eighth of the memory, 2 to 4
+# (`store::upload::PartPlan::for_memory`).
+parts_in_flight=$((memory_mb * 1048576 / 8 / part_bytes - 2))
+((parts_in_flight < 2)) && parts_in_flight=2
+((parts_in_flight > 4)) && parts_in_flight=4
 downloads="${OURIOS_PARALLEL_DOWNLOADS:-4}"
 : >"$work/times"
 : >"$work/tasks"
@@ -157,7 +190,7 @@ for run in $(seq "$repeat"); do
     AWS_ENDPOINT_URL="http://127.0.0.1:$proxy_port" "${limited[@]}" "$python" \
         "$root/tests/transfer_only.py" --bucket "$bucket" --prefix "run$run/$ingest_dir/" \
         --downloads "$downloads" --output-bytes "$output_bytes" --part-bytes "$part_bytes" \
-        --first-part-bytes $((3 * part_bytes)) >"$work/transfer.json"
+        --parts-in-flight "$parts_in_flight" --first-part-bytes $((3 * part_bytes)) >"$work/transfer.json"
     transfer="$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["seconds"])' "$work/transfer.json")"
 
     before_server="$(cpu_ticks "$server_pid")"
@@ -185,7 +218,7 @@ for run in $(seq "$repeat"); do
         AWS_ENDPOINT_URL="http://127.0.0.1:$proxy_port" "${limited[@]}" "$python" \
             "$root/tests/transfer_only.py" --bucket "$bucket" --prefix "run$run/$ingest_dir/" \
             --downloads "$downloads" --part-bytes "$part_bytes" \
-            --first-part-bytes $((3 * part_bytes)) "${groups[@]/#/--group=}" >"$work/tasks.json"
+            --parts-in-flight "$parts_in_flight" --first-part-bytes $((3 * part_bytes)) "${groups[@]/#/--group=}" >"$work/tasks.json"
         "$python" "$root/tests/run_tasks.py" times "$work/compute.log" "$work/job.log" \
             "$work/tasks.json" >>"$work/tasks"
         echo "-- run $run: run tasks (compute transfer job): $(tail -n "${#groups[@]}" "$work/tasks" | paste -sd ';')" >&2

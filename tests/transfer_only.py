@@ -5,11 +5,11 @@ downloads), to /dev/null, and beside them reads the last 64 KiB of each, 16 at a
 hold at least --footers-above-bytes on average (a job then reads its inputs' footers to sort them
 as they arrive: `CompactOptions::arrive_above_bytes`); then uploads --output-bytes to a key of its own as the job uploads
 its output: one PUT when it fits --first-part-bytes, else a multipart upload of --part-bytes
-parts, two in flight. Prints the seconds each phase and both took, as JSON. The endpoint and
+parts, --parts-in-flight at a time. Prints the seconds each phase and both took, as JSON. The endpoint and
 credentials come from the usual AWS variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
 
     python tests/transfer_only.py --bucket B --prefix P --downloads 4 --output-bytes N
-        --part-bytes N --first-part-bytes N [--footers-above-bytes N]
+        --part-bytes N --parts-in-flight N --first-part-bytes N [--footers-above-bytes N]
 
 With --group FIRST:COUNT:RUN_BYTES (repeated), it replays the run tasks of a fanned-out job one
 after another instead: each downloads its COUNT inputs from key FIRST on (its footers beside
@@ -63,7 +63,7 @@ def download_all(s3, bucket, keys, downloads):
         return len(keys), sum(pool.map(get, keys))
 
 
-def upload(s3, bucket, key, size, part_bytes, first_part_bytes):
+def upload(s3, bucket, key, size, part_bytes, first_part_bytes, in_flight):
     if size <= first_part_bytes:
         s3.put_object(Bucket=bucket, Key=key, Body=b"\0" * size)
         return 1
@@ -79,7 +79,7 @@ def upload(s3, bucket, key, size, part_bytes, first_part_bytes):
         )["ETag"]
         return {"ETag": etag, "PartNumber": number}
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, in_flight)) as pool:
         parts = list(pool.map(put, enumerate(sizes, start=1)))
     s3.complete_multipart_upload(
         Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
@@ -96,6 +96,7 @@ def main():
     parser.add_argument("--output-bytes", type=int, default=0)
     parser.add_argument("--part-bytes", type=int, required=True)
     parser.add_argument("--first-part-bytes", type=int, required=True)
+    parser.add_argument("--parts-in-flight", type=int, default=2)
     parser.add_argument("--footers-above-bytes", type=int, default=1 << 20)
     parser.add_argument("--group", action="append", default=[])
     args = parser.parse_args()
@@ -114,7 +115,7 @@ def main():
             transfer(s3, args, group)
             upload(
                 s3, args.bucket, f"transfer-only/run-{n}.bin", int(run_bytes), args.part_bytes,
-                args.first_part_bytes,
+                args.first_part_bytes, args.parts_in_flight,
             )
             tasks.append(round(time.monotonic() - started, 3))
         print(json.dumps({"tasks": tasks, "seconds": round(time.monotonic() - start, 3)}))
@@ -123,7 +124,7 @@ def main():
     downloaded_at = time.monotonic()
     requests = upload(
         s3, args.bucket, "transfer-only/output.bin", args.output_bytes, args.part_bytes,
-        args.first_part_bytes,
+        args.first_part_bytes, args.parts_in_flight,
     )
     end = time.monotonic()
     print(json.dumps({

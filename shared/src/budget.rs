@@ -212,8 +212,9 @@ impl BudgetPlan {
     /// fixed cost (counted up to the twice B the leaf limit gives them), and never less than
     /// 16 MiB (two pages at their floor, see [`page_cap_bytes`](Self::page_cap_bytes)). A
     /// function has four times B; the rows keep at least a quarter of B (the rest of B goes to
-    /// the reader), and another quarter is left for the writer's staged block and the upload's
-    /// part.
+    /// the reader), and another quarter is left for the writer's staged block. The output's
+    /// upload holds at most an eighth of the memory beside them
+    /// ([`crate::store::upload::PartPlan`]).
     pub fn reader_cap_bytes(&self, leaves: u64) -> u64 {
         let fixed = leaves.saturating_mul(LEAF_BYTES).min(self.leaf_room_bytes);
         self.reader_room_bytes.saturating_sub(fixed).max(16 << 20)

@@ -119,7 +119,7 @@
 //! | | [`output::writer`] | output writer properties and the writer sink |
 //! | | [`output::threshold`] | the adaptive row-group threshold |
 //! | | [`output::dictionary_choice`] | dictionary encoding only for columns whose values repeat |
-//! | | [`output::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`output::blocks::encode`, `output::blocks::footer`, `output::blocks::page_store`, `output::blocks::staging`) |
+//! | | [`output::blocks`] | the block layout: each column's chunks of a block's row groups contiguous (`output::blocks::copying`, `output::blocks::encode`, `output::blocks::footer`, `output::blocks::page_store`, `output::blocks::staging`) |
 //! | manifest | [`manifest`] | manifest versions (`manifest::commit`), the reader rule (`manifest::live`), releasing quarantined files (`manifest::release`) |
 //! | | [`manifest::gc`] | garbage collection |
 //! | | [`manifest::symlink`] | symlink manifests: each partition's live URLs for Athena and Trino |

@@ -17,7 +17,7 @@ use crate::partition::{KeyLayout, PartitionId};
 use crate::scratch::ScratchDir;
 use crate::sort::sink::with_sink_thread;
 use crate::store::Store;
-use crate::store::upload::{job_part_bytes, start_upload};
+use crate::store::upload::{job_parts, start_upload};
 
 /// What a plain rewrite did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -88,12 +88,12 @@ pub async fn rewrite_plain(
     )?;
     let (properties, blocks) =
         partition_output_settings(&unified, options, row_group_bytes, &scratch)?;
-    let part_bytes = job_part_bytes(options);
+    let parts = job_parts(options);
     let (upload, task) = start_upload(
         Arc::clone(store.object_store()),
         output_key.clone(),
         None,
-        part_bytes,
+        parts,
     );
     let read_target = options.budget().shares().read_target_bytes;
     let rows = tokio::task::block_in_place(|| -> Result<u64> {
@@ -116,7 +116,7 @@ pub async fn rewrite_plain(
         let rows = writer.rows();
         writer.finish()?;
         writer
-            .inner_mut()
+            .inner_mut()?
             .finish()
             .map_err(|e| Error::scratch("upload stream", e))?;
         Ok(rows)

@@ -27,7 +27,7 @@ use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
 use crate::sort::{Arrivals, SortFailure, SortJob, SortStats, sort_inputs};
 use crate::store::Store;
-use crate::store::upload::{Hold, job_part_bytes, start_upload};
+use crate::store::upload::{Hold, job_parts, start_upload};
 
 /// Version of the output format; part of the output name so a format change never reuses one.
 const OUTPUT_FORMAT_VERSION: &str = "ourios-compaction/2";
@@ -196,13 +196,8 @@ pub(crate) async fn sort_and_write(
         // An attempt that dies after its upload leaves an orphan, and its hold, to the sweep.
         tracing::warn!(partition = %job.partition, error = %e, "could not mark garbage due");
     }
-    let part_bytes = job_part_bytes(options);
-    let (upload, task) = start_upload(
-        Arc::clone(store.object_store()),
-        key.clone(),
-        hold,
-        part_bytes,
-    );
+    let parts = job_parts(options);
+    let (upload, task) = start_upload(Arc::clone(store.object_store()), key.clone(), hold, parts);
     let expected_rows: u64 = checked.iter().map(|c| c.rows).sum();
 
     let sorted = tokio::task::block_in_place(|| {
@@ -252,7 +247,7 @@ pub(crate) async fn sort_and_write(
         }
         let metadata = writer.finish()?;
         writer
-            .inner_mut()
+            .inner_mut()?
             .finish()
             .map_err(|e| Error::scratch("upload stream", e))?;
         Ok(Ok((rows, metadata.num_row_groups() as u64, stats)))

@@ -217,14 +217,14 @@ pub fn partition_output_settings(
 /// or 4 MiB of decoded bytes, or a row group must end, and are encoded in one call. The groups
 /// depend on the chunks' rows and sizes alone (the bytes their values take, not the capacity of
 /// their buffers), so the output stays the same for the same rows.
-pub struct OutputWriter<W: Write + Send> {
+pub struct OutputWriter<W: Write + Send + 'static> {
     writer: BlockWriter<W>,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
     pending_bytes: usize,
 }
 
-impl<W: Write + Send> OutputWriter<W> {
+impl<W: Write + Send + 'static> OutputWriter<W> {
     /// A writer of `schema` with `properties` into `sink`, its row groups laid out in blocks.
     pub fn try_new(
         sink: W,
@@ -253,7 +253,7 @@ impl<W: Write + Send> OutputWriter<W> {
     }
 
     /// The inner writer (to complete an upload after [`Self::finish`]).
-    pub fn inner_mut(&mut self) -> &mut W {
+    pub fn inner_mut(&mut self) -> Result<&mut W> {
         self.writer.inner_mut()
     }
 
@@ -267,7 +267,7 @@ impl<W: Write + Send> OutputWriter<W> {
     }
 }
 
-impl<W: Write + Send> ChunkSink for OutputWriter<W> {
+impl<W: Write + Send + 'static> ChunkSink for OutputWriter<W> {
     fn write_chunk(&mut self, chunk: &RecordBatch) -> Result<()> {
         if chunk.num_rows() == 0 {
             return Ok(());

@@ -31,14 +31,21 @@ pub const PART_BYTES: usize = 5 << 20;
 /// The largest part whatever the memory.
 const MAX_PART_BYTES: u64 = 64 << 20;
 /// The first part holds up to this many parts' bytes: while it fills nothing else is held,
-/// and once it is sent it stays in memory until its last part is uploaded, beside the part
-/// filling and the one queued, so an upload holds at most five parts' bytes either way. An
-/// output that fits in it goes up in one PUT.
+/// and once it is sent it goes up as that many parts at once. An output that fits in it goes
+/// up in one PUT.
 pub const FIRST_PART_PARTS: usize = 3;
 
+/// The fewest parts an upload sends at once.
+const MIN_PARTS_IN_FLIGHT: usize = 2;
+/// The most parts an upload sends at once, whatever the memory: with parts that grow with
+/// the memory, more would only hold more.
+const MAX_PARTS_IN_FLIGHT: usize = 4;
+/// An upload holds at most this share of the function's memory where the smallest parts
+/// allow: an eighth.
+const UPLOAD_MEMORY_SHARE: u64 = 8;
+
 /// The part size of an upload by a job whose function has `memory_bytes` of memory: a 64th
-/// of it, at least [`PART_BYTES`] and at most 64 MiB. An upload holds at most five parts
-/// (see [`FIRST_PART_PARTS`]): 8% of the memory. A 256 MB function keeps 5 MiB parts and
+/// of it, at least [`PART_BYTES`] and at most 64 MiB. A 256 MB function keeps 5 MiB parts and
 /// puts an output of up to 15 MiB in one PUT; a 1,769 MB one cuts 27.6 MiB parts, puts up to
 /// 83 MiB in one PUT and a 3 GB output in 112 parts instead of 615.
 pub fn part_bytes_for(memory_bytes: u64) -> usize {
@@ -46,16 +53,56 @@ pub fn part_bytes_for(memory_bytes: u64) -> usize {
     usize::try_from(part).unwrap_or(PART_BYTES)
 }
 
-/// The part size of a job's outputs under `options`: [`CompactOptions::upload_part_bytes`]
-/// when set, else [`part_bytes_for`] the memory the settings give
-/// ([`crate::settings::CompactSettings::upload_memory_bytes`]).
-pub fn job_part_bytes(options: &CompactOptions) -> usize {
-    (options.upload_part_bytes)
-        .unwrap_or_else(|| part_bytes_for(options.settings.upload_memory_bytes()))
+/// How an upload cuts and sends its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartPlan {
+    /// The size of every part but the first (which holds [`FIRST_PART_PARTS`] of them) and
+    /// the last.
+    pub part_bytes: usize,
+    /// Parts sent at once (the first part's pieces may exceed it while they go up).
+    pub in_flight: usize,
 }
 
-/// Parts uploaded concurrently.
-const PARTS_IN_FLIGHT: usize = 2;
+impl PartPlan {
+    /// Parts of `part_bytes` under a function of `memory_bytes`, as many sent at once as keep
+    /// the upload within an eighth of the memory ([`PartPlan::held_parts`]), at least two and
+    /// at most four. A 256 MB function sends four parts of 5 MiB at once (30 MiB held at
+    /// most), and so does a 1,769 MB one, of 27.6 MiB (166 MiB); a 128 MB function two.
+    pub fn for_memory(memory_bytes: u64, part_bytes: usize) -> PartPlan {
+        let part_bytes = part_bytes.max(1);
+        let parts = usize::try_from(memory_bytes / UPLOAD_MEMORY_SHARE / part_bytes as u64)
+            .unwrap_or(usize::MAX);
+        let in_flight = parts
+            .saturating_sub(2)
+            .clamp(MIN_PARTS_IN_FLIGHT, MAX_PARTS_IN_FLIGHT);
+        PartPlan {
+            part_bytes,
+            in_flight,
+        }
+    }
+
+    /// The most parts' bytes the upload holds at once: those going up (the first part's
+    /// [`FIRST_PART_PARTS`], or [`in_flight`](Self::in_flight)), the one queued for the upload
+    /// and the one the writer fills.
+    pub fn held_parts(&self) -> usize {
+        self.in_flight.max(FIRST_PART_PARTS) + 2
+    }
+
+    /// The most bytes the upload holds at once.
+    pub fn held_bytes(&self) -> u64 {
+        (self.held_parts() as u64).saturating_mul(self.part_bytes as u64)
+    }
+}
+
+/// How a job's outputs go up under `options`: parts of [`CompactOptions::upload_part_bytes`]
+/// when set, else of [`part_bytes_for`] the memory the settings give
+/// ([`crate::settings::CompactSettings::upload_memory_bytes`]), as many at once as
+/// [`PartPlan::for_memory`] allows.
+pub fn job_parts(options: &CompactOptions) -> PartPlan {
+    let memory_bytes = options.settings.upload_memory_bytes();
+    let part_bytes = (options.upload_part_bytes).unwrap_or_else(|| part_bytes_for(memory_bytes));
+    PartPlan::for_memory(memory_bytes, part_bytes)
+}
 
 enum Message {
     Part(Bytes),
@@ -135,26 +182,29 @@ pub struct UploadWriter {
     part_bytes: usize,
 }
 
-/// Starts an upload task for `key` in parts of `part_bytes` (see [`part_bytes_for`]; S3 takes
+/// Starts an upload task for `key` cut and sent as `parts` says (see [`job_parts`]; S3 takes
 /// no part but the last under [`PART_BYTES`]), held by `hold`; returns the writer end and the
 /// task handle, which resolves once the writer finishes.
 pub fn start_upload(
     store: Arc<dyn ObjectStore>,
     key: Path,
     hold: Option<Hold>,
-    part_bytes: usize,
+    parts: PartPlan,
 ) -> (UploadWriter, tokio::task::JoinHandle<Result<Uploaded>>) {
-    let part_bytes = part_bytes.max(1);
+    let parts = PartPlan {
+        part_bytes: parts.part_bytes.max(1),
+        in_flight: parts.in_flight.max(1),
+    };
     let (tx, rx) = mpsc::channel(1);
-    let task = tokio::spawn(run_upload(store, key, hold, part_bytes, rx));
-    (UploadWriter::new(tx, part_bytes), task)
+    let task = tokio::spawn(run_upload(store, key, hold, parts, rx));
+    (UploadWriter::new(tx, parts.part_bytes), task)
 }
 
 async fn run_upload(
     store: Arc<dyn ObjectStore>,
     key: Path,
     hold: Option<Hold>,
-    part_bytes: usize,
+    plan: PartPlan,
     mut rx: mpsc::Receiver<Message>,
 ) -> Result<Uploaded> {
     let abandoned = |when: &str| Error::invariant(format!("upload of {key} abandoned {when}"));
@@ -187,7 +237,7 @@ async fn run_upload(
         .put_multipart(&key)
         .await
         .map_err(|e| Error::store("put_multipart", &key, e))?;
-    let mut parts = WriteMultipart::new_with_chunk_size(upload, part_bytes);
+    let mut parts = WriteMultipart::new_with_chunk_size(upload, plan.part_bytes);
     let mut total = first.len() as u64;
     parts.put(first);
     loop {
@@ -202,7 +252,7 @@ async fn run_upload(
         }
         match message {
             Message::Part(bytes) => {
-                if let Err(e) = parts.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                if let Err(e) = parts.wait_for_capacity(plan.in_flight).await {
                     let _ = parts.abort().await;
                     return Err(Error::store("upload_part", &key, e));
                 }
@@ -308,10 +358,14 @@ impl Write for UploadWriter {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use object_store::UploadPart;
     use object_store::memory::InMemory;
 
     use super::*;
     use crate::store::Store;
+    use crate::store::hooked::{HookedStore, StoreHooks, Upload};
     use crate::testing::get_bytes;
 
     /// `mib` MiB and a bit, written in pieces that straddle part boundaries.
@@ -361,6 +415,21 @@ mod tests {
         assert_eq!(part_bytes_for(10_240 * MIB) as u64, 64 * MIB);
     }
 
+    #[test]
+    fn parts_in_flight_keep_the_upload_within_an_eighth_of_the_memory() {
+        const MIB: u64 = 1 << 20;
+        for memory in [256 * MIB, 512 * MIB, 1769 * MIB, 10_240 * MIB] {
+            let plan = PartPlan::for_memory(memory, part_bytes_for(memory));
+            assert_eq!(plan.in_flight, 4, "{memory}");
+            assert!(plan.held_bytes() <= memory / 8, "{plan:?} at {memory}");
+        }
+        // Below, two at once, as few as the first part's pieces allow.
+        let small = PartPlan::for_memory(128 * MIB, part_bytes_for(128 * MIB));
+        assert_eq!((small.in_flight, small.held_parts()), (2, 5));
+        // Tests' small parts in a large memory stop at four.
+        assert_eq!(PartPlan::for_memory(256 * MIB, 1 << 10).in_flight, 4);
+    }
+
     /// An output that fits in the first part goes up in one PUT; a larger one in parts (the
     /// first part cut in three), each request counted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,7 +442,7 @@ mod tests {
                 Arc::clone(store.object_store()),
                 Path::from(key.as_str()),
                 None,
-                PART_BYTES,
+                PartPlan::for_memory(256 << 20, PART_BYTES),
             );
             let expected = data(mib);
             let data = expected.clone();
@@ -390,6 +459,66 @@ mod tests {
             assert_eq!((uploaded.bytes, uploaded.held_from_ms), (written, None));
             assert_eq!(store.request_counts().put, puts, "{mib} MiB");
             let stored = get_bytes(&store, &key).await;
+            assert_eq!(stored.as_ref(), expected.as_slice());
+        }
+    }
+
+    /// Counts the parts going up at once; each takes 20 ms.
+    #[derive(Debug, Default)]
+    struct PartsAtOnce {
+        now: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+    }
+
+    impl StoreHooks for PartsAtOnce {
+        fn put_part(&self, upload: &mut Upload, _: &Path, data: PutPayload) -> UploadPart {
+            let (now, most) = (Arc::clone(&self.now), Arc::clone(&self.most));
+            let part = upload.put_part(data);
+            Box::pin(async move {
+                let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(at_once, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let done = part.await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                done
+            })
+        }
+    }
+
+    /// The upload sends as many parts at once as its plan says, never more, past the first
+    /// part's pieces.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upload_sends_its_plan_s_parts_at_once() {
+        for in_flight in [2, 4] {
+            let hooks = Arc::new(PartsAtOnce::default());
+            let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+            let store = Arc::new(HookedStore::wrap(Arc::clone(&inner), Arc::clone(&hooks)));
+            let plan = PartPlan {
+                part_bytes: 64 << 10,
+                in_flight,
+            };
+            let key = Path::from("out.parquet");
+            let (mut writer, task) = start_upload(store, key.clone(), None, plan);
+            let expected: Vec<u8> = (0..(3 << 20) + 99).map(|i| (i % 241) as u8).collect();
+            let data = expected.clone();
+            tokio::task::spawn_blocking(move || {
+                for piece in data.chunks(10_007) {
+                    writer.write_all(piece).expect("write");
+                }
+                writer.finish().expect("finish")
+            })
+            .await
+            .expect("writer thread");
+            task.await.expect("task").expect("upload");
+            let most = hooks.most.load(Ordering::SeqCst);
+            assert_eq!(most, in_flight.max(FIRST_PART_PARTS), "{plan:?}");
+            let stored = inner
+                .get(&key)
+                .await
+                .expect("get")
+                .bytes()
+                .await
+                .expect("bytes");
             assert_eq!(stored.as_ref(), expected.as_slice());
         }
     }

@@ -64,10 +64,10 @@ fn write_blocks(
         || writer_cell.borrow_mut().flush().expect("flushes"),
     );
     writer.finish().expect("finishes");
-    let peak = writer.peak_staged_memory();
-    let spilled = writer.staged_in_file();
+    let peak = writer.peak_staged_memory().expect("peak");
+    let spilled = writer.staged_in_file().expect("spilled");
     (
-        Bytes::from(std::mem::take(writer.inner_mut())),
+        Bytes::from(std::mem::take(writer.inner_mut().expect("the sink"))),
         peak,
         spilled,
     )
@@ -333,7 +333,7 @@ fn write_with_dictionary_choice(batch: &RecordBatch, n: usize, chunk_rows: usize
         writer.write(&batch.slice(start, rows)).expect("writes");
     }
     writer.finish().expect("finishes");
-    Bytes::from(std::mem::take(writer.inner_mut()))
+    Bytes::from(std::mem::take(writer.inner_mut().expect("the sink")))
 }
 
 #[test]
@@ -426,7 +426,7 @@ fn distinct_text_is_compressed_at_zstd_level_1_once_the_choice_is_made() {
         assert_eq!(level(chosen, name), level_3, "{name}");
     }
     writer.finish().expect("finishes");
-    let bytes = Bytes::from(std::mem::take(writer.inner_mut()));
+    let bytes = Bytes::from(std::mem::take(writer.inner_mut().expect("the sink")));
     let meta = metadata(&bytes);
     assert!(meta.num_row_groups() > 1);
     for rg in 0..meta.num_row_groups() {
@@ -634,7 +634,7 @@ fn write_in_calls(
     }
     assert_eq!(writer.rows(), batch.num_rows() as u64);
     writer.finish().expect("finishes");
-    Bytes::from(std::mem::take(writer.inner_mut()))
+    Bytes::from(std::mem::take(writer.inner_mut().expect("the sink")))
 }
 
 #[test]
@@ -658,7 +658,7 @@ fn calls_of_many_batches_keep_every_row_and_the_same_bytes_on_one_thread_or_two(
             || {},
         );
         writer.finish().expect("finishes");
-        assert!(single.as_ref() == writer.inner_mut().as_slice());
+        assert!(single.as_ref() == writer.inner_mut().expect("the sink").as_slice());
         for split in [(8192, 1024), (8192, 37), (5000, 999)] {
             let one = write_in_calls(&batch, &props, split, false);
             let two = write_in_calls(&batch, &props, split, true);
@@ -686,4 +686,67 @@ fn calls_of_many_batches_keep_every_row_and_the_same_bytes_on_one_thread_or_two(
             assert_eq!(read, batch.num_rows());
         }
     }
+}
+
+/// A sink that takes nothing past the magic until its gate opens (or ten seconds pass, so a
+/// writer that waits for it fails the test rather than hanging it).
+struct GatedSink {
+    bytes: Vec<u8>,
+    gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl std::io::Write for GatedSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() >= 4 {
+            let (open, opened) = &*self.gate;
+            let guard = open.lock().expect("gate");
+            let _ = opened
+                .wait_timeout_while(guard, std::time::Duration::from_secs(10), |open| !*open)
+                .expect("gate");
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A block whose output takes its time (an upload at the network's pace) does not stop the
+/// writer: the next row group is encoded while the block is copied, and the file is the same.
+#[test]
+fn the_next_row_group_is_encoded_while_a_block_is_copied_out() {
+    let batch = fixture();
+    let props = props(1 << 30, Some(2048));
+    let (expected, _, _) = write_blocks(&batch, &props, BlockOptions::new(2, None), 2);
+    let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let sink = GatedSink {
+        bytes: Vec::new(),
+        gate: Arc::clone(&gate),
+    };
+    let mut writer = BlockWriter::try_new(sink, batch.schema(), props, BlockOptions::new(2, None))
+        .expect("opens");
+    let started = std::time::Instant::now();
+    // Two row groups make the first block; the third row group's rows follow while its bytes
+    // wait at the gate.
+    for start in (0..5120).step_by(1024) {
+        writer.write(&batch.slice(start, 1024)).expect("writes");
+    }
+    assert_eq!(writer.rows(), 5120);
+    assert_eq!(writer.row_groups(), 2);
+    assert_eq!(writer.in_progress_rows(), 1024);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the writer waited for the block's copy"
+    );
+    *gate.0.lock().expect("gate") = true;
+    gate.1.notify_all();
+    for start in (5120..batch.num_rows()).step_by(1024) {
+        let rows = 1024.min(batch.num_rows() - start);
+        writer.write(&batch.slice(start, rows)).expect("writes");
+    }
+    writer.finish().expect("finishes");
+    let written = std::mem::take(&mut writer.inner_mut().expect("the sink").bytes);
+    assert!(written == expected.as_ref(), "the file differs");
 }

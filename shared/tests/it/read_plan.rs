@@ -325,7 +325,7 @@ fn block_file(per_block: usize) -> Bytes {
         BlockWriter::try_new(Vec::new(), batch.schema(), props, options).expect("writer");
     writer.write(&batch).expect("write");
     writer.finish().expect("finish");
-    Bytes::from(std::mem::take(writer.inner_mut()))
+    Bytes::from(std::mem::take(writer.inner_mut().expect("the sink")))
 }
 
 #[tokio::test]

@@ -20,10 +20,12 @@
 //! **Memory.** The open row group is encoded in memory, as with `ArrowWriter`. Closed row groups
 //! of the open block are staged: in memory up to [`STAGING_MEMORY_BYTES`] (by default), in one
 //! scratch file beyond it, so a block adds at most that to the writer's memory whatever its
-//! size. The output streams: each block goes to the sink as soon as it is complete. Bloom
+//! size. The output streams: each block goes to the sink as soon as it is complete, copied by a
+//! thread of its own while the next row group is encoded (`copying`). Bloom
 //! filters (about 2 KiB per row group) and page indexes wait in memory for the end of the file,
 //! as they do in `ArrowWriter`.
 
+mod copying;
 mod encode;
 mod footer;
 mod page_store;
@@ -51,6 +53,7 @@ use parquet::schema::types::{SchemaDescPtr, SchemaDescriptor};
 
 use crate::error::{Error, Result};
 use crate::output::dictionary_choice::DictionaryChoice;
+use copying::Destination;
 use footer::{ClosedRowGroup, file_metadata, render_footer, write_blooms};
 pub use page_store::ScratchPageStoreFactory;
 pub use staging::STAGING_MEMORY_BYTES;
@@ -131,8 +134,8 @@ impl Default for BlockOptions {
 ///
 /// Row groups rotate like `ArrowWriter`'s: at the properties' `max_row_group_bytes` (estimated
 /// encoded size) or `max_row_group_row_count`, whichever comes first, and at [`Self::flush`].
-pub struct BlockWriter<W: Write + Send> {
-    out: TrackedWrite<W>,
+pub struct BlockWriter<W: Write + Send + 'static> {
+    destination: Destination<W>,
     arrow_schema: SchemaRef,
     descr: SchemaDescPtr,
     props: WriterPropertiesPtr,
@@ -142,7 +145,6 @@ pub struct BlockWriter<W: Write + Send> {
     parallel_encoding: bool,
     row_groups_per_block: usize,
     open: Option<OpenRowGroup>,
-    staging: Staging,
     block: Vec<StagedRowGroup>,
     closed: Vec<ClosedRowGroup>,
     rows: u64,
@@ -160,7 +162,7 @@ struct StagedRowGroup {
     start: u64,
 }
 
-impl<W: Write + Send> BlockWriter<W> {
+impl<W: Write + Send + 'static> BlockWriter<W> {
     /// A writer of `schema` into `sink`; the file carries the same key-value metadata, encoded
     /// Arrow schema and `created_by` as `ArrowWriter`'s with these properties.
     pub fn try_new(
@@ -193,8 +195,9 @@ impl<W: Write + Send> BlockWriter<W> {
         let mut out = TrackedWrite::new(sink);
         out.write_all(b"PAR1")
             .map_err(|e| Error::encode(OUTPUT, e.into()))?;
+        let staging = Staging::new(options.staging_file, options.staging_memory_bytes);
         Ok(Self {
-            out,
+            destination: Destination::new(out, staging),
             arrow_schema: schema,
             descr,
             props,
@@ -204,7 +207,6 @@ impl<W: Write + Send> BlockWriter<W> {
             parallel_encoding: options.parallel_encoding,
             row_groups_per_block: options.row_groups_per_block,
             open: None,
-            staging: Staging::new(options.staging_file, options.staging_memory_bytes),
             block: Vec::new(),
             closed: Vec::new(),
             rows: 0,
@@ -227,14 +229,16 @@ impl<W: Write + Send> BlockWriter<W> {
         self.closed.len() + self.block.len()
     }
 
-    /// The most bytes of a staged block held in memory at once.
-    pub fn peak_staged_memory(&self) -> usize {
-        self.staging.peak_memory()
+    /// The most bytes of a staged block held in memory at once (once the block being copied
+    /// is out).
+    pub fn peak_staged_memory(&mut self) -> Result<usize> {
+        Ok(self.destination.ready()?.staging.peak_memory())
     }
 
-    /// Whether a block outgrew memory and was staged in the scratch file.
-    pub fn staged_in_file(&self) -> bool {
-        self.staging.is_spilled()
+    /// Whether a block outgrew memory and was staged in the scratch file (once the block
+    /// being copied is out).
+    pub fn staged_in_file(&mut self) -> Result<bool> {
+        Ok(self.destination.ready()?.staging.is_spilled())
     }
 
     /// The properties the next row group is written with: those given, plus the per-column
@@ -332,9 +336,10 @@ impl<W: Write + Send> BlockWriter<W> {
         let chunks = encode::close_writers(open.writers, self.parallel_encoding)?;
         let ordinal = i32::try_from(self.row_groups())
             .map_err(|_| Error::invariant("more than 2^31 row groups"))?;
+        let ends = self.destination.ready()?;
         if self.row_groups_per_block == 1 {
             let row_group = append_row_group(
-                &mut self.out,
+                &mut ends.out,
                 &self.descr,
                 &self.props,
                 ordinal,
@@ -345,8 +350,8 @@ impl<W: Write + Send> BlockWriter<W> {
             self.closed.push(row_group);
             return Ok(());
         }
-        let start = self.staging.len();
-        let mut tracked = TrackedWrite::new(&mut self.staging);
+        let start = ends.staging.len();
+        let mut tracked = TrackedWrite::new(&mut ends.staging);
         let row_group = append_row_group(
             &mut tracked,
             &self.descr,
@@ -370,28 +375,25 @@ impl<W: Write + Send> BlockWriter<W> {
         self.flush()?;
         self.write_block()?;
         self.finished = true;
+        let out = &mut self.destination.ready()?.out;
         for row_group in &mut self.closed {
-            write_blooms(
-                &mut self.out,
-                &mut row_group.metadata,
-                &mut row_group.blooms,
-            )
-            .map_err(|e| Error::encode(OUTPUT, e))?;
+            write_blooms(out, &mut row_group.metadata, &mut row_group.blooms)
+                .map_err(|e| Error::encode(OUTPUT, e))?;
         }
         let closed = std::mem::take(&mut self.closed);
         let metadata = file_metadata(&self.descr, &self.props, closed);
-        let footer = render_footer(&metadata, &self.props, self.out.bytes_written())
+        let footer = render_footer(&metadata, &self.props, out.bytes_written())
             .map_err(|e| Error::encode(OUTPUT, e))?;
-        self.out
-            .write_all(&footer)
-            .and_then(|()| self.out.flush())
+        out.write_all(&footer)
+            .and_then(|()| out.flush())
             .map_err(|e| Error::encode(OUTPUT, e.into()))?;
         Ok(metadata)
     }
 
-    /// The sink (to complete an upload after [`Self::finish`]).
-    pub fn inner_mut(&mut self) -> &mut W {
-        self.out.inner_mut()
+    /// The sink (to complete an upload after [`Self::finish`]), once the block being copied
+    /// is out.
+    pub fn inner_mut(&mut self) -> Result<&mut W> {
+        Ok(self.destination.ready()?.out.inner_mut())
     }
 
     fn check_open(&self) -> Result<()> {
@@ -459,23 +461,23 @@ impl<W: Write + Send> BlockWriter<W> {
             .ok_or_else(|| Error::invariant("no open row group"))
     }
 
-    /// Copies the staged block to the output, column by column, and moves every offset with it.
+    /// Lays the staged block out in the output, column by column, moving every offset with
+    /// it, and has its bytes copied there while the writer goes on (`copying`).
     fn write_block(&mut self) -> Result<()> {
         let mut block = std::mem::take(&mut self.block);
         if block.is_empty() {
             return Ok(());
         }
-        let staging = self.staging.describe();
+        let mut to = self.destination.ready()?.out.bytes_written() as u64;
+        let mut ranges = Vec::with_capacity(block.len() * self.descr.num_columns());
         let mut columns: Vec<Vec<_>> = block.iter().map(|_| Vec::new()).collect();
         for c in 0..self.descr.num_columns() {
             for (staged, laid_out) in block.iter_mut().zip(columns.iter_mut()) {
                 let chunk = staged.row_group.metadata.column(c);
                 let (start, length) = chunk.byte_range();
-                let to = self.out.bytes_written() as u64;
-                self.staging
-                    .copy_range(staged.start + start, length, &mut self.out)
-                    .map_err(|e| Error::scratch(&staging, e))?;
+                ranges.push((staged.start + start, length));
                 let shift = to as i64 - start as i64;
+                to += length;
                 let moved = chunk
                     .clone()
                     .into_builder()
@@ -504,9 +506,7 @@ impl<W: Write + Send> BlockWriter<W> {
                 .map_err(|e| Error::encode(OUTPUT, e))?;
             self.closed.push(row_group);
         }
-        self.staging
-            .clear()
-            .map_err(|e| Error::scratch(&staging, e))
+        self.destination.copy(ranges)
     }
 }
 
