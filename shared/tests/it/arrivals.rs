@@ -403,3 +403,68 @@ async fn a_reader_larger_than_its_footer_tells_takes_room_from_the_rows() {
     );
     assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
 }
+
+/// The partitions `tests/interop/writer_corpus.py` writes under `dir` (under the
+/// interoperability Python, `$OURIOS_INTEROP_PYTHON`, else `python3`): one JSON line each.
+fn writer_corpus(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let python = std::env::var("OURIOS_INTEROP_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/writer_corpus.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg("write")
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "writer_corpus.py failed (it needs pyarrow, duckdb and polars: bash tests/run.sh \
+         installs them into .tools/venv):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (String::from_utf8_lossy(&out.stdout).lines())
+        .map(|line| serde_json::from_str(line).expect("a partition line"))
+        .collect()
+}
+
+/// Real writers' files (pyarrow with every codec and format version, Polars, DuckDB, INT96 and
+/// zoned times, nested columns, a file without rows, conflicting files, damaged pages and
+/// levels: `tests/interop/writer_corpus.py`), sorted as they arrive, give what staging them
+/// first gives, partition by partition, and what the corpus expects of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_writers_files_sorted_as_they_arrive_give_what_staging_them_first_gives() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let partitions = writer_corpus(dir.path());
+    assert!(partitions.len() >= 7, "{partitions:?}");
+    for partition in &partitions {
+        let tenant = partition["tenant"].as_str().expect("tenant");
+        let mut files: Vec<(String, Bytes)> =
+            files_under(&dir.path().join("data").join(format!("tenant={tenant}")))
+                .into_iter()
+                .map(|path| {
+                    let name = path
+                        .file_name()
+                        .expect("a name")
+                        .to_string_lossy()
+                        .into_owned();
+                    let bytes = std::fs::read(&path).expect("the file reads");
+                    (name, Bytes::from(bytes))
+                })
+                .collect();
+        files.sort();
+        assert!(!files.is_empty(), "{tenant}: no files");
+        let report = same_either_way(&files, Vec::new(), |o| {
+            o.settings.budget_bytes = 32 << 20;
+        })
+        .await;
+        let status = serde_json::to_value(&report.status).expect("a status");
+        assert_eq!(status, partition["expect"], "{tenant}: {report:#?}");
+        let quarantined = partition["quarantined"].as_str();
+        assert_eq!(
+            report.quarantined.len(),
+            usize::from(quarantined.is_some()),
+            "{tenant}: {:?}",
+            report.quarantined
+        );
+    }
+}
