@@ -93,3 +93,13 @@ impl<W: Write + Send + 'static> Destination<W> {
         Ok(())
     }
 }
+
+impl<W: Write> Drop for Destination<W> {
+    /// A writer dropped midway (its sort failed or was interrupted) waits for the block being
+    /// copied, so the output's sink goes with it (an upload is then aborted), not later.
+    fn drop(&mut self) {
+        if let State::Copying { thread, .. } = std::mem::replace(&mut self.state, State::Broken) {
+            let _ = thread.join();
+        }
+    }
+}
