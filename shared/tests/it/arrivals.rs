@@ -457,7 +457,7 @@ async fn real_writers_files_sorted_as_they_arrive_give_what_staging_them_first_g
             o.settings.budget_bytes = 32 << 20;
         })
         .await;
-        let status = serde_json::to_value(&report.status).expect("a status");
+        let status = serde_json::to_value(report.status).expect("a status");
         assert_eq!(status, partition["expect"], "{tenant}: {report:#?}");
         let quarantined = partition["quarantined"].as_str();
         assert_eq!(
