@@ -27,8 +27,11 @@ pub(crate) struct Ends<W: Write> {
 /// What the copying thread gives back: the ends, and the copy's outcome.
 type Copied<W> = (Box<Ends<W>>, std::io::Result<()>);
 
+/// Where the ends are.
 enum State<W: Write> {
+    /// With the writer.
     Ready(Box<Ends<W>>),
+    /// With the thread copying a block, from the staging buffer at `staging`.
     Copying {
         thread: JoinHandle<Copied<W>>,
         staging: PathBuf,
@@ -43,6 +46,7 @@ pub(crate) struct Destination<W: Write> {
 }
 
 impl<W: Write + Send + 'static> Destination<W> {
+    /// The ends, with the writer.
     pub(crate) fn new(out: TrackedWrite<W>, staging: Staging) -> Self {
         Self {
             state: State::Ready(Box::new(Ends { out, staging })),
