@@ -158,7 +158,7 @@
 //! | bench | [`bench`](mod@bench) | benchmark support |
 //! | | [`bench::baseline`] | the unsorted rewrite the benchmark and the CLI's `demo` compare against (so not feature-gated) |
 //! | | `bench::generate` | synthetic realistic ingest files (feature `generate`): `bench::generate::batch`, `bench::generate::corpus`, `bench::generate::service` |
-//! | testing | `testing` | test support (feature `testing`): fixtures (`testing::log_fixture`, `testing::event_files`, `testing::tagged_files`, the command line run as a child process by `testing::cli_process`), store hooks (`testing::faulty_store`, `testing::recording_store`, `testing::store_quirks`), the simulations' store with a virtual clock (`testing::virtual_store`) and their seeds, run two at a time (`testing::seeds`) |
+//! | testing | `testing` | test support (feature `testing`): fixtures (`testing::log_fixture`, `testing::event_files`, `testing::tagged_files`, the command line run as a child process by `testing::cli_process`, the interoperability scripts by `testing::interop`), store hooks (`testing::faulty_store`, `testing::recording_store`, `testing::store_quirks`), the simulations' store with a virtual clock (`testing::virtual_store`) and their seeds, run two at a time (`testing::seeds`) |
 //!
 //! Where the layers differ from the obvious grouping, the dependencies decide:
 //!

@@ -375,6 +375,19 @@ mod tests {
 
     const PIECE: usize = (3 << 20) + 7;
 
+    /// Writes `data` through `writer` in pieces that straddle part boundaries, on a blocking
+    /// thread, and finishes; the bytes written.
+    async fn write_through(mut writer: UploadWriter, data: Vec<u8>) -> u64 {
+        tokio::task::spawn_blocking(move || {
+            for piece in data.chunks(PIECE) {
+                writer.write_all(piece).expect("write");
+            }
+            writer.finish().expect("finish")
+        })
+        .await
+        .expect("writer thread")
+    }
+
     #[test]
     fn the_first_part_holds_three_parts_and_the_rest_are_cut_at_their_size() {
         let (tx, mut rx) = mpsc::channel(1);
@@ -438,22 +451,14 @@ mod tests {
             let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://")
                 .counting_requests();
             let key = format!("out-{mib}.parquet");
-            let (mut writer, task) = start_upload(
+            let (writer, task) = start_upload(
                 Arc::clone(store.object_store()),
                 Path::from(key.as_str()),
                 None,
                 PartPlan::for_memory(256 << 20, PART_BYTES),
             );
             let expected = data(mib);
-            let data = expected.clone();
-            let written = tokio::task::spawn_blocking(move || {
-                for piece in data.chunks(PIECE) {
-                    writer.write_all(piece).expect("write");
-                }
-                writer.finish().expect("finish")
-            })
-            .await
-            .expect("writer thread");
+            let written = write_through(writer, expected.clone()).await;
             assert_eq!(written, expected.len() as u64);
             let uploaded = task.await.expect("task").expect("upload");
             assert_eq!((uploaded.bytes, uploaded.held_from_ms), (written, None));
@@ -491,34 +496,20 @@ mod tests {
     async fn an_upload_sends_its_plan_s_parts_at_once() {
         for in_flight in [2, 4] {
             let hooks = Arc::new(PartsAtOnce::default());
-            let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-            let store = Arc::new(HookedStore::wrap(Arc::clone(&inner), Arc::clone(&hooks)));
+            let inner = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+            let hooked = HookedStore::wrap(Arc::clone(inner.object_store()), Arc::clone(&hooks));
             let plan = PartPlan {
                 part_bytes: 64 << 10,
                 in_flight,
             };
-            let key = Path::from("out.parquet");
-            let (mut writer, task) = start_upload(store, key.clone(), None, plan);
-            let expected: Vec<u8> = (0..(3 << 20) + 99).map(|i| (i % 241) as u8).collect();
-            let data = expected.clone();
-            tokio::task::spawn_blocking(move || {
-                for piece in data.chunks(10_007) {
-                    writer.write_all(piece).expect("write");
-                }
-                writer.finish().expect("finish")
-            })
-            .await
-            .expect("writer thread");
+            let (writer, task) =
+                start_upload(Arc::new(hooked), Path::from("out.parquet"), None, plan);
+            let expected = data(3);
+            write_through(writer, expected.clone()).await;
             task.await.expect("task").expect("upload");
             let most = hooks.most.load(Ordering::SeqCst);
             assert_eq!(most, in_flight.max(FIRST_PART_PARTS), "{plan:?}");
-            let stored = inner
-                .get(&key)
-                .await
-                .expect("get")
-                .bytes()
-                .await
-                .expect("bytes");
+            let stored = get_bytes(&inner, "out.parquet").await;
             assert_eq!(stored.as_ref(), expected.as_slice());
         }
     }

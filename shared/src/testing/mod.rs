@@ -18,6 +18,7 @@ use crate::store::Store;
 mod cli_process;
 mod event_files;
 mod faulty_store;
+mod interop;
 mod log_fixture;
 mod recording_store;
 mod seeds;
@@ -30,6 +31,7 @@ pub use cli_process::{
 };
 pub use event_files::{assert_http_answer, event_file_names, events_dir, load_event};
 pub use faulty_store::{Fault, Faults, FaultyStore};
+pub use interop::interop_script;
 pub use log_fixture::{FIXTURE_SERVICES, fixture_properties, log_fixture};
 pub use recording_store::{
     Operation, OperationLog, RecordingStore, assert_role_covers, assert_role_permits,

@@ -14,8 +14,8 @@ use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
 use ourios_compaction::store::hooked::{GetRequest, HookedStore, Inner, StoreHooks, StoreResult};
 use ourios_compaction::testing::{
-    files_under, get_bytes, live_set, named_batch, parquet_bytes, put_bytes, rows_batch,
-    test_partition, tied_key_files,
+    files_under, get_bytes, interop_script, live_set, named_batch, parquet_bytes, put_bytes,
+    rows_batch, test_partition, tied_key_files,
 };
 
 /// How the job meets its inputs.
@@ -404,27 +404,17 @@ async fn a_reader_larger_than_its_footer_tells_takes_room_from_the_rows() {
     assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
 }
 
-/// The partitions `tests/interop/writer_corpus.py` writes under `dir` (under the
-/// interoperability Python, `$OURIOS_INTEROP_PYTHON`, else `python3`): one JSON line each.
+/// The partitions `tests/interop/writer_corpus.py` writes under `dir`: one JSON line each.
 fn writer_corpus(dir: &std::path::Path) -> Vec<serde_json::Value> {
-    let python = std::env::var("OURIOS_INTEROP_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/writer_corpus.py");
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg("write")
-        .arg(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "writer_corpus.py failed (it needs pyarrow, duckdb and polars: bash tests/run.sh \
-         installs them into .tools/venv):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (String::from_utf8_lossy(&out.stdout).lines())
-        .map(|line| serde_json::from_str(line).expect("a partition line"))
-        .collect()
+    let dir = dir.to_string_lossy();
+    interop_script(
+        "writer_corpus.py",
+        &["write", dir.as_ref()],
+        "pyarrow, duckdb and polars",
+    )
+    .lines()
+    .map(|line| serde_json::from_str(line).expect("a partition line"))
+    .collect()
 }
 
 /// Real writers' files (pyarrow with every codec and format version, Polars, DuckDB, INT96 and

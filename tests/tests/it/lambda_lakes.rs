@@ -18,10 +18,8 @@ use object_store::ObjectStoreExt;
 
 use ourios_compaction::partition::{PartitionId, job_key};
 use ourios_compaction::store::{Store, StoreUrl};
-use ourios_compaction::testing::files_under;
-use ourios_integration_tests::emulator::{
-    Emulator, FUNCTIONS, load, s3_server_env, workspace_root,
-};
+use ourios_compaction::testing::{files_under, interop_script};
+use ourios_integration_tests::emulator::{Emulator, FUNCTIONS, load, s3_server_env};
 use ourios_integration_tests::{cli_json, s3_url};
 use serde_json::Value;
 
@@ -41,19 +39,7 @@ const SETTINGS: [(&str, &str); 6] = [
 
 /// Runs `tests/interop/writer_lakes.py` with the test command's Python (pyarrow).
 fn writer_lakes(args: &[&str]) -> String {
-    let python = std::env::var("OURIOS_INTEROP_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = workspace_root().join("tests/interop/writer_lakes.py");
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "writer_lakes.py {args:?} failed (it needs pyarrow: bash tests/run.sh installs it):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    interop_script("writer_lakes.py", args, "pyarrow")
 }
 
 /// The files under `dir`, as keys relative to it, in order.

@@ -87,9 +87,7 @@ impl<W: Write + Send + 'static> Destination<W> {
             .name("block-copy".into())
             .spawn(move || {
                 let Ends { out, staging } = &mut *ends;
-                let copied = (ranges.iter())
-                    .try_for_each(|&(start, len)| staging.copy_range(start, len, out))
-                    .and_then(|()| staging.clear());
+                let copied = (staging.copy_ranges(&ranges, out)).and_then(|()| staging.clear());
                 (ends, copied)
             })
             .map_err(|e| Error::scratch(&staging, e))?;

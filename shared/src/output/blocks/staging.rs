@@ -59,44 +59,51 @@ impl Staging {
             .unwrap_or_else(|| PathBuf::from("in-memory block staging"))
     }
 
-    /// Writes the `len` bytes staged at `start` to `out`.
-    pub(crate) fn copy_range(
+    /// Writes each `(start, len)` range of the staged bytes to `out`, in order, through one
+    /// copy buffer.
+    pub(crate) fn copy_ranges(
         &mut self,
-        start: u64,
-        len: u64,
+        ranges: &[(u64, u64)],
         out: &mut impl Write,
     ) -> std::io::Result<()> {
-        let end = start
-            .checked_add(len)
-            .filter(|end| *end <= self.len)
-            .ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!(
-                        "range {start}+{len} is outside the {} staged bytes",
-                        self.len
-                    ),
-                )
-            })?;
-        match &self.file {
-            None => {
-                let (Ok(start), Ok(end)) = (usize::try_from(start), usize::try_from(end)) else {
-                    return Err(std::io::Error::other("staged range does not fit memory"));
-                };
-                out.write_all(&self.memory[start..end])
-            }
-            Some(file) => {
-                let mut buffer = vec![0u8; COPY_BYTES.min(len as usize)];
-                let mut at = start;
-                while at < end {
-                    let n = (end - at).min(buffer.len() as u64) as usize;
-                    file.read_exact_at(&mut buffer[..n], at)?;
-                    out.write_all(&buffer[..n])?;
-                    at += n as u64;
+        let mut buffer = Vec::new();
+        for &(start, len) in ranges {
+            let end = start
+                .checked_add(len)
+                .filter(|end| *end <= self.len)
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!(
+                            "range {start}+{len} is outside the {} staged bytes",
+                            self.len
+                        ),
+                    )
+                })?;
+            match &self.file {
+                None => {
+                    let (Ok(start), Ok(end)) = (usize::try_from(start), usize::try_from(end))
+                    else {
+                        return Err(std::io::Error::other("staged range does not fit memory"));
+                    };
+                    out.write_all(&self.memory[start..end])?;
                 }
-                Ok(())
+                Some(file) => {
+                    let size = COPY_BYTES.min(usize::try_from(len).unwrap_or(COPY_BYTES));
+                    if buffer.len() < size {
+                        buffer.resize(size, 0);
+                    }
+                    let mut at = start;
+                    while at < end {
+                        let n = (end - at).min(buffer.len() as u64) as usize;
+                        file.read_exact_at(&mut buffer[..n], at)?;
+                        out.write_all(&buffer[..n])?;
+                        at += n as u64;
+                    }
+                }
             }
         }
+        Ok(())
     }
 
     /// Forgets the staged bytes; a staging file is kept (empty) for the next block.
@@ -179,15 +186,19 @@ mod tests {
         assert!(staging.peak_memory() <= STAGING_MEMORY_BYTES);
         let mut out = Vec::new();
         staging
-            .copy_range(STAGING_MEMORY_BYTES as u64, 4, &mut out)
+            .copy_ranges(&[(STAGING_MEMORY_BYTES as u64, 4)], &mut out)
             .unwrap();
         assert_eq!(out, b"tail");
-        assert!(staging.copy_range(staging.len(), 1, &mut out).is_err());
+        assert!(
+            staging
+                .copy_ranges(&[(staging.len(), 1)], &mut out)
+                .is_err()
+        );
         staging.clear().unwrap();
         assert_eq!(staging.len(), 0);
         staging.write_all(b"next").unwrap();
         let mut out = Vec::new();
-        staging.copy_range(0, 4, &mut out).unwrap();
+        staging.copy_ranges(&[(0, 4)], &mut out).unwrap();
         assert_eq!(out, b"next");
         drop(staging);
         assert!(!path.exists(), "the staging file is removed");
@@ -202,7 +213,7 @@ mod tests {
         assert!(!staging.is_spilled());
         let mut out = Vec::new();
         staging
-            .copy_range(STAGING_MEMORY_BYTES as u64, 1, &mut out)
+            .copy_ranges(&[(STAGING_MEMORY_BYTES as u64, 1)], &mut out)
             .unwrap();
         assert_eq!(out, [1]);
     }

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 pub use ourios_compaction::testing::{
-    compact_json, partition_args, partition_dir, report_with_status, stdout_json as json,
+    compact_json, interop_script, partition_args, partition_dir, report_with_status,
+    stdout_json as json,
 };
 
 /// The binary cargo built for these tests.
@@ -38,25 +39,4 @@ pub fn run_ok(args: &[&str]) -> Output {
 /// Runs [`command`] with the variables `env` set.
 pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     ourios_compaction::testing::run_cli(bin(), args, env)
-}
-
-/// Runs `tests/interop/<script>` with `args` under the interoperability Python
-/// (`$OURIOS_INTEROP_PYTHON`, else `python3`), which must succeed; its stdout. The panic
-/// names the modules it `needs` when it fails.
-pub fn interop_script(script: &str, args: &[&str], needs: &str) -> String {
-    let python = std::env::var("OURIOS_INTEROP_PYTHON").unwrap_or_else(|_| "python3".into());
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/interop")
-        .join(script);
-    let out = Command::new(python)
-        .arg(path)
-        .args(args)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "{script} {args:?} failed (it needs {needs}: bash tests/run.sh installs them into .tools/venv):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
