@@ -11,22 +11,24 @@ use crate::compact::job::JobContext;
 use crate::compact::producing::Produced;
 use crate::compact::writing::{Written, delete_quietly};
 use crate::error::{Error, Result};
-use crate::manifest::gc::mark_garbage;
 use crate::manifest::{
-    CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit,
+    CommitOutcome, CommitRequest, CompactedFile, Manifest, PartitionFiles, QuarantinedFile, commit,
+    live_files,
 };
 use crate::object_key::ObjectKey;
 use crate::report::{CompactionReport, InputTotals, Status};
 use crate::store::Store;
 
-/// Step 5: commits what was produced, and reports it.
+/// Step 5: commits what was produced on `manifest` and `listing`, the state the job read, and
+/// reports it. Returns the live set the commit made when it is the version right after
+/// `manifest` (no other commit came between, so `listing` gives it).
 pub(crate) async fn commit_produced(
     job: &JobContext<'_>,
     manifest: &Manifest,
     listing: &[object_store::ObjectMeta],
     produced: Produced,
     report: &mut CompactionReport,
-) -> Result<()> {
+) -> Result<Option<PartitionFiles>> {
     let (store, layout, partition, options) = (job.store, job.layout, job.partition, job.options);
     let Produced {
         consumed,
@@ -53,7 +55,7 @@ pub(crate) async fn commit_produced(
     if consumed.is_empty() && written.is_empty() && quarantined.is_empty() {
         // Every new input vanished since the listing: no version would change anything.
         report.status = Status::Noop;
-        return Ok(());
+        return Ok(None);
     }
 
     // Each attempt names its outputs uniquely, so a late job may delete its own outputs: no
@@ -124,7 +126,7 @@ pub(crate) async fn commit_produced(
     if !consumed.is_empty()
         && written.is_empty()
         && !options.settings.gc_grace.is_zero()
-        && let Err(e) = mark_garbage(store, partition).await
+        && let Err(e) = job.mark_garbage().await
     {
         tracing::warn!(partition = %partition, error = %e, "could not mark garbage due; GC after the job marks it");
     }
@@ -135,8 +137,12 @@ pub(crate) async fn commit_produced(
         }
         other => other?,
     };
+    let mut live = None;
     match outcome {
         CommitOutcome::Committed(m) => {
+            if m.version == manifest.version + 1 {
+                live = Some(live_files(layout, partition, &m, listing));
+            }
             report.manifest_version = m.version;
             report.write_amplification = m.write_amplification();
             report.outputs = written.into_iter().map(|w| w.output).collect();
@@ -169,7 +175,7 @@ pub(crate) async fn commit_produced(
             });
         }
     }
-    Ok(())
+    Ok(live)
 }
 
 /// Deletes outputs no commit made live: all of them, or those `manifest` does not reference.

@@ -3,13 +3,15 @@
 //! garbage is collected past the grace period (step 6); and the report prices the job's
 //! requests with its duration and CPU time (`cost`, `cpu_ms`).
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cost::RequestCounts;
 use crate::error::{Error, Result};
 use crate::gauge::MemoryGauge;
-use crate::manifest::gc::collect_garbage_with;
-use crate::manifest::symlink::write_symlink;
+use crate::manifest::PartitionFiles;
+use crate::manifest::gc::{collect_garbage_with, mark_garbage};
+use crate::manifest::symlink::{SymlinkSeen, write_symlink, write_symlink_from};
 use crate::options::CompactOptions;
 use crate::partition::{KeyLayout, PartitionId, gc_due_key};
 use crate::report::{CompactionReport, Status};
@@ -24,6 +26,54 @@ pub(crate) struct JobContext<'a> {
     pub(crate) options: &'a CompactOptions,
     pub(crate) gauge: &'a MemoryGauge,
     pub(crate) attempt_id: &'a str,
+    pub(crate) garbage_mark: &'a GarbageMark,
+}
+
+impl JobContext<'_> {
+    /// Marks the partition as holding garbage due once the grace has passed
+    /// ([`mark_garbage`]), and notes when, for step 6.
+    pub(crate) async fn mark_garbage(&self) -> Result<()> {
+        let started = self.options.clock.monotonic_ms();
+        mark_garbage(self.store, self.partition).await?;
+        self.garbage_mark.note(started);
+        Ok(())
+    }
+}
+
+/// When a job last wrote its partition's garbage-due marker, on its monotonic clock (shared by
+/// its tasks).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GarbageMark(Arc<Mutex<Option<u64>>>);
+
+impl GarbageMark {
+    fn note(&self, started_ms: u64) {
+        if let Ok(mut at) = self.0.lock() {
+            *at = Some(at.map_or(started_ms, |at| at.max(started_ms)));
+        }
+    }
+
+    fn written_at(&self) -> Option<u64> {
+        self.0.lock().ok().and_then(|at| *at)
+    }
+}
+
+/// The live set a job's commit made, known without reading the state again, and the symlink
+/// manifest as the job read it before its state: what the symlink manifest is written from
+/// (`manifest::symlink`).
+pub(crate) struct CommittedLiveSet {
+    pub(crate) symlink: SymlinkSeen,
+    pub(crate) files: PartitionFiles,
+}
+
+impl CommittedLiveSet {
+    /// The live set `files` with the symlink manifest read before the state, when both are
+    /// known.
+    pub(crate) fn of(symlink: Option<SymlinkSeen>, files: Option<PartitionFiles>) -> Option<Self> {
+        Some(CommittedLiveSet {
+            symlink: symlink?,
+            files: files?,
+        })
+    }
 }
 
 /// A job under way, from its start to its report: the counting store its steps go through,
@@ -35,6 +85,7 @@ pub(crate) struct JobRun<'a> {
     store: Store,
     attempt_id: String,
     gauge: MemoryGauge,
+    garbage_mark: GarbageMark,
     started: Instant,
     cpu_started: Duration,
     requests_before: RequestCounts,
@@ -68,6 +119,7 @@ impl<'a> JobRun<'a> {
             store,
             attempt_id,
             gauge,
+            garbage_mark: GarbageMark::default(),
             started,
             cpu_started,
             requests_before,
@@ -84,15 +136,17 @@ impl<'a> JobRun<'a> {
             options: self.options,
             gauge: &self.gauge,
             attempt_id: &self.attempt_id,
+            garbage_mark: &self.garbage_mark,
         }
     }
 
     /// Ends the job with what its steps gave: an error that left nothing committed is reported
-    /// as `failed`, `timeout` or `conflict`; on success the partition's garbage is collected
-    /// (step 6); and the report is priced and logged.
+    /// as `failed`, `timeout` or `conflict`; a commit's live set goes to the symlink manifest
+    /// (from the committed live set when the steps know it, else read again); on success the
+    /// partition's garbage is collected (step 6); and the report is priced and logged.
     pub(crate) async fn finish(
         self,
-        result: Result<()>,
+        result: Result<Option<CommittedLiveSet>>,
         mut report: CompactionReport,
     ) -> CompactionReport {
         let JobRun {
@@ -101,37 +155,39 @@ impl<'a> JobRun<'a> {
             options,
             store,
             gauge,
+            garbage_mark,
             started,
             cpu_started,
             requests_before,
             ..
         } = self;
         let store = &store;
-        if let Err(e) = result {
-            report.error_kind = Some(e.kind());
-            report.error_objects = (e.named_objects(), e.is_read_failure());
-            report.did_not_fit = matches!(e, Error::ScratchFull { .. });
-            report.status = match e {
-                Error::Deadline { .. } => Status::Timeout,
-                Error::Conflict { .. } => Status::Conflict,
-                _ => Status::Failed,
-            };
-            report.error = Some(match e {
-                Error::Deadline { .. } => Error::Deadline {
-                    partition: partition.to_string(),
-                }
-                .to_string(),
-                other => other.to_string(),
-            });
-        }
+        let live = match result {
+            Ok(live) => live,
+            Err(e) => {
+                report_failure(&mut report, e, partition);
+                None
+            }
+        };
         // A commit changed the live set: the symlink manifest follows (before GC, which
         // rewrites it itself before deleting what it listed).
         let committed = matches!(report.status, Status::Compacted | Status::Partial)
             || (report.status.is_success() && !report.quarantined.is_empty());
-        if committed && let Err(e) = write_symlink(store, layout, partition).await {
-            tracing::warn!(partition = %partition, error = %e, "could not rewrite the symlink manifest; the next commit, event or GC does");
+        if committed {
+            let written = match live {
+                Some(live) => {
+                    write_symlink_from(store, layout, partition, &live.symlink, &live.files).await
+                }
+                None => write_symlink(store, layout, partition).await,
+            };
+            if let Err(e) = written {
+                tracing::warn!(partition = %partition, error = %e, "could not rewrite the symlink manifest; the next commit, event or GC does");
+            }
         }
-        if report.status.is_success() && garbage_may_be_due(store, partition, options).await {
+        let marked_at = garbage_mark.written_at();
+        if report.status.is_success()
+            && garbage_may_be_due(store, partition, options, marked_at).await
+        {
             let gc = collect_garbage_with(
                 store,
                 layout,
@@ -174,19 +230,45 @@ impl<'a> JobRun<'a> {
     }
 }
 
+/// Reports `e`, an error that left nothing committed, as `failed`, `timeout` or `conflict`.
+fn report_failure(report: &mut CompactionReport, e: Error, partition: &PartitionId) {
+    report.error_kind = Some(e.kind());
+    report.error_objects = (e.named_objects(), e.is_read_failure());
+    report.did_not_fit = matches!(e, Error::ScratchFull { .. });
+    report.status = match e {
+        Error::Deadline { .. } => Status::Timeout,
+        Error::Conflict { .. } => Status::Conflict,
+        _ => Status::Failed,
+    };
+    report.error = Some(match e {
+        Error::Deadline { .. } => Error::Deadline {
+            partition: partition.to_string(),
+        }
+        .to_string(),
+        other => other.to_string(),
+    });
+}
+
 /// Whether step 6 may find garbage due: always without a grace; otherwise when the
 /// partition's garbage-due marker is older than the grace on this host's clock. Skipping
 /// deletes nothing: a skewed clock only leaves the garbage to the sweep's GC job, or lets
 /// GC, which dates everything by the store, find nothing due. One HEAD instead of GC's
-/// listings and manifest reads after most commits, whose inputs are not due yet.
+/// listings and manifest reads after most commits, whose inputs are not due yet, and none
+/// when the job wrote the marker itself (`marked_at`) less than the grace ago: it replaced
+/// any older one.
 async fn garbage_may_be_due(
     store: &Store,
     partition: &PartitionId,
     options: &CompactOptions,
+    marked_at: Option<u64>,
 ) -> bool {
     let grace = options.settings.gc_grace;
     if grace.is_zero() {
         return true;
+    }
+    let since_marked = marked_at.map(|at| options.clock.monotonic_ms().saturating_sub(at));
+    if since_marked.is_some_and(|ms| u128::from(ms) < grace.as_millis()) {
+        return false;
     }
     let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
     match store.head_if_present(&gc_due_key(partition)).await {

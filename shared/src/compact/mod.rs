@@ -49,7 +49,7 @@ use crate::partition::{KeyLayout, PartitionId};
 use crate::report::{CompactionReport, Status};
 use crate::store::Store;
 use committing::{commit_produced, known_holds, release_holds};
-use job::{JobContext, JobRun};
+use job::{CommittedLiveSet, JobContext, JobRun};
 use producing::{check_late_files, settle_without_rows};
 use sizing::size_job;
 
@@ -86,17 +86,18 @@ pub async fn compact_partition_prepared(
     Ok(run.finish(steps, report).await)
 }
 
-/// Steps 1 to 5 of one job; [`JobRun::finish`] collects the garbage and prices the report.
+/// Steps 1 to 5 of one job, and the live set its commit made when they know it;
+/// [`JobRun::finish`] writes the symlink manifest, collects the garbage and prices the report.
 async fn compact(
     job: &JobContext<'_>,
     report: &mut CompactionReport,
     prepared: Option<Prepared>,
-) -> Result<()> {
+) -> Result<Option<CommittedLiveSet>> {
     // A job that only collects reads nothing here: its GC (step 6) reads what it needs.
     let mode = job.options.job_mode();
     if mode == JobMode::Collect {
         report.status = Status::Noop;
-        return Ok(());
+        return Ok(None);
     }
     // Step 1: read the state (unless a look at the job's size just read it).
     let (state, mut prepared_sizing) = match prepared {
@@ -108,7 +109,7 @@ async fn compact(
     };
     report.manifest_version = state.manifest.version;
     report.unaddressable = state.unaddressable;
-    let (manifest, listing) = (state.manifest, state.listing);
+    let (symlink, manifest, listing) = (state.symlink, state.manifest, state.listing);
     let wanted = match mode {
         // An append merges the uncompacted files alone.
         JobMode::Append => (state.wanted)
@@ -122,7 +123,7 @@ async fn compact(
     };
     let Some(wanted) = wanted else {
         report.status = Status::Noop;
-        return Ok(());
+        return Ok(None);
     };
 
     // Steps 2 to 4: a job that only checks or collects merges nothing; late files that bring no
@@ -143,7 +144,7 @@ async fn compact(
         Some(settled) => settled,
         None if !mode.writes() => {
             report.status = Status::Noop;
-            return Ok(());
+            return Ok(None);
         }
         None if mode == JobMode::Append => {
             let sizing = size_job(job, wanted).await?;
@@ -163,7 +164,7 @@ async fn compact(
                 report.oversized.clone_from(&sizing.oversized);
                 if sizing.wanted.iter().all(|w| w.is_compacted) && in_one_piece {
                     report.status = Status::Noop;
-                    return Ok(());
+                    return Ok(None);
                 }
                 fan_out::produce_sized(job, manifest.version, sizing, in_one_piece).await?
             }
@@ -178,5 +179,5 @@ async fn compact(
     if mode.is_merge() && manifest.version > 0 && report.status.is_success() {
         forget_checked(job.store, job.partition).await;
     }
-    committed
+    Ok(CommittedLiveSet::of(symlink, committed?))
 }

@@ -1,30 +1,37 @@
 //! Step 1, the partition's state: the latest manifest and a listing of the ingest directory
 //! give the live set (the reader rule), and with it the inputs the job wants, in ordinal order.
+//! The symlink manifest is read first, so a job that commits can write it from this state
+//! (`manifest::symlink`'s invariant).
 
 use object_store::path::Path;
 
 use crate::error::Result;
+use crate::manifest::symlink::{SymlinkSeen, read_symlink};
 use crate::manifest::{Manifest, live_set, load_latest, unaddressable_inputs};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::store::{Listing, Store};
 
-/// What step 1 read: the latest manifest, the listing of the ingest directory, the live
-/// inputs in ordinal order (`None` when there is nothing to merge) and the data keys the store
-/// cannot address.
+/// What step 1 read: the symlink manifest (`None`: its read failed, and a commit's write reads
+/// it again), the latest manifest, the listing of the ingest
+/// directory, the live inputs in ordinal order (`None` when there is nothing to merge) and the
+/// data keys the store cannot address.
 pub(crate) struct PartitionState {
+    pub(crate) symlink: Option<SymlinkSeen>,
     pub(crate) manifest: Manifest,
     pub(crate) listing: Vec<object_store::ObjectMeta>,
     pub(crate) wanted: Option<Vec<WantedInput>>,
     pub(crate) unaddressable: Vec<String>,
 }
 
-/// Step 1: the latest manifest and a listing give the live set (the reader rule); nothing
-/// uncompacted and the compacted files of one commit leave nothing to merge.
+/// Step 1: the symlink manifest, then the latest manifest and a listing, which give the live
+/// set (the reader rule); nothing uncompacted and the compacted files of one commit leave
+/// nothing to merge.
 pub(crate) async fn read_partition(
     store: &Store,
     layout: &KeyLayout,
     partition: &PartitionId,
 ) -> Result<PartitionState> {
+    let symlink = read_symlink(store, layout, partition).await.ok();
     let manifest = load_latest(store, layout, partition).await?;
     let ingest_dir = layout.ingest_dir(partition);
     let Listing {
@@ -38,6 +45,7 @@ pub(crate) async fn read_partition(
         Some(wanted_inputs(&manifest, &live))
     };
     Ok(PartitionState {
+        symlink,
         manifest,
         listing,
         wanted,

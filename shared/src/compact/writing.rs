@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::input::CheckedInput;
 use crate::input::schema::UnifiedSchema;
 use crate::manifest::OutputRange;
-use crate::manifest::gc::mark_garbage;
 use crate::object_key::ObjectKey;
 use crate::options::{CompactOptions, sort_key_label};
 use crate::output::threshold::{resolve_row_group_bytes, staged_block_bytes};
@@ -191,7 +190,7 @@ pub(crate) async fn sort_and_write(
         .map_or(row_group_bytes, |cap| row_group_bytes.min(cap as u64));
     let hold = output_hold(job, &key);
     if hold.is_some()
-        && let Err(e) = mark_garbage(store, job.partition).await
+        && let Err(e) = job.mark_garbage().await
     {
         // An attempt that dies after its upload leaves an orphan, and its hold, to the sweep.
         tracing::warn!(partition = %job.partition, error = %e, "could not mark garbage due");

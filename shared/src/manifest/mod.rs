@@ -410,7 +410,21 @@ pub async fn partition_files(
     let manifest = load_latest(store, layout, partition).await?;
     let dir = layout.ingest_dir(partition);
     let listing = store.list(&dir).await?;
-    let live = live_set(layout, &dir, &listing.objects, &manifest);
+    let mut files = live_files(layout, partition, &manifest, &listing.objects);
+    files.unaddressable = unaddressable_inputs(layout, &dir, &listing.unaddressable);
+    Ok(files)
+}
+
+/// The live set of `partition` from a manifest and a listing of its ingest directory already
+/// read, as [`partition_files`] reads it (no key in `unaddressable`: the listing's own).
+pub fn live_files(
+    layout: &crate::partition::KeyLayout,
+    partition: &crate::partition::PartitionId,
+    manifest: &Manifest,
+    ingest_listing: &[object_store::ObjectMeta],
+) -> PartitionFiles {
+    let dir = layout.ingest_dir(partition);
+    let live = live_set(layout, &dir, ingest_listing, manifest);
     let outputs = (manifest.compacted.iter()).map(|c| LiveFile {
         key: c.key.clone(),
         bytes: c.bytes,
@@ -421,13 +435,13 @@ pub async fn partition_files(
         bytes: m.size,
         sorted: false,
     });
-    Ok(PartitionFiles {
+    PartitionFiles {
         live: live.keys(),
         files: outputs.chain(ingest).collect(),
         quarantined: manifest.quarantined.clone(),
-        unaddressable: unaddressable_inputs(layout, &dir, &listing.unaddressable),
+        unaddressable: Vec::new(),
         manifest_version: manifest.version,
-    })
+    }
 }
 
 /// Most partitions (tenants × hours) one [`hours_files`] call reads.

@@ -99,11 +99,23 @@ fn commits_releases_and_quarantines_rewrite_it_to_the_live_urls() {
     });
 }
 
-/// Another writer (with a newer state) writes between a writer's state read and its write.
+/// Another writer (with a newer state: one more file) writes the symlink manifest just before
+/// the first write of a key the trigger picks: between a writer's state read and its write.
 #[derive(Debug)]
 struct Interloper {
     plain: Store,
+    trigger: fn(&str) -> bool,
     fired: AtomicBool,
+}
+
+impl Interloper {
+    fn before(plain: &Store, trigger: fn(&str) -> bool) -> Arc<Self> {
+        Arc::new(Interloper {
+            plain: plain.clone(),
+            trigger,
+            fired: AtomicBool::new(false),
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -111,8 +123,7 @@ impl StoreHooks for Interloper {
     const NAME: &'static str = "Interloper";
 
     async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
-        if put.location.as_ref().ends_with("/manifest") && !self.fired.swap(true, Ordering::SeqCst)
-        {
+        if (self.trigger)(put.location.as_ref()) && !self.fired.swap(true, Ordering::SeqCst) {
             let (layout, partition) = (KeyLayout::default(), test_partition());
             land_file(&self.plain, &layout, &partition, "newer.parquet", 500, 5).await;
             write_symlink(&self.plain, &layout, &partition)
@@ -121,6 +132,16 @@ impl StoreHooks for Interloper {
         }
         put.forward(inner).await
     }
+}
+
+/// A write of a symlink manifest.
+fn symlink_write(key: &str) -> bool {
+    key.ends_with("/manifest")
+}
+
+/// A job's write of a manifest version (its commit).
+fn manifest_version_write(key: &str) -> bool {
+    key.starts_with("_compaction/manifests/")
 }
 
 #[test]
@@ -134,10 +155,7 @@ fn a_writer_with_an_older_state_never_leaves_its_list_in_place() {
             .await
             .expect("first list");
         land_file(&plain, &layout, &partition, "b.parquet", 100, 5).await;
-        let hooks = Arc::new(Interloper {
-            plain: plain.clone(),
-            fired: AtomicBool::new(false),
-        });
+        let hooks = Interloper::before(&plain, symlink_write);
         let racing =
             Store::from_object_store(Arc::new(HookedStore::wrap(inner, hooks)), "memory://");
         // Its state (a, b) is older than the interloper's (a, b, newer): its conditional write
@@ -232,5 +250,64 @@ fn gc_deletes_no_file_the_symlink_manifest_lists() {
             listed(&store, &partition).await,
             live_urls(&store, &partition).await
         );
+    });
+}
+
+/// A job that commits the version after the one it read writes the list that version makes
+/// over the listing it read: no listing or manifest read again after its commit's own check;
+/// and the garbage-due marker it wrote is too young for its GC to find anything due.
+#[test]
+fn a_job_lists_what_its_commit_made_without_reading_the_state_again() {
+    multi_thread_runtime(2).block_on(async {
+        let store = Store::from_object_store(Arc::new(InMemory::new()), "s3://logs/lake");
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        land_file(&store, &layout, &partition, "a.parquet", 0, 50).await;
+        land_file(&store, &layout, &partition, "b.parquet", 100, 50).await;
+        assert_eq!(
+            write_symlink(&store, &layout, &partition)
+                .await
+                .expect("list"),
+            SymlinkWrite::Written
+        );
+        let report = compact(&store, &partition).await;
+        assert!(report.status.is_success(), "{report:?}");
+        let requests = report.cost.requests;
+        // The manifests and the partition (the state), the manifests after the commit.
+        assert_eq!(requests.list, 3, "{requests:?}");
+        // The symlink manifest and the two inputs: no manifest yet, none read after the
+        // commit, and no HEAD of the garbage-due marker the job wrote itself.
+        assert_eq!(requests.get, 3, "{requests:?}");
+        let urls = listed(&store, &partition).await;
+        assert_eq!(urls, live_urls(&store, &partition).await);
+        assert_eq!(urls.len(), 1, "the output alone: {urls:?}");
+    });
+}
+
+/// A file lands and is listed (as the planner does on its event) while a job commits: the
+/// job's list over its own listing would miss it, so its conditional write fails, and it reads
+/// the state again.
+#[test]
+fn a_writer_between_a_job_s_state_and_its_list_makes_the_job_read_again() {
+    multi_thread_runtime(2).block_on(async {
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        land_file(&plain, &layout, &partition, "a.parquet", 0, 50).await;
+        land_file(&plain, &layout, &partition, "b.parquet", 100, 50).await;
+        write_symlink(&plain, &layout, &partition)
+            .await
+            .expect("first list");
+        let hooks = Interloper::before(&plain, manifest_version_write);
+        let racing =
+            Store::from_object_store(Arc::new(HookedStore::wrap(inner, hooks)), "memory://");
+        let report = compact(&racing, &partition).await;
+        assert!(report.status.is_success(), "{report:?}");
+        let urls = listed(&plain, &partition).await;
+        assert_eq!(urls, live_urls(&plain, &partition).await);
+        assert!(
+            urls.iter().any(|u| u.ends_with("/newer.parquet")),
+            "the newer file stays listed: {urls:?}"
+        );
+        assert_eq!(urls.len(), 2, "the output and the newer file: {urls:?}");
     });
 }

@@ -31,12 +31,13 @@ use serde_json::json;
 pub(crate) use into_ranges::{merges_into_ranges, produce_into_ranges};
 
 use crate::compact::committing::{commit_produced, release_holds};
-use crate::compact::job::{JobContext, JobRun};
+use crate::compact::job::{CommittedLiveSet, GarbageMark, JobContext, JobRun};
 use crate::compact::producing::{Produced, produce_one, settle_without_rows};
 use crate::compact::sizing::{Prepared, Sizing, size_job};
 use crate::compact::state::{WantedInput, read_partition};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gauge::MemoryGauge;
+use crate::manifest::symlink::read_symlink;
 use crate::manifest::{Manifest, load_latest, unaddressable_inputs};
 use crate::options::{CompactOptions, FanOut};
 use crate::partition::{KeyLayout, PartitionId};
@@ -111,6 +112,7 @@ pub async fn run_fan_out_task(
         })
     };
     let gauge = MemoryGauge::new();
+    let garbage_mark = GarbageMark::default();
     let job = JobContext {
         store,
         layout,
@@ -118,6 +120,7 @@ pub async fn run_fan_out_task(
         options,
         gauge: &gauge,
         attempt_id: &job_id,
+        garbage_mark: &garbage_mark,
     };
     let answer = match task.step {
         FanOutStep::Plan => {
@@ -190,13 +193,18 @@ pub async fn commit_fanned_out(
 /// The records and runs stay until the outcome is definitive (committed, conflict, too late),
 /// so a commit retried after a transient error finds them; a retry that finds the job's own
 /// version (its response lost) reports it `compacted`.
-async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<()> {
+async fn commit(
+    job: &JobContext<'_>,
+    report: &mut CompactionReport,
+) -> Result<Option<CommittedLiveSet>> {
     let (store, layout, partition) = (job.store, job.layout, job.partition);
+    // Read before the state, so the commit's live set can be written to it (`state`).
+    let symlink = read_symlink(store, layout, partition).await.ok();
     let manifest = load_latest(store, layout, partition).await?;
     report.manifest_version = manifest.version;
     if let Some(outputs) = committed_ranges(&manifest, job.attempt_id) {
         report_landed_commit(job, &manifest, outputs, report).await;
-        return Ok(());
+        return Ok(None);
     }
     let plan = tasks::read_plan(job).await?;
     report.oversized.clone_from(&plan.oversized);
@@ -217,14 +225,14 @@ async fn commit(job: &JobContext<'_>, report: &mut CompactionReport) -> Result<(
     let split = tasks::read_split(job).await.ok();
     let committed = commit_produced(job, &manifest, &listing, produced, report).await;
     let definitive = match &committed {
-        Ok(()) => true,
+        Ok(_) => true,
         Err(e) => e.kind() != ErrorKind::Transient,
     };
     if definitive {
         tasks::delete_state(job, &plan, split.as_ref()).await;
         release_holds(job, None).await;
     }
-    committed
+    Ok(CommittedLiveSet::of(symlink, committed?))
 }
 
 /// The outputs of job `job` that `manifest` holds, live or since retired (`None`: its commit
@@ -318,6 +326,7 @@ pub async fn estimate_prepared(
         return here(state, None);
     };
     let gauge = MemoryGauge::new();
+    let garbage_mark = GarbageMark::default();
     let job = JobContext {
         store,
         layout,
@@ -325,6 +334,7 @@ pub async fn estimate_prepared(
         options,
         gauge: &gauge,
         attempt_id: "estimate",
+        garbage_mark: &garbage_mark,
     };
     if options.settings.fan_out == FanOut::Off {
         return here(state, None);
@@ -484,6 +494,7 @@ struct OwnedJob {
     options: CompactOptions,
     gauge: MemoryGauge,
     attempt_id: String,
+    garbage_mark: GarbageMark,
 }
 
 impl OwnedJob {
@@ -495,6 +506,7 @@ impl OwnedJob {
             options: job.options.clone(),
             gauge: job.gauge.clone(),
             attempt_id: job.attempt_id.to_string(),
+            garbage_mark: job.garbage_mark.clone(),
         }
     }
 
@@ -506,6 +518,7 @@ impl OwnedJob {
             options: &self.options,
             gauge: &self.gauge,
             attempt_id: &self.attempt_id,
+            garbage_mark: &self.garbage_mark,
         }
     }
 }

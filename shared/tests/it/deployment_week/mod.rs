@@ -94,9 +94,11 @@ const REQUEST_S: f64 = 0.025;
 /// Lambda's price on arm64: per GB-second and per request.
 const GB_SECOND: f64 = 0.000_013_333_4;
 const REQUEST: f64 = 0.000_000_2;
-/// A compactor invocation that fails at a store operation: crashes, lost responses (per mille).
+/// A compactor invocation that fails at a store operation: crashes, lost responses (per mille),
+/// at one of its first `FAULT_WITHIN_OPS` operations (a small hour's job makes about 15).
 const CRASH_PER_MILLE: u64 = 20;
 const LOST_PER_MILLE: u64 = 10;
+const FAULT_WITHIN_OPS: u64 = 20;
 /// One ingest file in this many is damaged.
 const DAMAGED_ONE_IN: u64 = 300;
 const HOUR_MS: i64 = 3_600_000;
@@ -962,9 +964,9 @@ impl Sim {
     fn invoke_compactor(&mut self, payload: &Value, pool: Pool) -> (Result<Value, String>, f64) {
         self.totals.compactor_invocations += 1;
         let fault = match self.below(1000) {
-            n if n < CRASH_PER_MILLE => Some((1 + self.below(30), Fault::Crash)),
+            n if n < CRASH_PER_MILLE => Some((1 + self.below(FAULT_WITHIN_OPS), Fault::Crash)),
             n if n < CRASH_PER_MILLE + LOST_PER_MILLE => {
-                Some((1 + self.below(30), Fault::LostResponse))
+                Some((1 + self.below(FAULT_WITHIN_OPS), Fault::LostResponse))
             }
             _ => None,
         };
@@ -1563,10 +1565,9 @@ impl Sim {
             self.totals.max_amplification = self.totals.max_amplification.max(amplification);
             // One job: its listing, manifest and job-record requests, a GET of each file, the
             // output's upload in three requests, the manifest's PUT and the symlink manifest's
-            // rewrite (its read, the live set's listings and manifest, its write); every byte
-            // once.
+            // read before the state and its write after the commit; every byte once.
             let files = (book.rows.len() + book.damaged.len()) as f64;
-            let requests = files + 8.0 + 5.0;
+            let requests = files + 8.0 + 2.0;
             let bytes = (book.ingest_bytes + compacted) as f64 * self.scale;
             once += price(START_S + requests * REQUEST_S + bytes / THROUGHPUT);
         }

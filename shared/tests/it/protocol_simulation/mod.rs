@@ -28,7 +28,8 @@
 //! the same schedule.
 //!
 //! After every scheduled operation: every ingested row is live exactly once or sits in a
-//! quarantined file, every live or quarantined object exists, no quarantined file is live;
+//! quarantined file, every live or quarantined object exists, no quarantined file is live,
+//! the symlink manifest lists only objects that exist and no row twice;
 //! a reader that finished within the grace saw every row ingested before it started exactly
 //! once. Once faults stop, the hour closes and the planner, the jobs it dispatches and GC run
 //! until quiet: every partition converges to one compacted file beside its quarantined ones,
@@ -737,6 +738,7 @@ impl Sim {
                 };
                 seen.extend(tags);
             }
+            self.check_symlink(step, &partition);
             let refused = self.gate.refused.lock().expect("lock").clone();
             for key in &quarantined {
                 assert!(
@@ -784,6 +786,41 @@ impl Sim {
             wrong.is_empty(),
             "seed {} step {step}: rows not live or quarantined exactly once (tag, times) \
              {wrong:?}; {}",
+            self.seed,
+            self.replay()
+        );
+    }
+
+    /// The partition's symlink manifest, once written, lists only files that exist and no row
+    /// twice (GC deletes a retired file only once the list no longer holds it).
+    fn check_symlink(&mut self, step: usize, partition: &PartitionId) {
+        let symlink_key = self.layout.symlink_key(partition).to_string();
+        let body = {
+            let objects = self.state.objects.lock().expect("lock");
+            match objects.get(&symlink_key) {
+                Some(entry) => String::from_utf8(entry.0.to_vec()).expect("a UTF-8 list"),
+                None => return,
+            }
+        };
+        let mut listed: Vec<i64> = Vec::new();
+        for url in body.lines() {
+            let key = url.strip_prefix("sim://").expect("a sim:// URL");
+            let Some(tags) = self.tags_of(key) else {
+                panic!(
+                    "seed {} step {step}: the symlink manifest lists {key}, which is gone; {}",
+                    self.seed,
+                    self.replay()
+                );
+            };
+            listed.extend(tags);
+        }
+        let count = listed.len();
+        listed.sort_unstable();
+        listed.dedup();
+        assert_eq!(
+            listed.len(),
+            count,
+            "seed {} step {step}: a row twice in the symlink manifest; {}",
             self.seed,
             self.replay()
         );
