@@ -12,9 +12,9 @@ use crate::partition::{KeyLayout, PartitionId};
 use crate::store::{Listing, Store};
 
 /// What step 1 read: the symlink manifest (`None`: its read failed, and a commit's write reads
-/// it again), the latest manifest, the listing of the ingest
-/// directory, the live inputs in ordinal order (`None` when there is nothing to merge) and the
-/// data keys the store cannot address.
+/// it again), the latest manifest, the listing of the ingest directory, the live inputs in
+/// ordinal order (`None` when there is nothing to merge) and the data keys the store cannot
+/// address.
 pub(crate) struct PartitionState {
     pub(crate) symlink: Option<SymlinkSeen>,
     pub(crate) manifest: Manifest,

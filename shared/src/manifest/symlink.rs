@@ -9,12 +9,14 @@
 //! state, and writes conditionally on that ETag (create-only when absent): a writer whose
 //! state is older than another's write fails its write and starts again, so no writer leaves
 //! an older list in place. A job whose commit is the version right after the one it read
-//! writes the live set of that version over the listing it read (no state read again): no
-//! other version came between, so the listing holds every file its version leaves live but
-//! those that arrived since, and each of those is listed by its own event's writer, which
-//! either wrote before the job (then the job's write fails) or reads after it. GC deletes a retired file only once the symlink manifest it wrote
-//! after the commit that retired it no longer lists it, so a reader of the symlink manifest
-//! never meets a deleted file, never a row twice, and never misses a committed row.
+//! writes that version's live set over the listing it read, without reading the state again
+//! ([`write_symlink_from`]): no other version came between, so its list misses only files
+//! that landed since the listing. Each of those has its own event, whose writer either wrote
+//! after the job read the symlink manifest (then the job's write fails and it reads again) or
+//! writes after the job, reading the state anew. GC deletes a retired file only once the
+//! symlink manifest it wrote after the commit that retired it no longer lists it, so a reader
+//! of the symlink manifest never meets a deleted file, never a row twice, and never misses a
+//! committed row.
 
 use bytes::Bytes;
 use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
