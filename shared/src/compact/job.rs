@@ -31,8 +31,13 @@ pub(crate) struct JobContext<'a> {
 
 impl JobContext<'_> {
     /// Marks the partition as holding garbage due once the grace has passed
-    /// ([`mark_garbage`]), and notes when, for step 6.
+    /// ([`mark_garbage`]), once per job: its later uploads and its commit find it marked (GC
+    /// keeps the marker while the job's directory or its outputs are there). Notes when, for
+    /// step 6.
     pub(crate) async fn mark_garbage(&self) -> Result<()> {
+        if self.garbage_mark.written_at().is_some() {
+            return Ok(());
+        }
         let started = self.options.clock.monotonic_ms();
         mark_garbage(self.store, self.partition).await?;
         self.garbage_mark.note(started);

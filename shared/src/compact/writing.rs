@@ -18,7 +18,7 @@ use crate::object_key::ObjectKey;
 use crate::options::{CompactOptions, sort_key_label};
 use crate::output::threshold::{resolve_row_group_bytes, staged_block_bytes};
 use crate::output::writer::{OutputWriter, partition_output_settings};
-use crate::partition::{KeyLayout, PartitionId};
+use crate::partition::{KeyLayout, PartitionId, fan_out_job_dir};
 use crate::report::OutputFile;
 use crate::scratch::{ScratchDir, input_scratch_bytes};
 use crate::sort::key::KeyRange;
@@ -292,14 +292,19 @@ pub(crate) async fn delete_quietly(store: &Store, key: &ObjectKey) {
 }
 
 /// The hold the job keeps on an object it uploads (`None` without a grace): in its own job
-/// directory, so GC leaves the object alone until the commit, whenever the upload started.
+/// directory, so GC leaves the object alone until the commit, whenever the upload started. A
+/// run, which lies in that directory too, needs it only for a multipart upload.
 fn output_hold(job: &JobContext<'_>, key: &Path) -> Option<Hold> {
     let grace = job.options.settings.gc_grace;
     let name = key.filename()?;
+    let hold_key = job.layout.hold_key(job.partition, job.attempt_id, name);
+    let object_in_job_dir = (fan_out_job_dir(key.as_ref()))
+        .is_some_and(|dir| fan_out_job_dir(hold_key.as_ref()) == Some(dir));
     (grace > std::time::Duration::ZERO).then(|| Hold {
-        key: job.layout.hold_key(job.partition, job.attempt_id, name),
+        key: hold_key,
         clock: Arc::clone(&job.options.clock),
         grace,
+        object_in_job_dir,
     })
 }
 

@@ -9,10 +9,11 @@
 //! part, which may hold [`FIRST_PART_PARTS`] parts' bytes (nothing else is in memory while it
 //! fills), goes up in one PUT; a larger one as a multipart upload, which starts with that first
 //! part, not before: S3 dates a multipart object at the upload's start, so the object is no
-//! older than its bytes. An upload with a [`Hold`] writes the hold just before it starts and
-//! renews it as parts go (at most every half grace, on the job's monotonic clock): GC leaves
-//! the object alone while its hold is fresh, however long the upload takes, and the committer
-//! knows from the last renewal how long it may still commit ([`Uploaded::held_from_ms`]).
+//! older than its bytes. An upload with a [`Hold`] writes the hold just before it starts (unless
+//! the object lies in the hold's job directory and goes up in one PUT) and renews it as parts
+//! go (at most every half grace, on the job's monotonic clock): GC leaves the object alone
+//! while its hold is fresh, however long the upload takes, and the committer knows from the
+//! last renewal how long it may still commit ([`Uploaded::held_from_ms`]).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -120,6 +121,10 @@ pub struct Hold {
     pub clock: Arc<dyn Clock>,
     /// The grace period (positive).
     pub grace: std::time::Duration,
+    /// The object lies in the job directory the hold marks (a fanned-out job's run): its own
+    /// creation keeps the directory at work as the hold's would, so an object that goes up in
+    /// one PUT needs no hold; a multipart upload, dated at its start, still does.
+    pub object_in_job_dir: bool,
 }
 
 /// S3 keeps Last-Modified to the second: a second's margin covers the rounding.
@@ -221,11 +226,12 @@ async fn run_upload(
             .await
             .ok_or_else(|| abandoned("before it finished"))?,
     };
+    let one_put = matches!(message, Message::Finish);
     let mut held_from_ms = match &hold {
-        Some(hold) => Some(hold.renew(&store, None).await?),
-        None => None,
+        Some(hold) if !(one_put && hold.object_in_job_dir) => Some(hold.renew(&store, None).await?),
+        _ => None,
     };
-    if let Message::Finish = message {
+    if one_put {
         let total = first.len() as u64;
         store
             .put(&key, PutPayload::from(first))
@@ -465,6 +471,44 @@ mod tests {
             assert_eq!(store.request_counts().put, puts, "{mib} MiB");
             let stored = get_bytes(&store, &key).await;
             assert_eq!(stored.as_ref(), expected.as_slice());
+        }
+    }
+
+    /// A hold is written before an object outside its job directory goes up, in one PUT or in
+    /// parts; an object in it (a run) goes up in one PUT without one, and in parts with one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_in_its_job_directory_goes_up_in_one_put_without_a_hold() {
+        for (object_in_job_dir, mib, held) in [
+            (false, 1, true),
+            (false, 21, true),
+            (true, 1, false),
+            (true, 21, true),
+        ] {
+            let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+            let hold = Hold {
+                key: Path::from("runs/job/holds/out.parquet"),
+                clock: crate::clock::SystemClock::shared(),
+                grace: std::time::Duration::from_secs(60),
+                object_in_job_dir,
+            };
+            let (writer, task) = start_upload(
+                Arc::clone(store.object_store()),
+                Path::from("runs/job/out.parquet"),
+                Some(hold),
+                PartPlan::for_memory(256 << 20, PART_BYTES),
+            );
+            let expected = data(mib);
+            write_through(writer, expected.clone()).await;
+            let uploaded = task.await.expect("task").expect("upload");
+            let written = store
+                .head_if_present(&Path::from("runs/job/holds/out.parquet"))
+                .await
+                .expect("head");
+            let case = format!("{mib} MiB, in the job directory: {object_in_job_dir}");
+            assert_eq!(written.is_some(), held, "{case}");
+            assert_eq!(uploaded.held_from_ms.is_some(), held, "{case}");
+            let stored = get_bytes(&store, "runs/job/out.parquet").await;
+            assert_eq!(stored.as_ref(), expected.as_slice(), "{case}");
         }
     }
 
