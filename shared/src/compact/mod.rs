@@ -54,7 +54,7 @@ use producing::{check_late_files, settle_without_rows};
 use sizing::size_job;
 
 pub use sizing::Prepared;
-use state::read_partition;
+use state::read_job_state;
 
 pub use fan_out::commit_fanned_out;
 
@@ -103,7 +103,7 @@ async fn compact(
     let (state, mut prepared_sizing) = match prepared {
         Some(Prepared { state, sizing }) => (state, sizing.filter(|_| mode.is_merge())),
         None => (
-            read_partition(job.store, job.layout, job.partition).await?,
+            read_job_state(job.store, job.layout, job.partition).await?,
             None,
         ),
     };

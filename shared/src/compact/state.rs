@@ -1,7 +1,7 @@
 //! Step 1, the partition's state: the latest manifest and a listing of the ingest directory
 //! give the live set (the reader rule), and with it the inputs the job wants, in ordinal order.
-//! The symlink manifest is read first, so a job that commits can write it from this state
-//! (`manifest::symlink`'s invariant).
+//! A job's read ([`read_job_state`]) takes the symlink manifest first, so a job that commits can
+//! write it from this state (`manifest::symlink`'s invariant).
 
 use object_store::path::Path;
 
@@ -11,8 +11,8 @@ use crate::manifest::{Manifest, live_set, load_latest, unaddressable_inputs};
 use crate::partition::{KeyLayout, PartitionId};
 use crate::store::{Listing, Store};
 
-/// What step 1 read: the symlink manifest (`None`: its read failed, and a commit's write reads
-/// it again), the latest manifest, the listing of the ingest directory, the live inputs in
+/// What step 1 read: the symlink manifest (`None`: not read, or its read failed, and a
+/// commit's write reads it again), the latest manifest, the listing of the ingest directory, the live inputs in
 /// ordinal order (`None` when there is nothing to merge) and the data keys the store cannot
 /// address.
 pub(crate) struct PartitionState {
@@ -23,15 +23,26 @@ pub(crate) struct PartitionState {
     pub(crate) unaddressable: Vec<String>,
 }
 
-/// Step 1: the symlink manifest, then the latest manifest and a listing, which give the live
-/// set (the reader rule); nothing uncompacted and the compacted files of one commit leave
-/// nothing to merge.
-pub(crate) async fn read_partition(
+/// Step 1 of a job that may commit: the symlink manifest, then [`read_partition`].
+pub(crate) async fn read_job_state(
     store: &Store,
     layout: &KeyLayout,
     partition: &PartitionId,
 ) -> Result<PartitionState> {
     let symlink = read_symlink(store, layout, partition).await.ok();
+    let state = read_partition(store, layout, partition).await?;
+    Ok(PartitionState { symlink, ..state })
+}
+
+/// The latest manifest and a listing, which give the live set (the reader rule); nothing
+/// uncompacted and the compacted files of one commit leave nothing to merge. The symlink
+/// manifest is not read (a fan-out's plan commits nothing).
+pub(crate) async fn read_partition(
+    store: &Store,
+    layout: &KeyLayout,
+    partition: &PartitionId,
+) -> Result<PartitionState> {
+    let symlink = None;
     let manifest = load_latest(store, layout, partition).await?;
     let ingest_dir = layout.ingest_dir(partition);
     let Listing {

@@ -34,7 +34,7 @@ use crate::compact::committing::{commit_produced, release_holds};
 use crate::compact::job::{CommittedLiveSet, GarbageMark, JobContext, JobRun};
 use crate::compact::producing::{Produced, produce_one, settle_without_rows};
 use crate::compact::sizing::{Prepared, Sizing, size_job};
-use crate::compact::state::{WantedInput, read_partition};
+use crate::compact::state::{WantedInput, read_job_state, read_partition};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gauge::MemoryGauge;
 use crate::manifest::symlink::read_symlink;
@@ -320,7 +320,7 @@ pub async fn estimate_prepared(
     partition: &PartitionId,
     options: &CompactOptions,
 ) -> Result<(Option<FanOutShape>, Option<Prepared>)> {
-    let state = read_partition(store, layout, partition).await?;
+    let state = read_job_state(store, layout, partition).await?;
     let here = |state, sizing| Ok((None, Some(Prepared { state, sizing })));
     let Some(wanted) = state.wanted.clone() else {
         return here(state, None);
