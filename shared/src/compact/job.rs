@@ -3,7 +3,7 @@
 //! garbage is collected past the grace period (step 6); and the report prices the job's
 //! requests with its duration and CPU time (`cost`, `cpu_ms`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::cost::RequestCounts;
@@ -45,20 +45,19 @@ impl JobContext<'_> {
     }
 }
 
-/// When a job last wrote its partition's garbage-due marker, on its monotonic clock (shared by
-/// its tasks).
+/// When a job wrote its partition's garbage-due marker, on its monotonic clock (shared by its
+/// tasks; written once).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct GarbageMark(Arc<Mutex<Option<u64>>>);
+pub(crate) struct GarbageMark(Arc<OnceLock<u64>>);
 
 impl GarbageMark {
     fn note(&self, started_ms: u64) {
-        if let Ok(mut at) = self.0.lock() {
-            *at = Some(at.map_or(started_ms, |at| at.max(started_ms)));
-        }
+        // A task that marked at the same time keeps its own, as early: either serves.
+        let _ = self.0.set(started_ms);
     }
 
     fn written_at(&self) -> Option<u64> {
-        self.0.lock().ok().and_then(|at| *at)
+        self.0.get().copied()
     }
 }
 

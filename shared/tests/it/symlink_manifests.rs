@@ -38,6 +38,14 @@ async fn compact(
         .expect("compacts")
 }
 
+/// Lands `a.parquet` (tags from 0) and `b.parquet` (from 100), `rows` rows each, in the test
+/// partition.
+async fn land_a_and_b(store: &Store, rows: i64) {
+    let (layout, partition) = (KeyLayout::default(), test_partition());
+    land_file(store, &layout, &partition, "a.parquet", 0, rows).await;
+    land_file(store, &layout, &partition, "b.parquet", 100, rows).await;
+}
+
 /// What `files --urls` prints for the partition now.
 async fn live_urls(store: &Store, partition: &PartitionId) -> Vec<String> {
     let files = partition_files(store, &KeyLayout::default(), partition)
@@ -51,8 +59,7 @@ fn commits_releases_and_quarantines_rewrite_it_to_the_live_urls() {
     multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "s3://logs/lake");
         let (layout, partition) = (KeyLayout::default(), test_partition());
-        land_file(&store, &layout, &partition, "a.parquet", 0, 50).await;
-        land_file(&store, &layout, &partition, "b.parquet", 100, 50).await;
+        land_a_and_b(&store, 50).await;
         let bad = format!("{}/bad.parquet", layout.ingest_dir(&partition));
         put_bytes(&store, &bad, bytes::Bytes::from_static(b"PAR1 no PAR1")).await;
         assert_eq!(
@@ -200,8 +207,7 @@ fn gc_deletes_no_file_the_symlink_manifest_lists() {
             "memory://",
         );
         let (layout, partition) = (KeyLayout::default(), test_partition());
-        land_file(&store, &layout, &partition, "a.parquet", 0, 20).await;
-        land_file(&store, &layout, &partition, "b.parquet", 100, 20).await;
+        land_a_and_b(&store, 20).await;
         write_symlink(&store, &layout, &partition)
             .await
             .expect("list");
@@ -261,8 +267,7 @@ fn a_job_lists_what_its_commit_made_without_reading_the_state_again() {
     multi_thread_runtime(2).block_on(async {
         let store = Store::from_object_store(Arc::new(InMemory::new()), "s3://logs/lake");
         let (layout, partition) = (KeyLayout::default(), test_partition());
-        land_file(&store, &layout, &partition, "a.parquet", 0, 50).await;
-        land_file(&store, &layout, &partition, "b.parquet", 100, 50).await;
+        land_a_and_b(&store, 50).await;
         assert_eq!(
             write_symlink(&store, &layout, &partition)
                 .await
@@ -292,8 +297,7 @@ fn a_writer_between_a_job_s_state_and_its_list_makes_the_job_read_again() {
         let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
         let (layout, partition) = (KeyLayout::default(), test_partition());
-        land_file(&plain, &layout, &partition, "a.parquet", 0, 50).await;
-        land_file(&plain, &layout, &partition, "b.parquet", 100, 50).await;
+        land_a_and_b(&plain, 50).await;
         write_symlink(&plain, &layout, &partition)
             .await
             .expect("first list");
