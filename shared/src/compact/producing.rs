@@ -87,14 +87,13 @@ pub(crate) async fn produce_one(
     drop(scratch);
     // INVARIANT: an output is committed within the grace of the last renewal of its hold (on
     // this host's monotonic clock), and GC takes no output a job directory holds until it has
-    // been idle for twice the grace on the store's clock: GC never sweeps an output as an
-    // orphan just before a commit references it, however long its upload took.
+    // been idle for twice the grace on the store's clock; an unheld one, in one PUT, within
+    // half the grace of the PUT's start, and GC takes it only a grace after its Last-Modified:
+    // GC never sweeps an output as an orphan just before a commit references it, however long
+    // its upload took.
     let commit_by = (sorted.written.as_ref())
-        .and_then(|w| w.held_from_ms)
-        .map(|from| {
-            let grace_ms = u64::try_from(options.settings.gc_grace.as_millis()).unwrap_or(u64::MAX);
-            Expiry::at_monotonic(&options.clock, from.saturating_add(grace_ms))
-        });
+        .and_then(|w| w.commit_by_ms(options.settings.gc_grace))
+        .map(|by| Expiry::at_monotonic(&options.clock, by));
     Ok(Produced {
         commit_by,
         consumed: sorted.consumed,
@@ -363,7 +362,7 @@ async fn discard(job: &JobContext<'_>, written: Option<&Written>) {
         return;
     };
     let key = &written.output.key;
-    let name = key.location().filename();
+    let name = (key.location().filename()).filter(|_| written.held_from_ms.is_some());
     let hold = name.map(|name| job.layout.hold_key(job.partition, job.attempt_id, name));
     delete_quietly(job.store, key).await;
     if let Some(hold) = hold {
@@ -446,6 +445,7 @@ async fn sort_checked(
             threshold_input_bytes: input_bytes,
             range: None,
             arrivals,
+            committed_here: true,
         };
         let name = |row_group_bytes: u64| match target {
             OutputTarget::Output { .. } => output_key(

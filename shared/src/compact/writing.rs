@@ -3,6 +3,7 @@
 //! output, a hash of its input set and of the settings that shape its bytes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
@@ -26,7 +27,7 @@ use crate::sort::runs::SpillCompression;
 use crate::sort::sink::with_sink_thread;
 use crate::sort::{Arrivals, SortFailure, SortJob, SortStats, sort_inputs};
 use crate::store::Store;
-use crate::store::upload::{Hold, job_parts, start_upload};
+use crate::store::upload::{Hold, LAST_MODIFIED_RESOLUTION_MS, OnePut, job_parts, start_upload};
 
 /// Version of the output format; part of the output name so a format change never reuses one.
 const OUTPUT_FORMAT_VERSION: &str = "ourios-compaction/2";
@@ -88,10 +89,32 @@ pub(crate) struct Written {
     pub(crate) row_group_bytes: u64,
     pub(crate) stats: SortStats,
     /// The start of the last renewal of the output's hold, on the job's monotonic clock
-    /// (`None`: no grace, no hold).
+    /// (`None`: no grace, or no hold).
     pub(crate) held_from_ms: Option<u64>,
+    /// The start of its one PUT, on the job's monotonic clock, when its own date keeps GC off
+    /// it instead of a hold ([`OnePut::DatedByItself`]).
+    pub(crate) put_from_ms: Option<u64>,
     /// Its key range in the partition, as the commit records it (`None`: not recorded).
     pub(crate) range: Option<OutputRange>,
+}
+
+impl Written {
+    /// When its commit must land, on the job's monotonic clock (`None`: no grace): within the
+    /// grace of its hold's last renewal (GC takes no output a job directory changed within
+    /// twice the grace holds), or within half the grace of its one PUT's start, less the
+    /// stores' one-second resolution (GC takes an unheld output once its Last-Modified is a
+    /// grace old, and deletes within half the grace of taking "now").
+    pub(crate) fn commit_by_ms(&self, grace: Duration) -> Option<u64> {
+        let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        match (self.held_from_ms, self.put_from_ms) {
+            (Some(from), _) => Some(from.saturating_add(grace_ms)),
+            (None, Some(from)) => Some(
+                from.saturating_add(grace_ms / 2)
+                    .saturating_sub(LAST_MODIFIED_RESOLUTION_MS),
+            ),
+            (None, None) => None,
+        }
+    }
 }
 
 /// What one sort-and-write reads.
@@ -109,6 +132,10 @@ pub(crate) struct WriteJob<'a> {
     /// Where inputs still on their way arrive (`None`: every input is at hand; see
     /// [`SortJob::arrivals`]).
     pub(crate) arrivals: Option<&'a dyn Arrivals>,
+    /// The output is committed by this invocation, which then knows when its PUT started: an
+    /// output that goes up in one PUT needs no hold ([`OnePut::DatedByItself`]). A fanned-out
+    /// job's range, which another invocation commits, does.
+    pub(crate) committed_here: bool,
 }
 
 /// Why a sort-and-write stopped before its output was written, naming the input to blame.
@@ -188,7 +215,7 @@ pub(crate) async fn sort_and_write(
     // `output_properties`); the name keeps the threshold asked for.
     let row_group_bytes_used = (properties.max_row_group_bytes())
         .map_or(row_group_bytes, |cap| row_group_bytes.min(cap as u64));
-    let hold = output_hold(job, &key);
+    let hold = output_hold(job, &key, write.committed_here);
     if hold.is_some()
         && let Err(e) = job.mark_garbage().await
     {
@@ -267,6 +294,7 @@ pub(crate) async fn sort_and_write(
                 row_group_bytes: row_group_bytes_used,
                 stats,
                 held_from_ms: uploaded.held_from_ms,
+                put_from_ms: uploaded.put_from_ms,
                 range: None,
             }))
         }
@@ -293,20 +321,33 @@ pub(crate) async fn delete_quietly(store: &Store, key: &ObjectKey) {
 
 /// The hold the job keeps on an object it uploads (`None` without a grace): in its own job
 /// directory, so GC leaves the object alone until the commit, whenever the upload started. A
-/// run, which lies in that directory too, needs it only for a multipart upload.
-fn output_hold(job: &JobContext<'_>, key: &Path) -> Option<Hold> {
+/// run, which lies in that directory too, needs it only for a multipart upload; so does an
+/// output `committed_here`, under a grace long enough to commit within half of it after the
+/// PUT.
+fn output_hold(job: &JobContext<'_>, key: &Path, committed_here: bool) -> Option<Hold> {
     let grace = job.options.settings.gc_grace;
     let name = key.filename()?;
     let hold_key = job.layout.hold_key(job.partition, job.attempt_id, name);
     let object_in_job_dir = (fan_out_job_dir(key.as_ref()))
         .is_some_and(|dir| fan_out_job_dir(hold_key.as_ref()) == Some(dir));
-    (grace > std::time::Duration::ZERO).then(|| Hold {
+    let one_put = if object_in_job_dir {
+        OnePut::InJobDirectory
+    } else if committed_here && grace >= MIN_GRACE_DATED_BY_ITSELF {
+        OnePut::DatedByItself
+    } else {
+        OnePut::Held
+    };
+    (grace > Duration::ZERO).then(|| Hold {
         key: hold_key,
         clock: Arc::clone(&job.options.clock),
         grace,
-        object_in_job_dir,
+        one_put,
     })
 }
+
+/// The shortest grace under which an output in one PUT goes unheld: half of it, less the
+/// stores' one-second resolution, leaves the PUT and the commit at least 14 seconds.
+const MIN_GRACE_DATED_BY_ITSELF: Duration = Duration::from_secs(30);
 
 /// Rows of a service that fill half a row group (by bytes, or by the row cap when it is
 /// smaller): such a service gets row groups of its own.

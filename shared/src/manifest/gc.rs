@@ -9,7 +9,10 @@
 //! upload goes, see `store::upload`): an unreferenced output that a job directory changed within
 //! twice the grace holds is never an orphan, whenever its upload started; a committer commits
 //! within the grace of its hold's last renewal. S3 dates a multipart object at its upload's
-//! start, so the object's own age says nothing of when it can still be committed.
+//! start, so the object's own age says nothing of when it can still be committed. An output
+//! that goes up in one PUT, committed by the job that wrote it, has no hold: its Last-Modified
+//! is no earlier than the PUT's start, and its committer commits within half the grace of that
+//! start (`compact::writing::Written::commit_by_ms`).
 //!
 //! Every instant is the store's: a commit's time is its manifest version's Last-Modified, an
 //! orphan's age its own Last-Modified, and "now" the Last-Modified of a clock object GC writes

@@ -9,11 +9,13 @@
 //! part, which may hold [`FIRST_PART_PARTS`] parts' bytes (nothing else is in memory while it
 //! fills), goes up in one PUT; a larger one as a multipart upload, which starts with that first
 //! part, not before: S3 dates a multipart object at the upload's start, so the object is no
-//! older than its bytes. An upload with a [`Hold`] writes the hold just before it starts (unless
-//! the object lies in the hold's job directory and goes up in one PUT) and renews it as parts
-//! go (at most every half grace, on the job's monotonic clock): GC leaves the object alone
-//! while its hold is fresh, however long the upload takes, and the committer knows from the
-//! last renewal how long it may still commit ([`Uploaded::held_from_ms`]).
+//! older than its bytes. An upload with a [`Hold`] writes the hold just before it starts and
+//! renews it as parts go (at most every half grace, on the job's monotonic clock): GC leaves the
+//! object alone while its hold is fresh, however long the upload takes, and the committer knows
+//! from the last renewal how long it may still commit ([`Uploaded::held_from_ms`]). An object
+//! that goes up in one PUT may need no hold ([`OnePut`]): one in the hold's job directory, or one
+//! whose commit follows in the same invocation, which its own date protects for a grace
+//! ([`Uploaded::put_from_ms`]).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -121,10 +123,24 @@ pub struct Hold {
     pub clock: Arc<dyn Clock>,
     /// The grace period (positive).
     pub grace: std::time::Duration,
-    /// The object lies in the job directory the hold marks (a fanned-out job's run): its own
-    /// creation keeps the directory at work as the hold's would, so an object that goes up in
-    /// one PUT needs no hold; a multipart upload, dated at its start, still does.
-    pub object_in_job_dir: bool,
+    /// Whether the object needs the hold when it goes up in one PUT (a multipart upload, dated
+    /// at its start, always does).
+    pub one_put: OnePut,
+}
+
+/// What keeps GC off an object that goes up in one PUT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnePut {
+    /// Its hold, as for a multipart upload.
+    Held,
+    /// Its own creation: it lies in the job directory the hold marks (a fanned-out job's run),
+    /// which it keeps at work as the hold would.
+    InJobDirectory,
+    /// Its own date: GC takes an object no manifest references only a grace after its
+    /// Last-Modified, which is no earlier than the PUT's start, so a commit in the same
+    /// invocation within half the grace of that start ([`Uploaded::put_from_ms`]) needs no
+    /// hold.
+    DatedByItself,
 }
 
 /// S3 keeps Last-Modified to the second: a second's margin covers the rounding.
@@ -177,6 +193,9 @@ pub struct Uploaded {
     /// With a hold: the start of its last renewal on the job's monotonic clock. GC leaves the
     /// object alone at least until twice the grace after it.
     pub held_from_ms: Option<u64>,
+    /// Without one, for an object [`OnePut::DatedByItself`]: the start of its PUT on the job's
+    /// monotonic clock. GC leaves the object alone at least until a grace after it.
+    pub put_from_ms: Option<u64>,
 }
 
 /// The blocking-thread end: collects bytes into parts.
@@ -228,16 +247,25 @@ async fn run_upload(
     };
     let one_put = matches!(message, Message::Finish);
     let mut held_from_ms = match &hold {
-        Some(hold) if !(one_put && hold.object_in_job_dir) => Some(hold.renew(&store, None).await?),
+        Some(hold) if !(one_put && hold.one_put != OnePut::Held) => {
+            Some(hold.renew(&store, None).await?)
+        }
         _ => None,
     };
     if one_put {
         let total = first.len() as u64;
+        let put_from_ms = (hold.as_ref())
+            .filter(|h| h.one_put == OnePut::DatedByItself)
+            .map(|h| h.clock.monotonic_ms());
         store
             .put(&key, PutPayload::from(first))
             .await
             .map_err(|e| Error::store("put", &key, e))?;
-        return uploaded(&store, hold.as_ref(), held_from_ms, total).await;
+        let uploaded = uploaded(&store, hold.as_ref(), held_from_ms, total).await?;
+        return Ok(Uploaded {
+            put_from_ms,
+            ..uploaded
+        });
     }
     let upload = store
         .put_multipart(&key)
@@ -299,6 +327,7 @@ async fn uploaded(
     Ok(Uploaded {
         bytes,
         held_from_ms,
+        put_from_ms: None,
     })
 }
 
@@ -474,22 +503,28 @@ mod tests {
         }
     }
 
-    /// A hold is written before an object outside its job directory goes up, in one PUT or in
-    /// parts; an object in it (a run) goes up in one PUT without one, and in parts with one.
+    /// A held object's hold is written before it goes up, in one PUT or in parts. One that
+    /// goes up in one PUT in the hold's job directory (a run) or dated by itself (an output
+    /// committed in the same invocation) needs none; the latter tells when its PUT started. In
+    /// parts, every object is held.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_run_in_its_job_directory_goes_up_in_one_put_without_a_hold() {
-        for (object_in_job_dir, mib, held) in [
-            (false, 1, true),
-            (false, 21, true),
-            (true, 1, false),
-            (true, 21, true),
+    async fn an_object_in_one_put_is_held_only_when_nothing_else_keeps_gc_off_it() {
+        for (one_put, mib, held) in [
+            (OnePut::Held, 1, true),
+            (OnePut::Held, 21, true),
+            (OnePut::InJobDirectory, 1, false),
+            (OnePut::InJobDirectory, 21, true),
+            (OnePut::DatedByItself, 1, false),
+            (OnePut::DatedByItself, 21, true),
         ] {
             let store = Store::from_object_store(Arc::new(InMemory::new()), "memory://");
+            let clock = crate::clock::SystemClock::shared();
+            let before = clock.monotonic_ms();
             let hold = Hold {
                 key: Path::from("runs/job/holds/out.parquet"),
-                clock: crate::clock::SystemClock::shared(),
+                clock: Arc::clone(&clock),
                 grace: std::time::Duration::from_secs(60),
-                object_in_job_dir,
+                one_put,
             };
             let (writer, task) = start_upload(
                 Arc::clone(store.object_store()),
@@ -504,9 +539,14 @@ mod tests {
                 .head_if_present(&Path::from("runs/job/holds/out.parquet"))
                 .await
                 .expect("head");
-            let case = format!("{mib} MiB, in the job directory: {object_in_job_dir}");
+            let case = format!("{mib} MiB, {one_put:?}");
             assert_eq!(written.is_some(), held, "{case}");
             assert_eq!(uploaded.held_from_ms.is_some(), held, "{case}");
+            let dated = one_put == OnePut::DatedByItself && !held;
+            assert_eq!(uploaded.put_from_ms.is_some(), dated, "{case}");
+            if let Some(from) = uploaded.put_from_ms {
+                assert!((before..=clock.monotonic_ms()).contains(&from), "{case}");
+            }
             let stored = get_bytes(&store, "runs/job/out.parquet").await;
             assert_eq!(stored.as_ref(), expected.as_slice(), "{case}");
         }

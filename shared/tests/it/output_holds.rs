@@ -1,19 +1,24 @@
 //! A job holds each output before its upload starts, so GC running all along never takes an
 //! output about to be committed: not one whose upload outlasted the grace (S3 dates it at the
-//! upload's start), nor the ranges of a fan-out whose merges run in waves past the grace.
+//! upload's start), nor the ranges of a fan-out whose merges run in waves past the grace. An
+//! output that goes up in one PUT, committed by the same job, is protected by its own date
+//! instead, and commits within half the grace of its PUT's start or not at all.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use object_store::memory::InMemory;
-use ourios_compaction::clock::SystemClock;
+use object_store::{ObjectStore, PutResult};
+use ourios_compaction::clock::{Clock, SystemClock};
 use ourios_compaction::compact::compact_partition;
 use ourios_compaction::manifest::gc::collect_garbage;
 use ourios_compaction::options::{CompactOptions, FanOut};
 use ourios_compaction::partition::KeyLayout;
 use ourios_compaction::report::{CompactionReport, Status};
 use ourios_compaction::store::Store;
+use ourios_compaction::store::hooked::{HookedStore, Inner, PutRequest, StoreHooks, StoreResult};
 use ourios_compaction::testing::{
     MultipartDatingStore, SlowWriteStore, assert_live_exactly_once, land_files,
     multi_thread_runtime, test_partition,
@@ -158,5 +163,114 @@ fn a_commit_that_stalls_past_its_hold_commits_nothing_once_gc_took_its_output() 
             .expect("latest");
         assert!(!latest.references(&output), "{latest:?}");
         assert_live_exactly_once(&store, &layout, &partition, 1, &tags, "after the stall").await;
+    });
+}
+
+/// The system's clocks, moved on by `offset_ms` (a job that pauses: its monotonic clock runs
+/// on while nothing happens).
+#[derive(Debug)]
+struct PausingClock {
+    system: SystemClock,
+    offset_ms: AtomicU64,
+}
+
+impl Clock for PausingClock {
+    fn now_ms(&self) -> i64 {
+        let offset = i64::try_from(self.offset_ms.load(Ordering::SeqCst)).unwrap_or(i64::MAX);
+        self.system.now_ms().saturating_add(offset)
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        (self.system.monotonic_ms()).saturating_add(self.offset_ms.load(Ordering::SeqCst))
+    }
+}
+
+/// Records every key put, and pauses the job's clock by `pause_ms` while the output's PUT is
+/// on its way.
+#[derive(Debug)]
+struct SlowOutputPut {
+    clock: Arc<PausingClock>,
+    pause_ms: u64,
+    puts: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl StoreHooks for SlowOutputPut {
+    const NAME: &'static str = "SlowOutputPut";
+
+    async fn put(&self, inner: &Inner, put: PutRequest<'_>) -> StoreResult<PutResult> {
+        let key = put.location.to_string();
+        let output = key.starts_with("compacted/") && key.contains("/part-");
+        if output {
+            self.clock
+                .offset_ms
+                .fetch_add(self.pause_ms, Ordering::SeqCst);
+        }
+        self.puts.lock().expect("puts").push(key);
+        put.forward(inner).await
+    }
+}
+
+/// Compacts the test partition (three small files) under a grace of a minute while the
+/// output's one PUT takes `pause_ms` of the job's clock; returns the report, the keys put and
+/// the store, beside the files' tags.
+fn compact_with_a_slow_put(pause_ms: u64) -> (CompactionReport, Vec<String>, Store, BTreeSet<i64>) {
+    multi_thread_runtime(2).block_on(async {
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let plain = Store::from_object_store(Arc::clone(&inner), "memory://");
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        let tags = land_files(&plain, &layout, &partition, 3, 200).await;
+        let clock = Arc::new(PausingClock {
+            system: SystemClock::new(),
+            offset_ms: AtomicU64::new(0),
+        });
+        let hooks = Arc::new(SlowOutputPut {
+            clock: Arc::clone(&clock),
+            pause_ms,
+            puts: std::sync::Mutex::new(Vec::new()),
+        });
+        let store = Store::from_object_store(
+            Arc::new(HookedStore::wrap(inner, Arc::clone(&hooks))),
+            "memory://",
+        );
+        let scratch = tempfile::tempdir().expect("scratch");
+        let mut options = options(scratch.path());
+        options.settings.gc_grace = Duration::from_secs(60);
+        options.clock = clock;
+        let report = compact_partition(&store, &layout, &partition, &options)
+            .await
+            .expect("runs");
+        let puts = hooks.puts.lock().expect("puts").clone();
+        (report, puts, plain, tags)
+    })
+}
+
+#[test]
+fn an_output_in_one_put_commits_without_a_hold_within_half_the_grace_of_its_put() {
+    // 20 s of the job's clock pass during the PUT: within the 29 s half a minute's grace
+    // leaves (less a second for the stores' resolution).
+    let (report, puts, store, tags) = compact_with_a_slow_put(20_000);
+    assert_eq!(report.status, Status::Compacted, "{:?}", report.error);
+    let holds: Vec<&String> = puts.iter().filter(|k| k.contains("/holds/")).collect();
+    assert!(holds.is_empty(), "no hold is written: {holds:?}");
+    let outputs = puts.iter().filter(|k| k.contains("/part-")).count();
+    assert_eq!(outputs, 1, "the output goes up in one PUT: {puts:?}");
+    multi_thread_runtime(1).block_on(async {
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        assert_live_exactly_once(&store, &layout, &partition, 1, &tags, "committed").await;
+    });
+}
+
+#[test]
+fn an_output_in_one_put_past_half_the_grace_of_its_put_commits_nothing() {
+    // 31 s pass during the PUT: GC could take the output a minute after its date, and delete
+    // it within half a minute of that, so the job must not commit it.
+    let (report, puts, store, tags) = compact_with_a_slow_put(31_000);
+    assert_eq!(report.status, Status::Timeout, "{:?}", report.error);
+    assert!(!puts.iter().any(|k| k.contains("/holds/")), "{puts:?}");
+    multi_thread_runtime(1).block_on(async {
+        let (layout, partition) = (KeyLayout::default(), test_partition());
+        // Nothing committed: the three inputs are still the live set.
+        assert_live_exactly_once(&store, &layout, &partition, 3, &tags, "not committed").await;
     });
 }

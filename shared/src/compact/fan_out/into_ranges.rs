@@ -96,11 +96,10 @@ pub(crate) async fn produce_into_ranges(
         bytes: file.bytes,
         is_compacted: true,
     }));
-    let grace_ms = u64::try_from(options.settings.gc_grace.as_millis()).unwrap_or(u64::MAX);
     let commit_by = (touched.written.iter())
-        .filter_map(|w| w.held_from_ms)
+        .filter_map(|w| w.commit_by_ms(options.settings.gc_grace))
         .min()
-        .map(|from| Expiry::at_monotonic(&options.clock, from.saturating_add(grace_ms)));
+        .map(|by| Expiry::at_monotonic(&options.clock, by));
     let rows = late_rows + touched.outputs.iter().map(|(f, _)| f.rows).sum::<u64>();
     let mut stats = run.stats;
     for w in &touched.written {
@@ -193,6 +192,7 @@ async fn merge_touched(
             threshold_input_bytes: all_bytes,
             range: Some(range),
             arrivals: None,
+            committed_here: true,
         };
         let sources = inputs.iter().map(|c| (&c.staged.key, c.staged.size));
         let threshold = resolve_row_group_bytes(job.options.settings.row_group_bytes, all_bytes);

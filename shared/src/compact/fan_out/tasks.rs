@@ -378,6 +378,7 @@ pub(crate) async fn merge(job: &JobContext<'_>, range: usize) -> Result<RangeOut
             threshold_input_bytes: split.input_bytes,
             range: Some(&key_range),
             arrivals: None,
+            committed_here: false,
         };
         let name = |_: u64| {
             let attempt = format!("{}-r{range:05}", job.attempt_id);
@@ -483,6 +484,7 @@ pub(crate) async fn recorded(job: &JobContext<'_>) -> Result<(Produced, Refusals
             row_group_bytes,
             stats: SortStats::default(),
             held_from_ms: None,
+            put_from_ms: None,
             range: Some(range),
         })
         .collect();
