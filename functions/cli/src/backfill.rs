@@ -89,7 +89,8 @@ pub async fn run_backfill(
     })
 }
 
-/// Compacts every partition of the range that has uncompacted files, one after another.
+/// Compacts every partition of the range that has uncompacted files or pieces to merge, one
+/// after another.
 async fn run_locally(
     store: &Store,
     layout: &KeyLayout,
@@ -106,7 +107,8 @@ async fn run_locally(
     };
     let mut compactions = Vec::new();
     for (i, partition) in partitions.iter().enumerate() {
-        let (facts, _) = partition_facts(store, layout, partition).await?;
+        // Asked for: the pieces of an hour too, not only its uncompacted files.
+        let (facts, _) = partition_facts(store, layout, partition, true).await?;
         if facts.has_work() {
             let mut outcome = PartitionOutcome {
                 tenant: partition.tenant().map(str::to_string),

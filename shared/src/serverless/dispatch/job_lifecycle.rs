@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::failures::{FailureAction, clear_failures, count_failure};
 use super::hand_off::{Claim, claim_hand_off, release_hand_off};
 use super::job::{self, JobRecord, StoredJob, WriteOutcome};
-use super::partition_facts;
+use super::{partition_facts, pieces_may_wait};
 use crate::compact::fan_out::{active_job, estimate_prepared};
 use crate::compact::{Prepared, compact_partition_prepared};
 use crate::cost::RequestCounts;
@@ -201,11 +201,12 @@ async fn end_job_record(
     readiness_config: &ReadinessConfig,
     stalled: bool,
 ) -> Result<RecordAction> {
-    let (facts, _) = partition_facts(store, layout, partition).await?;
     let now = Utc
         .timestamp_millis_opt(options.clock.now_ms())
         .single()
         .unwrap_or_else(Utc::now);
+    let pieces = pieces_may_wait(partition, now, readiness_config);
+    let (facts, _) = partition_facts(store, layout, partition, pieces).await?;
     let ready = readiness(&facts, now, readiness_config)
         .ok()
         .filter(|ready| !(stalled && ready.mode().writes()));

@@ -173,11 +173,21 @@ pub struct DispatchMode {
     pub dry_run: bool,
 }
 
-/// Reads what the plan needs about a partition: its live files and manifest version.
+/// How long after an hour becomes ready by the clock (its close plus the lateness grace) the
+/// plan reads its manifest even when no file of its ingest directory could be uncompacted:
+/// the pieces an open hour was compacted into under small-file pressure are merged at its
+/// close, and the last of those jobs may have taken every file, which GC then deleted. The
+/// sweep plans every hour of its window, so it reads each such manifest a few times at most.
+pub const PIECES_LOOK: Duration = Duration::from_secs(60 * 60);
+
+/// Reads what the plan needs about a partition: its live files and manifest version. Without
+/// a file that could be uncompacted the manifest is read only when `pieces` (a request, or
+/// [`pieces_may_wait`]): otherwise the hour has nothing to merge that the plan would act on.
 pub async fn partition_facts(
     store: &Store,
     layout: &KeyLayout,
     partition: &PartitionId,
+    pieces: bool,
 ) -> Result<(PartitionFacts, LiveSet)> {
     let dir = layout.ingest_dir(partition);
     let listing = store.list_sorted(&dir).await?;
@@ -186,7 +196,7 @@ pub async fn partition_facts(
             .filename()
             .is_some_and(|n| layout.is_input_name(n))
     });
-    if !has_candidates {
+    if !has_candidates && !pieces {
         // Nothing could be uncompacted: skip reading the manifest.
         return Ok((PartitionFacts::empty(partition), LiveSet::default()));
     }
@@ -201,6 +211,24 @@ pub async fn partition_facts(
     Ok((facts, live))
 }
 
+/// Whether `partition` became ready by the clock (under `config`) less than [`PIECES_LOOK`]
+/// before `now`: the pieces of its open hour may wait for their merge.
+pub fn pieces_may_wait(
+    partition: &PartitionId,
+    now: DateTime<Utc>,
+    config: &ReadinessConfig,
+) -> bool {
+    let grace = chrono::Duration::from_std(config.lateness_grace).unwrap_or(chrono::Duration::MAX);
+    let look = chrono::Duration::from_std(PIECES_LOOK).unwrap_or(chrono::Duration::MAX);
+    let Some(ready_at) = (partition.next_hour().hour_start()).checked_add_signed(grace) else {
+        return false;
+    };
+    now >= ready_at
+        && ready_at
+            .checked_add_signed(look)
+            .is_none_or(|end| now < end)
+}
+
 /// What a job on `partition` started at `now` by hand does under the late-file policy of
 /// `config`: when its late files wait, it checks those not checked yet, or only collects
 /// garbage when every one is checked; otherwise it merges (an open hour too: it was asked).
@@ -211,7 +239,8 @@ pub async fn late_policy_mode(
     now: DateTime<Utc>,
     config: &ReadinessConfig,
 ) -> Result<(JobMode, Option<LateVerdict>)> {
-    let (facts, _) = partition_facts(store, layout, partition).await?;
+    // Asked for: its pieces too.
+    let (facts, _) = partition_facts(store, layout, partition, true).await?;
     Ok(match readiness(&facts, now, config) {
         // Asked for, an open hour is merged whole.
         Ok(ready) if ready.mode() == JobMode::Append => (JobMode::Merge, None),
@@ -230,7 +259,8 @@ pub async fn dispatch_partition(
     config: &ReadinessConfig,
     mode: DispatchMode,
 ) -> Result<PartitionOutcome> {
-    let (facts, _) = partition_facts(store, layout, partition).await?;
+    let pieces = mode.requested || pieces_may_wait(partition, now, config);
+    let (facts, _) = partition_facts(store, layout, partition, pieces).await?;
     let ready = readiness(&facts, now, config);
     let needs_job_state = ready.is_ok()
         || (mode.requested

@@ -917,6 +917,76 @@ async fn pressure_appends_pieces_that_the_close_merges_once() {
     );
 }
 
+/// Two pieces of an open hour, each appended under small-file pressure from every file the
+/// hour had, whose files GC then deleted (no grace): nothing is left in the ingest directory.
+async fn pieces_without_files(store: &Store, p: &PartitionId) {
+    let pressure = ReadinessConfig {
+        pressure_files: 1,
+        ..ReadinessConfig::default()
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let mut options = CompactOptions::new(scratch.path());
+    options.settings.gc_grace = Duration::ZERO;
+    for (i, minute) in ["10:20", "10:40"].into_iter().enumerate() {
+        let tag = i64::try_from(i).unwrap() * 100;
+        land(store, p, &format!("f{i}.parquet"), tag, 40).await;
+        let now = at(&format!("2026-11-29T{minute}:00Z"));
+        let outcome = dispatch_with(store, p, now, &pressure).await;
+        assert_eq!(outcome.decision, "dispatched", "{}", outcome.reason);
+        let job = run_job(store, p, &options).await;
+        assert_eq!(job.report.status, Status::Compacted, "{:?}", job.report);
+    }
+    let layout = KeyLayout::default();
+    let manifest = crate::manifest::load_latest(store, &layout, p)
+        .await
+        .unwrap();
+    assert_eq!(manifest.compacted.len(), 2, "{manifest:?}");
+    assert!(!manifest.compacted_in_one_piece());
+    let ingest = store.list_sorted(&layout.ingest_dir(p)).await.unwrap();
+    assert!(ingest.is_empty(), "{ingest:?}");
+}
+
+/// An open hour compacted into pieces from every file it had, whose files are all gone by its
+/// close, is still merged at its close: within `PIECES_LOOK` of the hour becoming ready the
+/// plan reads the manifest with no file to look at. Later, only a request does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pieces_whose_files_are_all_gone_are_merged_at_the_close() {
+    let p = test_partition();
+    let store = memory();
+    pieces_without_files(&store, &p).await;
+    // Ready at 11:10 (the default lateness grace): the plan of 12:00 looks.
+    let outcome = dispatch_closed(&store, &p).await;
+    assert_eq!(outcome.decision, "dispatched", "{}", outcome.reason);
+    let record = job::read_job(&store, &p).await.unwrap().unwrap();
+    assert_eq!(record.record.unwrap().mode, crate::options::JobMode::Merge);
+    let scratch = tempfile::tempdir().unwrap();
+    let job = run_job(&store, &p, &CompactOptions::new(scratch.path())).await;
+    assert_eq!(job.report.status, Status::Compacted, "{:?}", job.report);
+    assert_eq!(job.report.inputs.rows, 80);
+    let layout = KeyLayout::default();
+    let manifest = crate::manifest::load_latest(&store, &layout, &p)
+        .await
+        .unwrap();
+    assert!(manifest.compacted_in_one_piece() && manifest.compacted.len() == 1);
+
+    // An hour later than that, the plan no longer reads the manifest of an hour without
+    // files; a request still merges its pieces.
+    let store = memory();
+    pieces_without_files(&store, &p).await;
+    let late = at("2026-11-29T12:10:00Z");
+    let outcome = dispatch_with(&store, &p, late, &ReadinessConfig::default()).await;
+    assert_eq!(outcome.decision, "nothing_to_compact", "{}", outcome.reason);
+    let requested = DispatchMode {
+        requested: true,
+        dry_run: false,
+    };
+    let config = ReadinessConfig::default();
+    let outcome = dispatch_partition(&store, &layout, &p, late, &config, requested)
+        .await
+        .unwrap();
+    assert_eq!(outcome.decision, "dispatched", "{}", outcome.reason);
+}
+
 /// Runs the partition's job `attempts` times on `store` (each attempt as Lambda would retry
 /// the same event), returning each attempt's failure action.
 async fn attempts(store: &Store, p: &PartitionId, attempts: usize) -> Vec<JobOutcome> {
