@@ -13,18 +13,20 @@ use crate::compact::writing::{Written, delete_quietly};
 use crate::error::{Error, Result};
 use crate::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, PartitionFiles, QuarantinedFile, commit,
-    live_files,
+    live_files, unpruned_until,
 };
 use crate::object_key::ObjectKey;
 use crate::report::{CompactionReport, InputTotals, Status};
 use crate::store::Store;
 
-/// Step 5: commits what was produced on `manifest` and `listing`, the state the job read, and
+/// Step 5: commits what was produced on `manifest` and `listing`, the state the job read (its
+/// manifest versions listed at `listed_at_ms` of the job's monotonic clock, when known), and
 /// reports it. Returns the live set the commit made when it is the version right after
 /// `manifest` (no other commit came between, so `listing` gives it).
 pub(crate) async fn commit_produced(
     job: &JobContext<'_>,
     manifest: &Manifest,
+    listed_at_ms: Option<u64>,
     listing: &[object_store::ObjectMeta],
     produced: Produced,
     report: &mut CompactionReport,
@@ -119,6 +121,8 @@ pub(crate) async fn commit_produced(
         attempt_id: report.attempt_id.clone(),
         now_ms: options.clock.now_ms(),
         commit_by,
+        unpruned_until: listed_at_ms
+            .and_then(|at| unpruned_until(&options.clock, at, options.settings.gc_grace)),
     };
     // Marked before the commit: a job killed before its GC still leaves the retired inputs
     // to the sweep (a marker with nothing due is removed by the GC it dispatches). An upload

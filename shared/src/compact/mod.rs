@@ -103,13 +103,14 @@ async fn compact(
     let (state, mut prepared_sizing) = match prepared {
         Some(Prepared { state, sizing }) => (state, sizing.filter(|_| mode.is_merge())),
         None => (
-            read_job_state(job.store, job.layout, job.partition).await?,
+            read_job_state(job.store, job.layout, job.partition, &job.options.clock).await?,
             None,
         ),
     };
     report.manifest_version = state.manifest.version;
     report.unaddressable = state.unaddressable;
     let (symlink, manifest, listing) = (state.symlink, state.manifest, state.listing);
+    let listed_at_ms = state.listed_at_ms;
     let wanted = match mode {
         // An append merges the uncompacted files alone.
         JobMode::Append => (state.wanted)
@@ -174,7 +175,7 @@ async fn compact(
     // Step 5: commit; the holds on the outputs go, whatever its outcome. Late files merged
     // leave nothing waiting.
     let holds = known_holds(job, &produced);
-    let committed = commit_produced(job, &manifest, &listing, produced, report).await;
+    let committed = commit_produced(job, &manifest, listed_at_ms, &listing, produced, report).await;
     release_holds(job, holds).await;
     if mode.is_merge() && manifest.version > 0 && report.status.is_success() {
         forget_checked(job.store, job.partition).await;

@@ -1,10 +1,14 @@
 //! Step 1, the partition's state: the latest manifest and a listing of the ingest directory
 //! give the live set (the reader rule), and with it the inputs the job wants, in ordinal order.
 //! A job's read ([`read_job_state`]) takes the symlink manifest first, so a job that commits can
-//! write it from this state (`manifest::symlink`'s invariant).
+//! write it from this state (`manifest::symlink`'s invariant), and notes when it listed the
+//! manifest versions, so its commit knows until when none after its base can be pruned.
+
+use std::sync::Arc;
 
 use object_store::path::Path;
 
+use crate::clock::Clock;
 use crate::error::Result;
 use crate::manifest::symlink::{SymlinkSeen, read_symlink};
 use crate::manifest::{Manifest, live_set, load_latest, unaddressable_inputs};
@@ -21,6 +25,9 @@ pub(crate) struct PartitionState {
     pub(crate) listing: Vec<object_store::ObjectMeta>,
     pub(crate) wanted: Option<Vec<WantedInput>>,
     pub(crate) unaddressable: Vec<String>,
+    /// When the manifest versions were listed, on the job's monotonic clock (`None` for a state
+    /// no commit is based on; see [`crate::manifest::unpruned_until`]).
+    pub(crate) listed_at_ms: Option<u64>,
 }
 
 /// Step 1 of a job that may commit: the symlink manifest, then [`read_partition`].
@@ -28,10 +35,16 @@ pub(crate) async fn read_job_state(
     store: &Store,
     layout: &KeyLayout,
     partition: &PartitionId,
+    clock: &Arc<dyn Clock>,
 ) -> Result<PartitionState> {
+    let listed_at_ms = Some(clock.monotonic_ms());
     let symlink = read_symlink(store, layout, partition).await.ok();
     let state = read_partition(store, layout, partition).await?;
-    Ok(PartitionState { symlink, ..state })
+    Ok(PartitionState {
+        symlink,
+        listed_at_ms,
+        ..state
+    })
 }
 
 /// The latest manifest and a listing, which give the live set (the reader rule); nothing
@@ -61,6 +74,7 @@ pub(crate) async fn read_partition(
         listing,
         wanted,
         unaddressable: unaddressable_inputs(layout, &ingest_dir, &unaddressable),
+        listed_at_ms: None,
     })
 }
 

@@ -93,6 +93,25 @@ pub struct CommitRequest {
     /// When the output becomes too old to commit: GC may sweep an unreferenced output once
     /// the grace has passed on the store's clock, so no write is attempted after this.
     pub commit_by: Option<Expiry>,
+    /// Until when no version after the base can have been pruned (`None`: unknown). GC prunes
+    /// only versions a grace old, and none after the base existed when the committer listed
+    /// the versions, so a version written before this needs no listing to be the latest
+    /// ([`unpruned_until`]).
+    pub unpruned_until: Option<Expiry>,
+}
+
+/// Until when a committer that listed the manifest versions at `listed_at_ms` of `clock`'s
+/// monotonic side finds every version after the one it read unpruned: half the `grace` later
+/// (`None` without a grace). A version after it was written after the listing began, and GC
+/// prunes it only once its Last-Modified is a grace old; the other half covers the stores'
+/// one-second dates and the clocks' drift.
+pub fn unpruned_until(
+    clock: &std::sync::Arc<dyn crate::clock::Clock>,
+    listed_at_ms: u64,
+    grace: std::time::Duration,
+) -> Option<Expiry> {
+    let half_ms = u64::try_from(grace.as_millis() / 2).unwrap_or(u64::MAX);
+    (half_ms > 0).then(|| Expiry::at_monotonic(clock, listed_at_ms.saturating_add(half_ms)))
 }
 
 /// How a commit ended.
@@ -278,7 +297,16 @@ pub async fn commit(
                 // re-create a pruned number: such a version is shadowed, never read, and the
                 // commit is retried on the real latest. A higher version that already holds
                 // our change was built on ours: we won. Ours is the highest listed in the
-                // common case, and then it need not be read back.
+                // common case, and then it need not be read back. Before `unpruned_until`
+                // (checked once the write has landed) no number after the base was pruned,
+                // so ours was not: no listing.
+                if request
+                    .unpruned_until
+                    .as_ref()
+                    .is_some_and(|u| !u.has_passed())
+                {
+                    return Ok(CommitOutcome::Committed(next));
+                }
                 let versions = list_versions(store, layout, partition).await?;
                 if versions.last() == Some(&next.version) {
                     return Ok(CommitOutcome::Committed(next));
@@ -331,6 +359,47 @@ mod tests {
     use super::*;
     use crate::testing::key;
 
+    /// A commit written while no version after its base can have been pruned lands without a
+    /// listing; once that is unknown (no grace) or past, it lists the versions after its write.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_lists_the_versions_only_when_its_base_may_have_been_pruned() {
+        let clock = crate::clock::SystemClock::shared();
+        let grace = std::time::Duration::from_secs(60);
+        let (layout, partition) = (KeyLayout::default(), crate::testing::test_partition());
+        let input = format!("{}/a.parquet", layout.ingest_dir(&partition));
+        let output = format!("{}/part-a.parquet", layout.compacted_dir(&partition));
+        let cases = [
+            (
+                "within",
+                unpruned_until(&clock, clock.monotonic_ms(), grace),
+                0,
+            ),
+            (
+                "no grace",
+                unpruned_until(&clock, 0, std::time::Duration::ZERO),
+                1,
+            ),
+            ("past", Some(Expiry::at_monotonic(&clock, 0)), 1),
+        ];
+        for (case, unpruned, lists) in cases {
+            let store = Store::from_object_store(
+                std::sync::Arc::new(object_store::memory::InMemory::new()),
+                "memory://",
+            )
+            .counting_requests();
+            let mut request = crate::testing::commit_request("job", &input, &output);
+            request.unpruned_until = unpruned;
+            let base = Manifest::empty(&partition.relative_dir());
+            let outcome = commit(&store, &layout, &partition, &base, &request).await;
+            assert!(
+                matches!(outcome, Ok(CommitOutcome::Committed(ref m)) if m.version == 1),
+                "{case}: {outcome:?}"
+            );
+            let counts = store.request_counts();
+            assert_eq!((counts.put, counts.list), (1, lists), "{case}");
+        }
+    }
+
     #[test]
     fn apply_retires_inputs_and_adds_output() {
         let mut base = Manifest::empty("p");
@@ -360,6 +429,7 @@ mod tests {
             attempt_id: "j".into(),
             now_ms: 9,
             commit_by: None,
+            unpruned_until: None,
         };
         let next = apply(&base, &request);
         assert_eq!(next.version, 1);
@@ -393,6 +463,7 @@ mod tests {
             attempt_id: "j".into(),
             now_ms: 0,
             commit_by: None,
+            unpruned_until: None,
         };
         let next = apply(&base, &request);
         assert_eq!(next.forgotten_in, 5);
@@ -423,6 +494,7 @@ mod tests {
             attempt_id: "release".into(),
             now_ms: 0,
             commit_by: None,
+            unpruned_until: None,
         };
         assert!(!reflects(&base, &request));
         let next = apply(&base, &request);
@@ -456,6 +528,7 @@ mod tests {
             attempt_id: "j".into(),
             now_ms: 0,
             commit_by: None,
+            unpruned_until: None,
         };
         let next = apply(&base, &request);
         assert!(next.compacted.is_empty(), "{next:?}");

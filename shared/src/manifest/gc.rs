@@ -24,8 +24,8 @@
 //! committed; before deleting, GC reads the latest manifest again and commits the orphans as
 //! condemned in a new version: a committer that stalled between its deadline check and its
 //! write (longer than any grace) finds its output condemned and commits nothing. Old manifest
-//! versions are pruned, always keeping the latest few so a concurrent committer is never
-//! affected. Quarantined files are never touched.
+//! versions are pruned once a grace old, always keeping the latest few so a concurrent committer
+//! is never affected. Quarantined files are never touched.
 //!
 //! A GC run over many partitions ([`find_partitions`]) finds them by delimited listings of the
 //! manifest prefix and the compacted prefix, level by level (tenant, year, month, day, hour):
@@ -177,9 +177,13 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
         })
         .map(|o| ObjectKey::from(&o.location))
         .collect();
+    // Old versions go once they are a grace old, the latest few always kept: a committer that
+    // listed the versions less than half the grace ago knows none after its base is pruned
+    // (`manifest::unpruned_until`).
     let prunable = versions.len().saturating_sub(KEEP_MANIFEST_VERSIONS);
     let manifests = versions[..prunable]
         .iter()
+        .filter(|(_, meta)| past_grace(meta.last_modified.timestamp_millis()))
         .map(|(_, meta)| ObjectKey::from(&meta.location))
         .collect();
     GcPlan {
@@ -190,8 +194,9 @@ pub fn plan_gc(inputs: &GcInputs<'_>) -> GcPlan {
 }
 
 /// Whether the partition keeps garbage a later run will delete once past the grace: retired
-/// files still present, or unreferenced objects of its compacted directory (orphans, job
-/// directories, holds, claims) that this plan leaves.
+/// files still present, unreferenced objects of its compacted directory (orphans, job
+/// directories, holds, claims) or manifest versions beyond the latest few that this plan
+/// leaves.
 pub fn garbage_left(inputs: &GcInputs<'_>, plan: &GcPlan) -> bool {
     let m = inputs.manifest;
     let present: std::collections::HashSet<&str> = (inputs.compacted_listing.iter())
@@ -208,7 +213,9 @@ pub fn garbage_left(inputs: &GcInputs<'_>, plan: &GcPlan) -> bool {
             !m.has_compacted(key) && !m.retired.iter().any(|r| r.key == key)
         })
         .any(|o| !plan.orphans.iter().any(|k| k.location() == &o.location));
-    retired_left || unreferenced_left
+    let versions_left = plan.manifests.len()
+        < (inputs.manifest_versions.len()).saturating_sub(KEEP_MANIFEST_VERSIONS);
+    retired_left || unreferenced_left || versions_left
 }
 
 /// Leaves the partition's garbage-due marker when garbage is left (rewritten, so the sweep
@@ -699,6 +706,42 @@ mod tests {
                 grace
             ));
         }
+    }
+
+    #[test]
+    fn old_manifest_versions_go_only_once_a_grace_old() {
+        // Versions 1-3 committed at 0 on the store's clock, 4-14 just now: four are beyond the
+        // ten kept, and of those only the three a grace old go.
+        let versions: Vec<(u64, ObjectMeta)> = (1..=14)
+            .map(|v| (v, meta(&format!("m/v{v}"), if v > 3 { 950_000 } else { 0 })))
+            .collect();
+        let manifest = Manifest::empty("p");
+        let plan = plan_gc(&GcInputs {
+            manifest: &manifest,
+            compacted_listing: &[],
+            ingest_listing: &[],
+            manifest_versions: &versions,
+            store_now_ms: 1_000_000,
+            grace: Duration::from_secs(900),
+        });
+        assert_eq!(plan.manifests, ["m/v1", "m/v2", "m/v3"]);
+        // The young one beyond the ten is garbage a later run takes: the marker stays.
+        let inputs = GcInputs {
+            manifest: &manifest,
+            compacted_listing: &[],
+            ingest_listing: &[],
+            manifest_versions: &versions,
+            store_now_ms: 1_000_000,
+            grace: Duration::from_secs(900),
+        };
+        assert!(garbage_left(&inputs, &plan_gc(&inputs)));
+        assert!(!garbage_left(
+            &inputs,
+            &plan_gc(&GcInputs {
+                store_now_ms: 2_000_000,
+                ..inputs
+            })
+        ));
     }
 
     #[test]

@@ -13,7 +13,9 @@ mod live;
 mod release;
 pub mod symlink;
 
-pub use commit::{CommitOutcome, CommitRequest, commit, list_versions, load_latest};
+pub use commit::{
+    CommitOutcome, CommitRequest, commit, list_versions, load_latest, unpruned_until,
+};
 pub use live::{LiveSet, live_set, unaddressable_inputs};
 pub use release::{Released, quarantine_files, release_quarantined};
 

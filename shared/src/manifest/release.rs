@@ -81,6 +81,7 @@ pub async fn release_quarantined(
         attempt_id: format!("release-{:016x}", rand::random::<u64>()),
         now_ms,
         commit_by: None,
+        unpruned_until: None,
     };
     let version = commit_alone(store, layout, partition, manifest, &request).await?;
     follow_in_symlink(store, layout, partition).await;
@@ -115,6 +116,7 @@ pub async fn quarantine_files(
         attempt_id: format!("quarantine-{:016x}", rand::random::<u64>()),
         now_ms,
         commit_by: None,
+        unpruned_until: None,
     };
     let version = commit_alone(store, layout, partition, manifest, &request).await?;
     follow_in_symlink(store, layout, partition).await;

@@ -105,6 +105,7 @@ pub fn commit_request(job: &str, input: &str, output: &str) -> CommitRequest {
         attempt_id: job.to_string(),
         now_ms: 1,
         commit_by: None,
+        unpruned_until: None,
     }
 }
 

@@ -150,6 +150,7 @@ fn commit_request(job: &str, inputs: &[&str], output: &str, forget: &[&str]) -> 
         attempt_id: job.to_string(),
         now_ms: 0,
         commit_by: None,
+        unpruned_until: None,
     }
 }
 

@@ -24,7 +24,7 @@ use ourios_compaction::clock::{Clock, Expiry};
 use ourios_compaction::manifest::gc::collect_garbage_with;
 use ourios_compaction::manifest::{
     CommitOutcome, CommitRequest, CompactedFile, Manifest, QuarantinedFile, commit, live_set,
-    load_latest,
+    load_latest, unpruned_until,
 };
 use ourios_compaction::partition::{KeyLayout, PartitionId};
 use ourios_compaction::store::Store;
@@ -50,6 +50,8 @@ struct Job {
     uploaded: bool,
     /// Half the grace after the upload (a sort may take longer than the grace).
     commit_by: Option<Expiry>,
+    /// Half the grace after the state was read: no version after `base` is pruned before.
+    unpruned_until: Option<Expiry>,
 }
 
 struct Sim {
@@ -157,6 +159,8 @@ impl Sim {
     /// Reads the state as a compaction does; its (modelled) output is the good inputs' rows,
     /// and its corrupt inputs are quarantined.
     async fn start_job(&mut self, partition: PartitionId) {
+        let clock = self.clock();
+        let unpruned = unpruned_until(&clock, clock.monotonic_ms(), GRACE);
         let base = load_latest(&self.store, &self.layout, &partition)
             .await
             .expect("manifest");
@@ -230,6 +234,7 @@ impl Sim {
             output,
             uploaded: false,
             commit_by: None,
+            unpruned_until: unpruned,
         });
     }
 
@@ -287,6 +292,7 @@ impl Sim {
             attempt_id: job.id.clone(),
             now_ms: clock.now_ms(),
             commit_by: job.commit_by.clone(),
+            unpruned_until: job.unpruned_until.clone(),
         };
         let outcome = commit(&store, &self.layout, &job.partition, &job.base, &request).await;
         let Some(output) = &job.output else {

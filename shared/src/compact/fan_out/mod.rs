@@ -199,6 +199,7 @@ async fn commit(
 ) -> Result<Option<CommittedLiveSet>> {
     let (store, layout, partition) = (job.store, job.layout, job.partition);
     // Read before the state, so the commit's live set can be written to it (`state`).
+    let listed_at_ms = Some(job.options.clock.monotonic_ms());
     let symlink = read_symlink(store, layout, partition).await.ok();
     let manifest = load_latest(store, layout, partition).await?;
     report.manifest_version = manifest.version;
@@ -223,7 +224,7 @@ async fn commit(
     report.unaddressable = unaddressable_inputs(layout, &ingest_dir, &listing.unaddressable);
     let listing = listing.objects;
     let split = tasks::read_split(job).await.ok();
-    let committed = commit_produced(job, &manifest, &listing, produced, report).await;
+    let committed = commit_produced(job, &manifest, listed_at_ms, &listing, produced, report).await;
     let definitive = match &committed {
         Ok(_) => true,
         Err(e) => e.kind() != ErrorKind::Transient,
@@ -320,7 +321,7 @@ pub async fn estimate_prepared(
     partition: &PartitionId,
     options: &CompactOptions,
 ) -> Result<(Option<FanOutShape>, Option<Prepared>)> {
-    let state = read_job_state(store, layout, partition).await?;
+    let state = read_job_state(store, layout, partition, &options.clock).await?;
     let here = |state, sizing| Ok((None, Some(Prepared { state, sizing })));
     let Some(wanted) = state.wanted.clone() else {
         return here(state, None);
