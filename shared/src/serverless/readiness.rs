@@ -285,6 +285,15 @@ impl fmt::Display for Decision {
     }
 }
 
+/// When `partition` becomes ready by the clock under `config`: its hour's close plus the
+/// lateness grace (the latest instant there is, for a grace beyond the calendar).
+pub fn ready_at(partition: &PartitionId, config: &ReadinessConfig) -> DateTime<Utc> {
+    let grace = chrono::Duration::from_std(config.lateness_grace).unwrap_or(chrono::Duration::MAX);
+    (partition.next_hour().hour_start())
+        .checked_add_signed(grace)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 /// Whether the partition is ready by the clock and its files, ignoring any job.
 pub fn readiness(
     facts: &PartitionFacts,
@@ -294,8 +303,7 @@ pub fn readiness(
     if !facts.has_work() {
         return Err(NotReady::NothingToCompact);
     }
-    let grace = chrono::Duration::from_std(config.lateness_grace).unwrap_or(chrono::Duration::MAX);
-    let ready_at = facts.partition.next_hour().hour_start() + grace;
+    let ready_at = ready_at(&facts.partition, config);
     if now >= ready_at {
         // Files that arrived before the hour closed are its tail, not late: merged now.
         let tail = facts

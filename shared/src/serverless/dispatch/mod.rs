@@ -218,11 +218,8 @@ pub fn pieces_may_wait(
     now: DateTime<Utc>,
     config: &ReadinessConfig,
 ) -> bool {
-    let grace = chrono::Duration::from_std(config.lateness_grace).unwrap_or(chrono::Duration::MAX);
     let look = chrono::Duration::from_std(PIECES_LOOK).unwrap_or(chrono::Duration::MAX);
-    let Some(ready_at) = (partition.next_hour().hour_start()).checked_add_signed(grace) else {
-        return false;
-    };
+    let ready_at = crate::serverless::readiness::ready_at(partition, config);
     now >= ready_at
         && ready_at
             .checked_add_signed(look)
