@@ -141,14 +141,21 @@ pub struct CompactSettings {
     /// Tasks of a fanned-out job run at once (`OURIOS_WORKERS`, else 1).
     pub workers: usize,
     /// The merge gives the allocator's free memory back only while the resident set is at
-    /// least this: half the function's memory when `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` is set
-    /// (freed pages below it stay for reuse instead of being faulted in again); else `None`,
-    /// every half budget of merged rows.
+    /// least this: half the function's memory when it is given
+    /// ([`CompactSettings::set_function_memory`], `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`; freed pages
+    /// below it stay for reuse instead of being faulted in again); else `None`, every half
+    /// budget of merged rows.
     pub release_memory_above_bytes: Option<u64>,
     /// The time column, the sort key, the bloom columns and an integer time's unit
     /// (`OURIOS_TIME_COLUMN`, `OURIOS_SORT_KEY`, `OURIOS_BLOOM_COLUMNS`, `OURIOS_TIME_UNIT`;
     /// [`KeyColumns::from_settings`]).
     pub keys: KeyColumns,
+}
+
+/// The resident set below which a function of `function_memory_mb` MB keeps the allocator's
+/// free memory for reuse rather than faulting it in again: half its memory.
+fn release_floor_bytes(function_memory_mb: u64) -> u64 {
+    function_memory_mb.saturating_mul(1 << 20) / 2
 }
 
 impl CompactSettings {
@@ -218,8 +225,7 @@ impl CompactSettings {
             workers: get_or(lookup, "OURIOS_WORKERS", 1, |s| {
                 positive(parse_count(s)?).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
             })?,
-            release_memory_above_bytes: function_memory_mb
-                .map(|mib| mib.saturating_mul(1 << 20) / 2),
+            release_memory_above_bytes: function_memory_mb.map(release_floor_bytes),
             keys: KeyColumns::from_settings(
                 lookup("OURIOS_TIME_COLUMN").as_deref(),
                 lookup("OURIOS_SORT_KEY").as_deref(),
@@ -227,6 +233,16 @@ impl CompactSettings {
                 lookup("OURIOS_TIME_UNIT").as_deref(),
             )?,
         })
+    }
+
+    /// Runs jobs as a function of `mb` MB runs them (the CLI's `--function-memory`, as
+    /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` does): billed for it, with uploads sized by it, on one
+    /// thread below two vCPUs, and free memory given back only above half of it. The budget
+    /// stays as set.
+    pub fn set_function_memory(&mut self, mb: u64) {
+        self.function_memory_mb = mb;
+        self.function_memory_given = true;
+        self.release_memory_above_bytes = Some(release_floor_bytes(mb));
     }
 
     /// Whether the work that can be split over two threads is (the input checks, the output's
@@ -308,6 +324,28 @@ mod tests {
         assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
         assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn a_function_memory_set_runs_jobs_as_the_variable_does_but_for_the_budget() {
+        let from_variable =
+            CompactSettings::from_lookup(&lookup(&[("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1769")]))
+                .unwrap();
+        let mut set = CompactSettings::from_lookup(&lookup(&[])).unwrap();
+        set.set_function_memory(1769);
+        assert_eq!(set.function_memory_mb, from_variable.function_memory_mb);
+        assert!(set.function_memory_given);
+        assert_eq!(
+            set.release_memory_above_bytes,
+            from_variable.release_memory_above_bytes
+        );
+        assert_eq!(set.release_memory_above_bytes, Some((1769 << 20) / 2));
+        assert_eq!(set.two_threads(), from_variable.two_threads());
+        assert_eq!(
+            set.upload_memory_bytes(),
+            from_variable.upload_memory_bytes()
+        );
+        assert_eq!(set.budget_bytes, DEFAULT_BUDGET_BYTES);
     }
 
     #[test]

@@ -246,8 +246,9 @@ impl RowGroupArgs {
 pub struct CostArgs {
     /// Memory of the Lambda function the job's cost is reckoned for, in MB (default:
     /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE, else 1769, which has one full vCPU). When given, it
-    /// also sizes the output's upload parts (a 64th of it), and below 3538 (two vCPUs) the job
-    /// works on one thread where it could use two, as such a function has one vCPU.
+    /// also sizes the output's upload parts (a 64th of it), below 3538 (two vCPUs) the job
+    /// works on one thread where it could use two, as such a function has one vCPU, and the
+    /// merge gives free memory back only above half of it, as the compactor does.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub function_memory: Option<u64>,
 }
@@ -256,8 +257,7 @@ impl CostArgs {
     /// Sets the flag, if given, on `settings`.
     pub fn apply(&self, settings: &mut CompactSettings) {
         if let Some(mb) = self.function_memory {
-            settings.function_memory_mb = mb;
-            settings.function_memory_given = true;
+            settings.set_function_memory(mb);
         }
     }
 }
