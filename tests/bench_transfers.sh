@@ -158,23 +158,12 @@ EOF
 cpu() { "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["cpu_ms"] / 1000)' "$1"; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 limited=("${side_cpus[@]}" bash "$root/tests/bench_limited.sh" "$limit" --exec)
-memory_mb=$(("$("$python" -c "
-import re, sys
-n, unit = re.fullmatch(r'(\d+)(KiB|MiB|GiB)?', sys.argv[1]).groups()
-print(int(n) * {None: 1, 'KiB': 1 << 10, 'MiB': 1 << 20, 'GiB': 1 << 30}[unit])" "$limit")" >> 20))
-part_bytes=$((memory_mb * 1048576 / 64))
-((part_bytes < 5242880)) && part_bytes=5242880
-((part_bytes > 67108864)) && part_bytes=67108864
-# As many parts at once as keep the upload within an eighth of the memory, 2 to 4
-# (`store::upload::PartPlan::for_memory`).
-parts_in_flight=$((memory_mb * 1048576 / 8 / part_bytes - 2))
-((parts_in_flight < 2)) && parts_in_flight=2
-((parts_in_flight > 4)) && parts_in_flight=4
 downloads="${OURIOS_PARALLEL_DOWNLOADS:-4}"
 : >"$work/times"
 : >"$work/tasks"
-# The run tasks of a fanned-out job say what they read and wrote, and how long they took.
-task_log="ourios_compaction::compact::fan_out::tasks=info"
+# The run tasks of a fanned-out job say what they read and wrote, and how long they took;
+# every upload says how it is cut into parts, which the transfer side replays.
+task_log="ourios_compaction::compact::fan_out::tasks=info,ourios_compaction::store::upload=debug"
 server_ticks=0
 proxy_ticks=0
 for run in $(seq "$repeat"); do
@@ -185,12 +174,14 @@ for run in $(seq "$repeat"); do
         >"$work/compute.json" 2>"$work/compute.log"
     compute="$(tail -1 "$work/t")"
     output_bytes="$("$python" -c 'import json, sys; print(sum(o["bytes"] for o in json.load(open(sys.argv[1]))["outputs"]))' "$work/compute.json")"
+    read -r part_bytes first_part_bytes parts_in_flight \
+        < <("$python" "$root/tests/run_tasks.py" parts "$work/compute.log")
 
     # Timed by the script itself, without the interpreter's start.
     AWS_ENDPOINT_URL="http://127.0.0.1:$proxy_port" "${limited[@]}" "$python" \
         "$root/tests/transfer_only.py" --bucket "$bucket" --prefix "run$run/$ingest_dir/" \
         --downloads "$downloads" --output-bytes "$output_bytes" --part-bytes "$part_bytes" \
-        --parts-in-flight "$parts_in_flight" --first-part-bytes $((3 * part_bytes)) >"$work/transfer.json"
+        --parts-in-flight "$parts_in_flight" --first-part-bytes "$first_part_bytes" >"$work/transfer.json"
     transfer="$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["seconds"])' "$work/transfer.json")"
 
     before_server="$(cpu_ticks "$server_pid")"
@@ -218,7 +209,7 @@ for run in $(seq "$repeat"); do
         AWS_ENDPOINT_URL="http://127.0.0.1:$proxy_port" "${limited[@]}" "$python" \
             "$root/tests/transfer_only.py" --bucket "$bucket" --prefix "run$run/$ingest_dir/" \
             --downloads "$downloads" --part-bytes "$part_bytes" \
-            --parts-in-flight "$parts_in_flight" --first-part-bytes $((3 * part_bytes)) "${groups[@]/#/--group=}" >"$work/tasks.json"
+            --parts-in-flight "$parts_in_flight" --first-part-bytes "$first_part_bytes" "${groups[@]/#/--group=}" >"$work/tasks.json"
         "$python" "$root/tests/run_tasks.py" times "$work/compute.log" "$work/job.log" \
             "$work/tasks.json" >>"$work/tasks"
         echo "-- run $run: run tasks (compute transfer job): $(tail -n "${#groups[@]}" "$work/tasks" | paste -sd ';')" >&2

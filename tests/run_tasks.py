@@ -1,7 +1,13 @@
-"""The run tasks of a fanned-out job, as its log says them (`tests/bench_transfers.sh`).
+"""What a job's log says of its uploads and of a fanned-out job's run tasks
+(`tests/bench_transfers.sh`).
 
-Each run task logs one line at info level (`OURIOS_LOG=ourios_compaction::compact::fan_out::tasks=info`):
+Each upload logs one line at debug level (`OURIOS_LOG=ourios_compaction::store::upload=debug`):
+`upload planned key=... part_bytes=N first_part_bytes=N in_flight=N`. Each run task logs one line
+at info level (`OURIOS_LOG=ourios_compaction::compact::fan_out::tasks=info`):
 `fan-out: run task done group=0 inputs=15 first="data/..." input_bytes=N run_bytes=N elapsed_ms=N`.
+
+    python tests/run_tasks.py parts JOB_LOG
+        `part_bytes first_part_bytes in_flight` of the job's first upload, for `transfer_only.py`
 
     python tests/run_tasks.py groups JOB_LOG PREFIX
         one `PREFIX+first:inputs:run_bytes` a task, for `transfer_only.py --group`
@@ -17,21 +23,33 @@ import statistics
 import sys
 
 DONE = "fan-out: run task done"
+PLANNED = "upload planned"
 FIELD = re.compile(r'(\w+)=("[^"]*"|\S+)')
+
+
+def lines(log, message):
+    """The fields of each line of `log` that says `message`, in order."""
+    found = []
+    for line in open(log):
+        if message in line:
+            found.append({k: v.strip('"') for k, v in FIELD.findall(line.split(message, 1)[1])})
+    return found
 
 
 def tasks(log):
     """The fields of each run task's line in `log`, in order."""
-    done = []
-    for line in open(log):
-        if DONE in line:
-            done.append({k: v.strip('"') for k, v in FIELD.findall(line.split(DONE, 1)[1])})
-    return done
+    return lines(log, DONE)
 
 
 def main(argv):
     command = argv[1]
-    if command == "groups":
+    if command == "parts":
+        planned = lines(argv[2], PLANNED)
+        if not planned:
+            sys.exit(f"{argv[2]} has no `{PLANNED}` line: was the upload logged at debug level?")
+        first = planned[0]
+        print(first["part_bytes"], first["first_part_bytes"], first["in_flight"])
+    elif command == "groups":
         for task in tasks(argv[2]):
             print(f"{argv[3]}{task['first']}:{task['inputs']}:{task['run_bytes']}")
     elif command == "times":

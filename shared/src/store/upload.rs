@@ -232,6 +232,14 @@ async fn run_upload(
     mut rx: mpsc::Receiver<Message>,
 ) -> Result<Uploaded> {
     let abandoned = |when: &str| Error::invariant(format!("upload of {key} abandoned {when}"));
+    // What `tests/bench_transfers.sh` replays of the job's uploads.
+    tracing::debug!(
+        key = %key,
+        part_bytes = plan.part_bytes,
+        first_part_bytes = plan.part_bytes.saturating_mul(FIRST_PART_PARTS),
+        in_flight = plan.in_flight,
+        "upload planned"
+    );
     // The upload starts with the first part, or the end of a stream that fits in it.
     let first = match rx.recv().await {
         Some(Message::Part(first)) => first,
