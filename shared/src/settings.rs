@@ -152,12 +152,6 @@ pub struct CompactSettings {
     pub keys: KeyColumns,
 }
 
-/// The resident set below which a function of `function_memory_mb` MB keeps the allocator's
-/// free memory for reuse rather than faulting it in again: half its memory.
-fn release_floor_bytes(function_memory_mb: u64) -> u64 {
-    function_memory_mb.saturating_mul(1 << 20) / 2
-}
-
 impl CompactSettings {
     /// The defaults, spilling into `scratch_dir`: what [`CompactSettings::from_lookup`] reads
     /// from an empty environment.
@@ -191,7 +185,7 @@ impl CompactSettings {
         let temp_dir = get_or(lookup, "TMPDIR", PathBuf::from("/tmp"), |s| {
             Ok(PathBuf::from(s))
         })?;
-        Ok(Self {
+        let mut settings = Self {
             budget_bytes: get_or(lookup, "OURIOS_MEMORY_BUDGET", function_budget, parse_size)?,
             scratch_dir: get_or(lookup, "OURIOS_SCRATCH", temp_dir, |s| Ok(PathBuf::from(s)))?,
             scratch_limit_bytes: get_or(lookup, "OURIOS_SCRATCH_LIMIT", None, |s| {
@@ -216,8 +210,8 @@ impl CompactSettings {
                 DEFAULT_DEADLINE_MARGIN,
                 parse_duration,
             )?,
-            function_memory_mb: function_memory_mb.unwrap_or(ONE_VCPU_FUNCTION_MB),
-            function_memory_given: function_memory_mb.is_some(),
+            function_memory_mb: ONE_VCPU_FUNCTION_MB,
+            function_memory_given: false,
             prices: Prices::from_lookup(lookup)?,
             fan_out: get_or(lookup, "OURIOS_FAN_OUT", FanOut::Off, |s| {
                 s.parse().map_err(|message| Error::Config { message })
@@ -225,24 +219,29 @@ impl CompactSettings {
             workers: get_or(lookup, "OURIOS_WORKERS", 1, |s| {
                 positive(parse_count(s)?).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
             })?,
-            release_memory_above_bytes: function_memory_mb.map(release_floor_bytes),
+            release_memory_above_bytes: None,
             keys: KeyColumns::from_settings(
                 lookup("OURIOS_TIME_COLUMN").as_deref(),
                 lookup("OURIOS_SORT_KEY").as_deref(),
                 lookup("OURIOS_BLOOM_COLUMNS").as_deref(),
                 lookup("OURIOS_TIME_UNIT").as_deref(),
             )?,
-        })
+        };
+        if let Some(mb) = function_memory_mb {
+            settings.set_function_memory(mb);
+        }
+        Ok(settings)
     }
 
-    /// Runs jobs as a function of `mb` MB runs them (the CLI's `--function-memory`, as
-    /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` does): billed for it, with uploads sized by it, on one
+    /// Runs jobs as a function of `mb` MB runs them (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, the
+    /// CLI's `--function-memory`): billed for it, with uploads sized by it, on one
     /// thread below two vCPUs, and free memory given back only above half of it. The budget
     /// stays as set.
     pub fn set_function_memory(&mut self, mb: u64) {
         self.function_memory_mb = mb;
         self.function_memory_given = true;
-        self.release_memory_above_bytes = Some(release_floor_bytes(mb));
+        // Freed pages below half the memory stay for reuse rather than being faulted in again.
+        self.release_memory_above_bytes = Some(mb.saturating_mul(1 << 20) / 2);
     }
 
     /// Whether the work that can be split over two threads is (the input checks, the output's

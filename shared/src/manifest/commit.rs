@@ -1,9 +1,12 @@
 //! Loading the latest manifest version and committing the next one by create-only write.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use super::{CompactedFile, Manifest, QuarantinedFile, RetiredFile};
-use crate::clock::Expiry;
+use crate::clock::{Clock, Expiry};
 use crate::error::{Error, Result};
 use crate::object_key::ObjectKey;
 use crate::partition::{KeyLayout, PartitionId, parse_version};
@@ -106,9 +109,9 @@ pub struct CommitRequest {
 /// prunes it only once its Last-Modified is a grace old; the other half covers the stores'
 /// one-second dates and the clocks' drift.
 pub fn unpruned_until(
-    clock: &std::sync::Arc<dyn crate::clock::Clock>,
+    clock: &Arc<dyn Clock>,
     listed_at_ms: u64,
-    grace: std::time::Duration,
+    grace: Duration,
 ) -> Option<Expiry> {
     let half_ms = u64::try_from(grace.as_millis() / 2).unwrap_or(u64::MAX);
     (half_ms > 0).then(|| Expiry::at_monotonic(clock, listed_at_ms.saturating_add(half_ms)))
